@@ -1,0 +1,30 @@
+"""redlock-deco: distributed locks and semaphores on Redis as one-line decorators."""
+
+from .decorators import locked
+from .errors import (
+    KeyTemplateError,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    ProviderError,
+    ProviderNotFound,
+    RedlockDecoError,
+)
+from .lock import Lock
+from .providers import register_provider, unregister_provider
+
+__all__ = [
+    "KeyTemplateError",
+    "Lock",
+    "LockError",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "ProviderError",
+    "ProviderNotFound",
+    "RedlockDecoError",
+    "locked",
+    "register_provider",
+    "unregister_provider",
+]

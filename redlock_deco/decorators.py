@@ -1,0 +1,139 @@
+"""``@locked`` and ``@limited``: compile once at decoration time, do little per call.
+
+At decoration time: options are validated, the name template is compiled against the
+function's signature, and the wrapper flavour is chosen once. Per call: render the name,
+take the lease, call, give it back, and raise LockLost if the lease ended meanwhile.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar, overload
+
+import wrapt
+
+from . import guard
+from .errors import LockNotAcquired
+from .naming import check_name, compile_name, describe
+from .options import LeaseOptions, OnBusy, build_options, check_on_busy
+from .protocol import LOCK, Kind
+
+P = ParamSpec("P")
+R = TypeVar("R")
+NameArg = str | Callable[..., str] | None
+
+
+def _is_bare_target(name: object) -> bool:
+    """True for ``@locked`` without parentheses: the name slot holds the decorated function.
+
+    A lambda (or any non-``def`` callable) in that slot is a name callable instead; pass a
+    ``def`` name function as ``name=`` to make the intent explicit.
+    """
+    if isinstance(name, (classmethod, staticmethod)):
+        return True
+    return inspect.isfunction(name) and name.__name__ != "<lambda>"
+
+
+def _decorate(
+    decorator: str, kind: Kind, name: NameArg, options: LeaseOptions, on_busy: OnBusy, func: Any
+) -> Any:
+    underlying = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
+    if not callable(underlying):
+        raise TypeError(f"@{decorator} decorates functions and methods, got {func!r}")
+    if inspect.isgeneratorfunction(underlying) or inspect.isasyncgenfunction(underlying):
+        raise TypeError(
+            f"@{decorator} cannot protect generator {describe(underlying)}: the lease would be "
+            "released at the first yield, not when iteration ends; hold it inside the generator"
+            " with a `with Lock(...)` block instead"
+        )
+    if inspect.iscoroutinefunction(underlying):
+        raise TypeError(
+            f"@{decorator} on async function {describe(underlying)} is not supported by this "
+            "version yet"
+        )
+    render = compile_name(name, underlying)
+    prefix = options.prefix
+    skip = on_busy == "skip"
+
+    def call_locked(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+        lock_name = render(instance, args, kwargs)
+        key = prefix + lock_name
+        started = time.monotonic()
+        lease = guard.enter(kind, options, lock_name, key, options.wait)
+        if lease is None:
+            if skip:
+                return None
+            raise LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            guard.finish(lease, exc)
+            raise
+        guard.finish(lease, None)
+        return result
+
+    return wrapt.FunctionWrapper(func, call_locked)
+
+
+_UNSET: Any = object()
+
+
+@overload
+def locked(name: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def locked(
+    template: NameArg = None,
+    /,
+    *,
+    name: NameArg = None,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy = "raise",
+    provider: str = "default",
+    prefix: str = "lock:",
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def locked(
+    template: Any = None,
+    /,
+    *,
+    name: Any = _UNSET,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy = "raise",
+    provider: str = "default",
+    prefix: str = "lock:",
+) -> Any:
+    """Let one caller at a time run the function, per rendered name, across all processes.
+
+    ``name`` (first positional argument, or keyword) is a ``str.format`` template filled from
+    the call's arguments (``"order:{id}"``, ``"acct:{self.id}"``), a callable taking the same
+    arguments and returning the name, or None for one lock per function
+    (``"<module>.<qualname>"``). The Redis key is ``prefix + name``. ``ttl`` is the lease in
+    seconds (renewed in the background while the call runs if ``auto_renew``); ``wait`` bounds
+    the wait (0: try once, None: forever), after which ``on_busy="raise"`` raises
+    LockNotAcquired and ``"skip"`` returns None without calling. Re-entrant per thread.
+    Raises LockLost at exit if the lease ended meanwhile.
+
+    Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
+    decorate; pass a name function as ``name=`` (a lambda works either way).
+    """
+    options = build_options(
+        ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix
+    )
+    busy = check_on_busy(on_busy)
+    if name is _UNSET:
+        if _is_bare_target(template):
+            return _decorate("locked", LOCK, None, options, busy, template)
+        name = template
+    elif template is not None:
+        raise TypeError("give the lock name once: positionally or as name=, not both")
+    check_name(name)
+    return lambda func: _decorate("locked", LOCK, name, options, busy, func)

@@ -1,0 +1,151 @@
+"""Lock-name templates, compiled once per decorated function.
+
+``"order:{order_id}"`` is checked against the function's signature at decoration time (a field
+naming no parameter raises :class:`KeyTemplateError` there, not on the first production call),
+and each call only picks the named arguments out of ``args``/``kwargs`` -- no per-call
+``Signature.bind`` -- and formats them with :meth:`str.format_map`, which supplies attribute and
+index access (``{user.org.id}``, ``{items[0]}``), conversions and format specs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import string
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import KeyTemplateError
+
+#: ``render(instance, args, kwargs) -> name``; ``instance`` is wrapt's (self/cls or None).
+Renderer = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], str]
+_Getter = Callable[[tuple[Any, ...], Mapping[str, Any]], Any]
+
+_MISSING = object()
+
+
+def describe(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def full_args(instance: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Put back the ``self``/``cls`` that wrapt hands over separately as ``instance``.
+
+    wrapt passes ``instance`` (the object, or the class for classmethods) apart from ``args``
+    for methods and classmethods, and ``None`` for plain functions and staticmethods; so the
+    signature of the underlying function always lines up with ``(instance, *args)`` when
+    ``instance`` is set.
+    """
+    return args if instance is None else (instance, *args)
+
+
+def template_roots(template: str) -> list[tuple[str, str]]:
+    """``(field, root)`` for every replacement field, nested format specs included."""
+    found: list[tuple[str, str]] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise KeyTemplateError(
+            f"lock name template {template!r} is not a valid str.format template: {exc}",
+            template=template,
+        ) from None
+    for _literal, field, spec, _conversion in parsed:
+        if field is None:
+            continue
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit():
+            raise KeyTemplateError(
+                f"lock name template {template!r} uses a positional field {{{field}}}; "
+                "name the parameter instead, e.g. {order_id}",
+                template=template,
+                field=field,
+            )
+        found.append((field, root))
+        if spec and "{" in spec:
+            found.extend(template_roots(spec))
+    return found
+
+
+def _getter(params: list[inspect.Parameter], name: str) -> _Getter:
+    """A function picking one parameter's value out of a call's ``(args, kwargs)``."""
+    named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    for index, param in enumerate(params):
+        if param.name != name:
+            continue
+        default = _MISSING if param.default is param.empty else param.default
+        if param.kind is param.VAR_POSITIONAL:
+            return lambda args, kwargs, i=index: tuple(args[i:])
+        if param.kind is param.VAR_KEYWORD:
+            return lambda args, kwargs: {k: v for k, v in kwargs.items() if k not in named}
+        if param.kind is param.KEYWORD_ONLY:
+            return lambda args, kwargs: kwargs.get(name, default)
+        if param.kind is param.POSITIONAL_ONLY:
+            return lambda args, kwargs, i=index: args[i] if i < len(args) else default
+        return lambda args, kwargs, i=index: (
+            args[i] if i < len(args) else kwargs.get(name, default)
+        )
+    raise AssertionError(f"{name!r} was checked against the signature")  # pragma: no cover
+
+
+def check_name(name: object) -> None:
+    if name is not None and not isinstance(name, str) and not callable(name):
+        raise TypeError(f"lock name must be a str template, a callable or None, got {name!r}")
+
+
+def compile_name(name: str | Callable[..., Any] | None, func: Callable[..., Any]) -> Renderer:
+    """Compile ``name`` for ``func`` (the undecorated function, ``self``/``cls`` included)."""
+    if name is None:
+        fixed = describe(func)
+        return lambda instance, args, kwargs: fixed
+    check_name(name)
+    if isinstance(name, str):
+        return _compile_template(name, func)
+    return _compile_callable(name)
+
+
+def _compile_callable(name_fn: Callable[..., Any]) -> Renderer:
+    def render(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        result = name_fn(*full_args(instance, args), **kwargs)
+        if not isinstance(result, str):
+            raise KeyTemplateError(
+                f"lock name callable {describe(name_fn)} returned {type(result).__name__} "
+                f"{result!r}; it must return a str"
+            )
+        return result
+
+    return render
+
+
+def _compile_template(template: str, func: Callable[..., Any]) -> Renderer:
+    params = list(inspect.signature(func).parameters.values())
+    available = [p.name for p in params]
+    getters: dict[str, _Getter] = {}
+    for field, root in template_roots(template):
+        if root not in available:
+            raise KeyTemplateError(
+                f"lock name template {template!r} of {describe(func)} uses {{{field}}}, but "
+                f"{root!r} is not a parameter; parameters are: {', '.join(available) or 'none'}",
+                template=template,
+                field=field,
+            )
+        getters.setdefault(root, _getter(params, root))
+    if not getters:
+        return lambda instance, args, kwargs: template.format()
+
+    items = tuple(getters.items())
+
+    def render(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        call_args = full_args(instance, args)
+        values = {root: get(call_args, kwargs) for root, get in items}
+        if any(value is _MISSING for value in values.values()):
+            # The call itself is malformed: let Python word the error exactly as it would.
+            inspect.signature(func).bind(*call_args, **kwargs)
+        try:
+            return template.format_map(values)
+        except Exception as exc:
+            raise KeyTemplateError(
+                f"cannot render lock name {template!r} for {describe(func)}: "
+                f"{type(exc).__name__}: {exc}",
+                template=template,
+            ) from exc
+
+    return render

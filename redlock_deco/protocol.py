@@ -1,0 +1,206 @@
+"""The protocol core: every lock/semaphore algorithm, written once and free of I/O.
+
+An algorithm is a generator that yields *steps* (run this script, block on that list for so
+long, sleep) and receives each step's reply; it returns its result. The thin drivers in
+:mod:`redlock_deco.drivers` execute the steps on a sync or an asyncio client, so the sync and
+async paths cannot drift apart, and tests can drive an algorithm with scripted replies and a
+fake clock.
+
+Waiting design: a waiter blocks with BLPOP on a per-lock *signal list* that releases push to,
+rather than subscribing to pub/sub. Chosen because (1) the signal is data, not a message: a
+release that lands between the failed attempt and the start of the BLPOP is still in the list,
+so wake-ups cannot be lost without a subscribe-then-retry dance; (2) a release wakes exactly one
+waiter, and Redis serves blocked BLPOPs first-come first-served, so 64 waiters do not stampede
+and the longest waiter goes first; (3) it needs no extra connection or listener thread and
+works the same through redis.asyncio and a cluster client. Every block is also bounded by the
+holder's remaining lease (a crashed holder sends nothing) and by the client's socket timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+from . import scripts
+from .scripts import Outcome, Script
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Eval:
+    """Run a package script (EVALSHA, falling back to EVAL)."""
+
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run one plain Redis command."""
+
+    args: tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """BLPOP ``key`` for at most ``timeout`` seconds; the reply is None on timeout."""
+
+    key: str
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Step: TypeAlias = Eval | Call | Block | Sleep
+Steps: TypeAlias = Generator[Step, Any, T]
+
+# A BLPOP timeout of 0 means "forever": never send less than this.
+MIN_BLOCK = 0.001
+# Retry this long after the holder's lease should have ended (server expiry is exact to ~1 ms).
+EXPIRY_SLACK = 0.002
+# A waiter stays registered this much longer than its block, covering its round trips.
+WINDOW_SLACK = 1.0
+# Jittered backoff, used only where no signal list can be used.
+BACKOFF_BASE = 0.005
+BACKOFF_CAP = 0.25
+
+
+def hash_tag(key: str) -> str | None:
+    """The Redis Cluster hash tag of ``key`` (text of its first ``{...}``), or None."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def sibling(key: str, suffix: str) -> str:
+    """A key for ``suffix`` that lands in the same cluster hash slot as ``key``.
+
+    Keeps scripts that touch a lock and its waiter keys single-slot (cluster-safe). A key
+    with its own tag keeps it; otherwise the whole key becomes the tag.
+    """
+    return f"{key}:{suffix}" if hash_tag(key) is not None else f"{{{key}}}:{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The Redis keys of one lock or semaphore: the lease key and its waiting machinery."""
+
+    key: str
+    waiters: str
+    signal: str | None  # None: no signal list can be used here, wait with jittered backoff
+
+    @classmethod
+    def for_key(cls, key: str) -> Keys:
+        return cls(key, sibling(key, "waiters"), sibling(key, "signal"))
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What differs between a token lock and a semaphore: their scripts."""
+
+    acquire_script: Script
+    release_script: Script
+    extend_script: Script
+    reentrant: bool
+
+
+LOCK = Kind(scripts.LOCK_ACQUIRE, scripts.LOCK_RELEASE, scripts.LOCK_EXTEND, reentrant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One attempt's identity: which lease, under which token, for how long."""
+
+    kind: Kind
+    keys: Keys
+    token: str
+    ttl_ms: int
+    limit: int = 1
+
+    def acquire_step(self, window_ms: int) -> Eval:
+        keys = self.keys
+        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters)
+        return Eval(self.kind.acquire_script, waiting, (self.token, self.ttl_ms, window_ms))
+
+    def release_step(self) -> Eval:
+        keys = self.keys
+        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters)
+        return Eval(self.kind.release_script, waiting, (self.token,))
+
+    def extend_step(self, ttl_ms: int) -> Eval:
+        return Eval(self.kind.extend_script, (self.keys.key,), (self.token, ttl_ms))
+
+    def leave_step(self) -> Eval:
+        keys = self.keys
+        return Eval(scripts.WAITER_LEAVE, (keys.waiters, keys.signal or keys.waiters), (self.token,))
+
+
+def backoff(failures: int, rand: Callable[[], float]) -> float:
+    """Equal-jitter exponential backoff: half fixed, half random, capped."""
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(failures, 16))
+    return ceiling / 2 + ceiling / 2 * rand()
+
+
+def acquire(
+    claim: Claim,
+    wait: float | None,
+    max_block: float,
+    clock: Callable[[], float] = time.monotonic,
+    rand: Callable[[], float] = random.random,
+) -> Steps[bool]:
+    """Try to take the lease until ``wait`` seconds have passed (None: forever, 0: once)."""
+    deadline = math.inf if wait is None else clock() + wait
+    # Only a waiter that will block on the signal list registers as one.
+    blocks = wait != 0 and claim.keys.signal is not None
+    window_ms = math.ceil((max_block + WINDOW_SLACK) * 1000) if blocks else 0
+    failures = 0
+    while True:
+        code, lease_ms = yield claim.acquire_step(window_ms)
+        if scripts.outcome("acquire", code) is Outcome.ACQUIRED:
+            return True
+        remaining = deadline - clock()
+        if remaining <= 0:
+            if window_ms:
+                yield claim.leave_step()  # leave no waiter entry behind
+            return False
+        # A holder that crashed sends no release: wake when its lease must have ended.
+        bound = remaining if lease_ms < 0 else min(remaining, lease_ms / 1000 + EXPIRY_SLACK)
+        if claim.keys.signal is None:
+            failures += 1
+            yield Sleep(min(bound, backoff(failures, rand)))
+        else:
+            # Sliced below the client's socket timeout: a longer BLPOP would fail or be
+            # silently retried by redis-py, and a waiter would give up far too late.
+            yield Block(claim.keys.signal, max(MIN_BLOCK, min(bound, max_block)))
+        # Loop: after any wake-up, try once more even if the deadline just passed, so a
+        # signal taken from the list is never wasted.
+
+
+def release(claim: Claim) -> Steps[bool]:
+    """Give the lease back; False if it was no longer ours (nothing was touched then)."""
+    code = yield claim.release_step()
+    return scripts.outcome("release", code) is Outcome.RELEASED
+
+
+def extend(claim: Claim, ttl_ms: int) -> Steps[bool]:
+    """Reset the lease to ``ttl_ms``; False if it was no longer ours."""
+    code = yield claim.extend_step(ttl_ms)
+    return scripts.outcome("extend", code) is Outcome.EXTENDED
+
+
+def same_token(stored: object, token: str) -> bool:
+    """Compare a stored value with our token whatever the client's ``decode_responses``."""
+    if isinstance(stored, bytes):
+        return stored == token.encode()
+    return stored == token

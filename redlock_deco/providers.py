@@ -1,0 +1,148 @@
+"""The provider registry: a name -> the Redis client(s) a lock or semaphore runs on.
+
+Resolution is lazy (on the first call that needs it, never at decoration or import time),
+thread-safe (one lock around building; lock-free cached reads on the hot path) and fork-safe:
+a forked child drops every client the registry built and every factory result, and builds its
+own on first use, so it never shares a parent's sockets. Client instances registered by the
+application are used as given; redis-py's connection pool already resets itself in a child.
+
+A provider is registered as one *source* and resolved per *flavour*: the sync flavour today,
+and asyncio clients per event loop beside it, without reshaping the registry.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+
+from .drivers import SyncTarget
+from .errors import ProviderError, ProviderNotFound
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+_SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
+_ASYNC_CLIENTS: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+
+_sources: dict[str, object] = {}  # name -> what was registered
+_sync_targets: dict[str, SyncTarget] = {}  # name -> resolved target, this process only
+_lock = threading.Lock()
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``, safe for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+
+
+def _describe(value: object) -> str:
+    return repr(redact(value)) if isinstance(value, str) else type(value).__name__
+
+
+def _check_source(name: str, value: object) -> None:
+    if isinstance(value, str):
+        scheme = value.partition("://")[0]
+        if scheme not in URL_SCHEMES:
+            raise ProviderError(
+                f"provider {name!r}: {_describe(value)} is not a Redis URL; use one of "
+                + ", ".join(f"{s}://" for s in URL_SCHEMES),
+                provider=name,
+            )
+    elif isinstance(value, (list, tuple)):
+        raise ProviderError(
+            f"provider {name!r}: a list of masters (Redlock quorum) is not supported by this "
+            "version yet; register a single client or URL",
+            provider=name,
+        )
+    elif not isinstance(value, (*_SYNC_CLIENTS, *_ASYNC_CLIENTS)) and not callable(value):
+        raise ProviderError(
+            f"provider {name!r}: expected a redis client, a redis:// URL or a zero-argument "
+            f"callable returning one, got {_describe(value)}",
+            provider=name,
+        )
+
+
+def register_provider(name: str, provider: object) -> None:
+    """Register ``provider`` (client, URL, or zero-argument factory) under ``name``.
+
+    Replacing a registration drops whatever was built from the old one in this process.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"provider name must be a non-empty str, got {name!r}")
+    _check_source(name, provider)
+    with _lock:
+        _sources[name] = provider
+        _sync_targets.pop(name, None)
+
+
+def unregister_provider(name: str) -> None:
+    """Forget the provider ``name`` (no error if it was not registered)."""
+    with _lock:
+        _sources.pop(name, None)
+        _sync_targets.pop(name, None)
+
+
+def _source(name: str) -> object:
+    try:
+        return _sources[name]
+    except KeyError:
+        url = os.environ.get("REDIS_URL") if name == "default" else None
+        if url:
+            _check_source(name, url)
+            return url
+        raise ProviderNotFound(name) from None
+
+
+def _sync_client(name: str, value: object, *, called: bool = False) -> Any:
+    if isinstance(value, str):
+        return redis.Redis.from_url(value)
+    if isinstance(value, _SYNC_CLIENTS):
+        return value
+    if isinstance(value, _ASYNC_CLIENTS):
+        raise ProviderError(
+            f"provider {name!r} gives an asyncio client ({type(value).__name__}), but a sync "
+            "function or primitive needs a sync client: register a redis.Redis / "
+            "redis.RedisCluster or a URL (URLs serve both sync and async code)",
+            provider=name,
+        )
+    if callable(value) and not called:
+        factory: Callable[[], object] = value
+        produced = factory()
+        _check_source(name, produced)
+        return _sync_client(name, produced, called=True)
+    raise ProviderError(
+        f"provider {name!r}: the factory returned {_describe(value)}, expected a redis "
+        "client or a Redis URL",
+        provider=name,
+    )
+
+
+def sync_target(name: str) -> SyncTarget:
+    """The sync target of provider ``name``, built on first use in this process."""
+    target = _sync_targets.get(name)
+    if target is not None:
+        return target
+    with _lock:
+        target = _sync_targets.get(name)
+        if target is None:
+            target = SyncTarget(_sync_client(name, _source(name)))
+            _sync_targets[name] = target
+        return target
+
+
+def _after_fork_in_child() -> None:
+    # The child must not reuse sockets (or a lock another thread held at fork time).
+    global _lock
+    _lock = threading.Lock()
+    _sync_targets.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

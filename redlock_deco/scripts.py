@@ -1,0 +1,77 @@
+"""The Lua scripts, loaded from package files, and the one table of their reply codes.
+
+Each ``lua/*.lua`` file starts with its contract (KEYS, ARGV, returns). A header line
+``-- include: waiters`` prepends ``lua/waiters.lua``, so the waiter/wake-up logic exists once
+in Lua although every lock and semaphore script uses it. Scripts are run with EVALSHA and fall
+back to EVAL on NOSCRIPT (a restarted or flushed server), see :mod:`redlock_deco.drivers`.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+from .errors import RedlockDecoError
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def load(name: str) -> Script:
+    body = _read(name)
+    parts = []
+    for line in body.splitlines():
+        if line.startswith("-- include: "):
+            parts.extend(_read(include.strip()) for include in line[12:].split(","))
+    source = "\n".join([*parts, body])
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+LOCK_ACQUIRE = load("lock_acquire")
+LOCK_RELEASE = load("lock_release")
+LOCK_EXTEND = load("lock_extend")
+WAITER_LEAVE = load("waiter_leave")
+
+
+class Outcome(enum.Enum):
+    ACQUIRED = "acquired"
+    BUSY = "busy"
+    RELEASED = "released"
+    EXTENDED = "extended"
+    NOT_OWNER = "not owner"
+
+
+class ScriptReplyError(RedlockDecoError):
+    """A script answered with a code this version does not know (mixed versions?)."""
+
+
+#: The one table from (operation, status code) to outcome; anything else is an error,
+#: never a silent False.
+REPLIES: dict[tuple[str, int], Outcome] = {
+    ("acquire", 1): Outcome.ACQUIRED,
+    ("acquire", 0): Outcome.BUSY,
+    ("release", 1): Outcome.RELEASED,
+    ("release", 0): Outcome.NOT_OWNER,
+    ("extend", 1): Outcome.EXTENDED,
+    ("extend", 0): Outcome.NOT_OWNER,
+}
+
+
+def outcome(operation: str, code: object) -> Outcome:
+    found = REPLIES.get((operation, code)) if isinstance(code, int) else None
+    if found is None:
+        raise ScriptReplyError(
+            f"unexpected reply {code!r} to {operation}: the Redis scripts and this "
+            "redlock-deco version disagree"
+        )
+    return found

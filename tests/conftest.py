@@ -1,0 +1,64 @@
+"""Fixtures: one real redis-server per session, flushed between tests.
+
+Every test talks to a real ``redis-server`` process started by ``RedisServer`` (choose the
+binary with ``REDLOCK_DECO_REDIS_SERVER``); none uses a fake or a mock of Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import redlock_deco
+from redlock_deco import providers
+from redlock_deco.testing import RedisServer
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _clean_state(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts on an empty server with only the "default" provider registered."""
+    if server.process is None:  # a fault test killed it
+        server.start()
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    client = server.client()
+    client.flushall()
+    client.close()
+    redlock_deco.register_provider("default", server.url)
+    yield
+    for name in list(providers._sources):
+        redlock_deco.unregister_provider(name)
+
+
+@pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
+def decode(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[bool]:
+    """Run the test with the default provider as a bytes and as a decode_responses client."""
+    client = server.client(decode_responses=request.param)
+    redlock_deco.register_provider("default", client)
+    yield request.param
+    client.close()
+
+
+@pytest.fixture
+def r(server: RedisServer) -> Iterator[redis.Redis]:
+    """A plain client on the test server, for looking at keys from the outside."""
+    client = server.client()
+    yield client
+    client.close()
+
+
+def pytest_report_header() -> str:
+    from redlock_deco.testing import find_redis_server
+
+    binary = find_redis_server()
+    with RedisServer() as srv:
+        version = srv.client().info("server")["redis_version"]
+    return f"redis-server: {binary} (v{version}); pid {os.getpid()}"

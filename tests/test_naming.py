@@ -1,0 +1,203 @@
+"""Name templates: the binding matrix, end to end (the key seen in Redis during the call),
+and every bad template rejected at decoration time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from redlock_deco import KeyTemplateError, locked
+
+
+def keys_during(r: redis.Redis) -> list[str]:
+    return sorted(k.decode() for k in r.keys("lock:*"))
+
+
+@dataclass
+class Org:
+    id: int
+
+
+@dataclass
+class User:
+    org: Org
+    name: str
+
+
+def test_positional_keyword_and_default_arguments(r: redis.Redis) -> None:
+    @locked("order:{order_id}:{currency}")
+    def charge(order_id: int, amount: int, currency: str = "EUR") -> list[str]:
+        return keys_during(r)
+
+    assert charge(7, 10) == ["lock:order:7:EUR"]
+    assert charge(order_id=8, amount=1, currency="USD") == ["lock:order:8:USD"]
+    assert charge(9, amount=1) == ["lock:order:9:EUR"]
+    assert r.dbsize() == 0
+
+
+def test_attribute_index_and_format_spec(r: redis.Redis) -> None:
+    @locked("{user.org.id}:{items[0]}:{user.name!r}:{n:03d}")
+    def f(user: User, items: list[str], n: int) -> list[str]:
+        return keys_during(r)
+
+    assert f(User(Org(42), "ann"), ["a", "b"], 5) == ["lock:42:a:'ann':005"]
+
+
+def test_keyword_only_varargs_and_varkw(r: redis.Redis) -> None:
+    @locked("{args[1]}:{region}:{opts[mode]}")
+    def f(*args: Any, region: str = "eu", **opts: Any) -> list[str]:
+        return keys_during(r)
+
+    assert f("x", "y", mode="fast") == ["lock:y:eu:fast"]
+    assert f("x", "z", region="us", mode="slow") == ["lock:z:us:slow"]
+
+
+def test_positional_only_parameter(r: redis.Redis) -> None:
+    @locked("p:{a}:{b}")
+    def f(a: int, /, b: int = 2) -> list[str]:
+        return keys_during(r)
+
+    assert f(1) == ["lock:p:1:2"]
+
+
+class Account:
+    prefix = "acct"
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+
+    @locked("acct:{self.id}")
+    def method(self, r: redis.Redis) -> list[str]:
+        return keys_during(r)
+
+    @classmethod
+    @locked("{cls.__name__}:{key}")
+    def class_inner(cls, r: redis.Redis, key: str) -> list[str]:
+        return keys_during(r)
+
+    @locked("{cls.prefix}:outer:{key}")
+    @classmethod
+    def class_outer(cls, r: redis.Redis, key: str) -> list[str]:
+        return keys_during(r)
+
+    @staticmethod
+    @locked("static:{key}")
+    def static_inner(r: redis.Redis, key: str) -> list[str]:
+        return keys_during(r)
+
+    @locked("static2:{key}")
+    @staticmethod
+    def static_outer(r: redis.Redis, key: str) -> list[str]:
+        return keys_during(r)
+
+
+def test_methods_classmethods_staticmethods_both_orders(r: redis.Redis) -> None:
+    acct = Account(5)
+    assert acct.method(r) == ["lock:acct:5"]
+    assert Account.method(acct, r) == ["lock:acct:5"]
+    assert Account.class_inner(r, "k") == ["lock:Account:k"]
+    assert acct.class_inner(r, "k") == ["lock:Account:k"]
+    assert Account.class_outer(r, "k") == ["lock:acct:outer:k"]
+    assert acct.class_outer(r, key="k") == ["lock:acct:outer:k"]
+    assert Account.static_inner(r, "s") == ["lock:static:s"]
+    assert acct.static_inner(r, "s") == ["lock:static:s"]
+    assert Account.static_outer(r, "t") == ["lock:static2:t"]
+    assert acct.static_outer(r, "t") == ["lock:static2:t"]
+
+
+def test_callable_names_get_the_call_arguments_including_self(r: redis.Redis) -> None:
+    def name_of(self: Any, n: int) -> str:
+        return f"fn:{self.id}:{n}"
+
+    class Svc:
+        id = 3
+
+        @locked(lambda self, n: f"lam:{self.id}:{n}")
+        def a(self, n: int) -> list[str]:
+            return keys_during(r)
+
+        @locked(name=name_of)
+        def b(self, n: int) -> list[str]:
+            return keys_during(r)
+
+    assert Svc().a(1) == ["lock:lam:3:1"]
+    assert Svc().b(n=2) == ["lock:fn:3:2"]
+
+
+def test_default_name_is_module_and_qualname(r: redis.Redis) -> None:
+    @locked
+    def bare() -> list[str]:
+        return keys_during(r)
+
+    @locked()
+    def empty_parens() -> list[str]:
+        return keys_during(r)
+
+    qual = "test_naming.test_default_name_is_module_and_qualname.<locals>"
+    assert bare() == [f"lock:{qual}.bare"]
+    assert empty_parens() == [f"lock:{qual}.empty_parens"]
+
+
+def test_custom_prefix(r: redis.Redis) -> None:
+    @locked("x:{n}", prefix="app:mutex:")
+    def f(n: int) -> list[str]:
+        return sorted(k.decode() for k in r.keys("app:*"))
+
+    assert f(1) == ["app:mutex:x:1"]
+
+
+def test_unknown_field_fails_at_decoration_naming_field_and_parameters() -> None:
+    with pytest.raises(KeyTemplateError) as info:
+
+        @locked("order:{order}")
+        def charge(order_id: int, amount: int) -> None: ...
+
+    message = str(info.value)
+    assert "{order}" in message and "order_id, amount" in message and "charge" in message
+    assert isinstance(info.value, ValueError)
+    assert info.value.field == "order"
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ("order:{}", "positional field"),
+        ("order:{0}", "positional field"),
+        ("order:{id", "not a valid str.format template"),
+        ("order:{x.y}", "'x' is not a parameter"),
+        ("{a:{width}}", "'width' is not a parameter"),
+    ],
+)
+def test_bad_templates(template: str, fragment: str) -> None:
+    with pytest.raises(KeyTemplateError, match=fragment.replace(".", r"\.")):
+
+        @locked(template)
+        def f(a: int) -> None: ...
+
+
+def test_render_failure_names_function_and_template(r: redis.Redis) -> None:
+    @locked("u:{user.missing}")
+    def f(user: User) -> None: ...
+
+    with pytest.raises(KeyTemplateError, match=r"u:\{user\.missing\}.*test_naming.*AttributeError"):
+        f(User(Org(1), "x"))
+    assert r.dbsize() == 0
+
+
+def test_name_callable_must_return_str() -> None:
+    @locked(lambda n: n)
+    def f(n: int) -> None: ...
+
+    with pytest.raises(KeyTemplateError, match="returned int"):
+        f(1)
+
+
+def test_missing_argument_is_pythons_own_type_error() -> None:
+    @locked("o:{a}")
+    def f(a: int) -> None: ...
+
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
+        f()  # type: ignore[call-arg]

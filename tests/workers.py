@@ -1,0 +1,53 @@
+"""Functions run in separate processes (multiprocessing "spawn": fresh interpreters)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import redis
+
+from redlock_deco import Lock, locked, register_provider
+
+
+def increment_many(url: str, counter: str, times: int, ttl: float) -> int:
+    """A deliberately non-atomic read-modify-write under @locked; returns calls made."""
+    register_provider("default", url)
+    client = redis.Redis.from_url(url)
+
+    @locked("counter:{name}", ttl=ttl, wait=None)
+    def bump(name: str) -> None:
+        value = int(client.get(name) or 0)
+        time.sleep(0.001)  # widen the race window: without the lock, updates get lost
+        client.set(name, value + 1)
+
+    for _ in range(times):
+        bump(counter)
+    return times
+
+
+def hold_forever(url: str, name: str, ttl: float, ready: Any) -> None:
+    """Take a lock (renewed) and signal readiness; the parent SIGKILLs this process."""
+    register_provider("default", url)
+    lock = Lock(name, ttl=ttl, wait=5)
+    lock.acquire()
+    ready.set()
+    while True:
+        time.sleep(1)
+
+
+def hold_then_release(url: str, name: str, hold: float, ready: Any, out: Any) -> None:
+    """Hold a lock for ``hold`` s, then release and report the release time (wall clock)."""
+    register_provider("default", url)
+    lock = Lock(name, ttl=10, wait=5)
+    lock.acquire()
+    ready.set()
+    time.sleep(hold)
+    lock.release()
+    out.put(time.time())
+
+
+def stop_self() -> None:  # pragma: no cover - used in fault tests
+    os.kill(os.getpid(), signal.SIGSTOP)
