@@ -1,0 +1,129 @@
+"""Waiting without polling: prompt hand-off on release, wake-up on a crashed holder's expiry,
+no lost wake-ups, no keys left behind, few commands per contended critical section."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from redlock_deco import Lock, locked
+from redlock_deco.testing import RedisServer
+
+
+def wait_for_empty(r: redis.Redis, seconds: float = 5.0) -> int:
+    deadline = time.monotonic() + seconds
+    while r.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return int(r.dbsize())
+
+
+def test_prompt_hand_off_to_a_waiting_thread(r: redis.Redis) -> None:
+    latencies = []
+    for _ in range(20):
+        holder = Lock("h", ttl=10)
+        holder.acquire()
+        got: list[float] = []
+        waiting = threading.Event()
+
+        def waiter() -> None:
+            waiting.set()
+            with Lock("h", ttl=10, wait=5):
+                got.append(time.perf_counter())
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        waiting.wait(5)
+        while not r.exists("{lock:h}:waiters"):  # the waiter has registered and blocks
+            time.sleep(0.001)
+        released = time.perf_counter()
+        holder.release()
+        t.join(5)
+        latencies.append(got[0] - released)
+    latencies.sort()
+    # A polling waiter (redis-py's Lock sleeps 100 ms) would show tens of ms here.
+    assert latencies[len(latencies) // 2] < 0.02, latencies
+    assert wait_for_empty(r) == 0
+
+
+def test_waiter_wakes_when_a_silent_holders_lease_expires(r: redis.Redis) -> None:
+    # A holder that vanished without releasing: its key simply expires.
+    r.set("lock:silent", "dead-holder:1:" + "0" * 32, px=400)
+    started = time.monotonic()
+    with Lock("silent", wait=5):
+        waited = time.monotonic() - started
+    assert 0.35 < waited < 0.5, waited  # bounded by the lease, not by a polling interval
+    assert wait_for_empty(r) == 0
+
+
+def test_waiter_that_gives_up_leaves_no_registration(r: redis.Redis) -> None:
+    with Lock("gu", ttl=5):
+        t = threading.Thread(target=lambda: Lock("gu", wait=0.1).acquire())
+        t.start()
+        t.join(5)
+        assert not r.exists("{lock:gu}:waiters")
+    assert r.dbsize() == 0
+
+
+def test_many_waiters_all_get_through_and_leave_nothing(r: redis.Redis) -> None:
+    order: list[int] = []
+
+    @locked("crowd", ttl=5, wait=20)
+    def work(i: int) -> None:
+        order.append(i)
+        time.sleep(0.002)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(order) == list(range(24))
+    assert wait_for_empty(r) == 0
+
+
+def test_commands_per_contended_critical_section(r: redis.Redis, server: RedisServer) -> None:
+    """A waiter costs: failed attempt, BLPOP, winning attempt, release = 4 commands."""
+    holder = Lock("cmd", ttl=10)
+    holder.acquire()
+    spy = server.client()
+    spy.config_resetstat()
+    t = threading.Thread(target=lambda: Lock("cmd", wait=5).acquire() and Lock("cmd").release())
+    t.start()
+    while not r.exists("{lock:cmd}:waiters"):
+        time.sleep(0.001)
+    time.sleep(0.05)
+    holder.release()
+    t.join(5)
+    stats = spy.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+    # commandstats also counts what scripts call inside; the client-issued commands are these.
+    # Waiter: EVALSHA (fail) + BLPOP + EVALSHA (win) + EVALSHA (release); holder: 1 release.
+    sent = {name: calls.get(name, 0) for name in ("evalsha", "eval", "blpop")}
+    assert sent == {"evalsha": 4, "eval": 0, "blpop": 1}, calls
+
+
+@pytest.mark.slow
+def test_no_lost_wake_up_when_release_races_the_block(r: redis.Redis) -> None:
+    """Hammer acquire/release from several threads with a tiny critical section: a lost
+    wake-up would leave a waiter sleeping to the end of its slice (2 s) and blow the bound."""
+
+    @locked("race", ttl=5, wait=10)
+    def tiny() -> None:
+        pass
+
+    def loop() -> None:
+        for _ in range(150):
+            tiny()
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=loop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    elapsed = time.monotonic() - started
+    assert elapsed < 10, elapsed
+    assert wait_for_empty(r) == 0
