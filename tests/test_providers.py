@@ -1,0 +1,171 @@
+"""Providers: every accepted source, lazy resolution, REDIS_URL, clear errors, thread and
+fork safety, prompt connection errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import warnings
+
+import pytest
+import redis
+import redis.asyncio
+
+from redlock_deco import (
+    Lock,
+    ProviderError,
+    ProviderNotFound,
+    locked,
+    register_provider,
+    unregister_provider,
+)
+from redlock_deco.providers import redact, sync_target
+from redlock_deco.testing import RedisServer, free_port
+
+
+def test_url_instance_and_factory_sources(server: RedisServer) -> None:
+    register_provider("url", server.url)
+    register_provider("inst", server.client())
+    calls: list[int] = []
+
+    def factory() -> redis.Redis:
+        calls.append(1)
+        return server.client()
+
+    register_provider("factory", factory)
+    assert calls == []  # nothing is built at registration
+    for name in ("url", "inst", "factory"):
+        with Lock(f"p:{name}", provider=name, wait=0) as lock:
+            assert lock.owned()
+    with Lock("again", provider="factory"):
+        pass
+    assert calls == [1]  # called once per process, lazily
+
+
+def test_factory_may_return_a_url(server: RedisServer) -> None:
+    register_provider("late", lambda: server.url)
+    with Lock("x", provider="late", wait=0) as lock:
+        assert lock.owned()
+
+
+def test_redis_url_environment_fallback(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unregister_provider("default")
+    with pytest.raises(ProviderNotFound) as info:
+        Lock("x").acquire()
+    message = str(info.value)
+    assert "'default'" in message and "register_provider" in message and "REDIS_URL" in message
+    assert isinstance(info.value, LookupError)
+    monkeypatch.setenv("REDIS_URL", server.url)
+    with Lock("x", wait=0) as lock:
+        assert lock.owned()
+
+
+def test_unknown_provider_message_names_it() -> None:
+    @locked("x", provider="payments")
+    def f() -> None: ...
+
+    with pytest.raises(ProviderNotFound, match=r"'payments'.*register_provider\('payments'"):
+        f()
+
+
+def test_async_client_for_sync_code_says_which_kind_is_needed() -> None:
+    register_provider("aio", redis.asyncio.Redis())
+    with pytest.raises(ProviderError, match=r"asyncio client.*sync client"):
+        Lock("x", provider="aio").acquire()
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("http://localhost", "not a Redis URL"),
+        (42, "expected a redis client"),
+        (["redis://a", "redis://b", "redis://c"], "quorum"),
+    ],
+)
+def test_unusable_sources_are_refused_at_registration(value: object, fragment: str) -> None:
+    with pytest.raises(ProviderError, match=fragment):
+        register_provider("bad", value)
+
+
+def test_factory_returning_garbage_fails_clearly() -> None:
+    register_provider("junk", lambda: 3.5)
+    with pytest.raises(ProviderError, match="expected a redis client"):
+        Lock("x", provider="junk").acquire()
+
+
+def test_passwords_never_appear_in_messages() -> None:
+    assert redact("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
+    assert redact("redis://:s3cret@host/0") == "redis://:***@host/0"
+    with pytest.raises(ProviderError) as info:
+        register_provider("bad", "http://user:s3cret@host")
+    assert "s3cret" not in str(info.value)
+
+
+def test_resolution_is_thread_safe_one_factory_call(server: RedisServer) -> None:
+    calls: list[int] = []
+
+    def slow_factory() -> redis.Redis:
+        calls.append(1)
+        time.sleep(0.05)
+        return server.client()
+
+    register_provider("slow", slow_factory)
+    targets = []
+    threads = [
+        threading.Thread(target=lambda: targets.append(sync_target("slow"))) for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert calls == [1] and len({id(t) for t in targets}) == 1
+
+
+def test_connection_failure_is_redis_error_and_prompt() -> None:
+    register_provider("dead", f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=1")
+
+    @locked("x", provider="dead")
+    def f() -> None: ...
+
+    started = time.monotonic()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        f()
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_forked_child_builds_its_own_client_and_holds_nothing(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    register_provider("forky", server.url)
+    parent_target = sync_target("forky")
+    lock = Lock("forked", provider="forky", ttl=5)
+    lock.acquire()
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:  # child: report, never return into pytest
+        code = 0
+        try:
+            fresh = sync_target("forky") is not parent_target
+            not_owned = not lock.owned()
+            blocked = not Lock("forked", provider="forky", wait=0).acquire()
+            from redlock_deco.renewal import renewer
+
+            code = 0 if (fresh and not_owned and blocked and len(renewer()) == 0) else 1
+        except BaseException:
+            code = 2
+        os.write(write, bytes([code]))
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    result = os.read(read, 1)
+    os.close(read)
+    assert result == b"\x00", result
+    assert lock.owned()  # the child did not release or disturb the parent's lease
+    lock.release()
