@@ -81,7 +81,7 @@ _UNSET: Any = object()
 
 
 @overload
-def locked(name: Callable[P, R], /) -> Callable[P, R]: ...
+def locked(name: Callable[P, R], /) -> Callable[P, R]: ...  # type: ignore[overload-overlap]  # bare @locked: a def function in the name slot is decorated (see docstring)
 
 
 @overload

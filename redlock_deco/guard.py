@@ -26,7 +26,9 @@ def add_note(error: BaseException, note: str) -> None:
     notes.append(note)
 
 
-def enter(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None) -> Lease | None:
+def enter(
+    kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None
+) -> Lease | None:
     """Take the lease on ``key`` (or count a re-entry); None if ``wait`` ran out."""
     held = ownership.thread_holdings() if kind.reentrant else None
     if held is not None:

@@ -46,7 +46,7 @@ class Lock:
     def _lease(self) -> Lease | None:
         return ownership.thread_holdings().get((self.options.provider, self.key))
 
-    def acquire(self, wait: float | None | object = _DEFAULT) -> bool:
+    def acquire(self, wait: float | object | None = _DEFAULT) -> bool:
         """Take the lock, waiting up to ``wait`` seconds (default: the lock's ``wait``)."""
         wait_s = self.options.wait if wait is _DEFAULT else check_wait(wait)
         return guard.enter(LOCK, self.options, self.name, self.key, wait_s) is not None

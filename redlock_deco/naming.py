@@ -67,23 +67,20 @@ def template_roots(template: str) -> list[tuple[str, str]]:
 
 def _getter(params: list[inspect.Parameter], name: str) -> _Getter:
     """A function picking one parameter's value out of a call's ``(args, kwargs)``."""
-    named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    for index, param in enumerate(params):
-        if param.name != name:
-            continue
-        default = _MISSING if param.default is param.empty else param.default
-        if param.kind is param.VAR_POSITIONAL:
-            return lambda args, kwargs, i=index: tuple(args[i:])
-        if param.kind is param.VAR_KEYWORD:
-            return lambda args, kwargs: {k: v for k, v in kwargs.items() if k not in named}
-        if param.kind is param.KEYWORD_ONLY:
-            return lambda args, kwargs: kwargs.get(name, default)
-        if param.kind is param.POSITIONAL_ONLY:
-            return lambda args, kwargs, i=index: args[i] if i < len(args) else default
-        return lambda args, kwargs, i=index: (
-            args[i] if i < len(args) else kwargs.get(name, default)
-        )
-    raise AssertionError(f"{name!r} was checked against the signature")  # pragma: no cover
+    index = next(i for i, p in enumerate(params) if p.name == name)
+    param = params[index]
+    default = _MISSING if param.default is param.empty else param.default
+
+    if param.kind is param.VAR_POSITIONAL:
+        return lambda args, kwargs: tuple(args[index:])
+    if param.kind is param.VAR_KEYWORD:
+        named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        return lambda args, kwargs: {k: v for k, v in kwargs.items() if k not in named}
+    if param.kind is param.KEYWORD_ONLY:
+        return lambda args, kwargs: kwargs.get(name, default)
+    if param.kind is param.POSITIONAL_ONLY:
+        return lambda args, kwargs: args[index] if index < len(args) else default
+    return lambda args, kwargs: args[index] if index < len(args) else kwargs.get(name, default)
 
 
 def check_name(name: object) -> None:

@@ -143,12 +143,14 @@ class Claim:
 
     def leave_step(self) -> Eval:
         keys = self.keys
-        return Eval(scripts.WAITER_LEAVE, (keys.waiters, keys.signal or keys.waiters), (self.token,))
+        return Eval(
+            scripts.WAITER_LEAVE, (keys.waiters, keys.signal or keys.waiters), (self.token,)
+        )
 
 
 def backoff(failures: int, rand: Callable[[], float]) -> float:
     """Equal-jitter exponential backoff: half fixed, half random, capped."""
-    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(failures, 16))
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(failures, 16))
     return ceiling / 2 + ceiling / 2 * rand()
 
 

@@ -24,12 +24,12 @@ class Script:
 
 
 def _read(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return resources.files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text("utf-8")
 
 
 def load(name: str) -> Script:
     body = _read(name)
-    parts = []
+    parts: list[str] = []
     for line in body.splitlines():
         if line.startswith("-- include: "):
             parts.extend(_read(include.strip()) for include in line[12:].split(","))

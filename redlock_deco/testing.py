@@ -109,7 +109,11 @@ class RedisServer:
             while True:
                 assert self.process is not None
                 if self.process.poll() is not None:
-                    err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+                    err = (
+                        self.process.stderr.read().decode(errors="replace")
+                        if self.process.stderr
+                        else ""
+                    )
                     raise RuntimeError(f"redis-server exited at start on port {self.port}: {err}")
                 try:
                     if probe.ping():

@@ -27,9 +27,9 @@ def claim(signal: bool = True) -> Claim:
     return Claim(protocol.LOCK, keys, "tok", 30_000)
 
 
-def drive(steps: Any, replies: list[Any], clock: Clock, advance: dict[type, float]) -> tuple[
-    list[Any], Any
-]:
+def drive(
+    steps: Any, replies: list[Any], clock: Clock, advance: dict[type, float]
+) -> tuple[list[Any], Any]:
     """Feed ``replies`` in order; each step moves the fake clock by ``advance[type]``."""
     seen = []
     try:
@@ -82,7 +82,7 @@ def test_block_is_bounded_by_lease_left_deadline_and_slice() -> None:
 def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
     clock = Clock()
     replies = [[0, 20_000], None, [1, 30000]]
-    steps, result = drive(protocol.acquire(claim(), 1.0, 2.0, clock), replies, clock,
+    _, result = drive(protocol.acquire(claim(), 1.0, 2.0, clock), replies, clock,
                           {Block: 1.0})  # fmt: skip
     assert result is True
 

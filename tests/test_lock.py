@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -27,30 +28,36 @@ def test_acquire_release_locked_owned(r: redis.Redis) -> None:
     assert r.dbsize() == 0
 
 
+def in_thread(fn: Callable[[], object]) -> object:
+    """Run ``fn`` in another thread (another owner); return its result or exception."""
+    out: list[object] = []
+
+    def target() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join(10)
+    return out[0]
+
+
+def enter_and_leave(lock: Lock) -> str:
+    with lock:
+        return "entered"
+
+
 @pytest.mark.usefixtures("decode")
 def test_context_manager_and_not_acquired(r: redis.Redis) -> None:
     with Lock("job", ttl=5) as lock:
         assert lock.owned()
-        other = threading.Thread(target=lambda: results.append(Lock("job", wait=0.05).acquire()))
-        results: list[bool] = []
-        other.start()
-        other.join(5)
-        assert results == [False]
-        with pytest.raises(LockNotAcquired) as info:
-            threading_error: list[BaseException] = []
-
-            def enter() -> None:
-                try:
-                    with Lock("job", wait=0):
-                        pass
-                except BaseException as exc:
-                    threading_error.append(exc)
-
-            t = threading.Thread(target=enter)
-            t.start()
-            t.join(5)
-            raise threading_error[0]
-        assert info.value.key == "lock:job" and info.value.name == "job"
+        assert in_thread(lambda: Lock("job", wait=0.05).acquire()) is False
+        error = in_thread(lambda: enter_and_leave(Lock("job", wait=0)))
+        assert isinstance(error, LockNotAcquired)
+        assert error.key == "lock:job" and error.name == "job"
+    assert in_thread(lambda: enter_and_leave(Lock("job", wait=0))) == "entered"
     assert r.dbsize() == 0
 
 
@@ -114,11 +121,11 @@ def test_interop_redis_py_lock_excludes_ours(r: redis.Redis, server: RedisServer
     theirs = redis.lock.Lock(server.client(), "lock:shared", timeout=5)
     assert theirs.acquire(blocking=False)
     assert not Lock("shared", wait=0).acquire()
+
+    @locked("shared", wait=0.05)
+    def f() -> None: ...
+
     with pytest.raises(LockNotAcquired):
-
-        @locked("shared", wait=0.05)
-        def f() -> None: ...
-
         f()
     theirs.release()
     assert Lock("shared", wait=0).acquire()

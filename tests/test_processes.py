@@ -21,9 +21,7 @@ spawn = multiprocessing.get_context("spawn")
 def test_no_lost_updates_across_processes(server: RedisServer, r: redis.Redis) -> None:
     procs, times = 4, 40
     with spawn.Pool(procs) as pool:
-        done = pool.starmap(
-            workers.increment_many, [(server.url, "counter", times, 5.0)] * procs
-        )
+        done = pool.starmap(workers.increment_many, [(server.url, "counter", times, 5.0)] * procs)
     assert sum(done) == procs * times
     assert int(r.get("counter") or 0) == procs * times  # 0 lost updates
     r.delete("counter")

@@ -163,7 +163,7 @@ def test_forked_child_builds_its_own_client_and_holds_nothing(
         os.write(write, bytes([code]))
         os._exit(0)
     os.close(write)
-    _, status = os.waitpid(pid, 0)
+    os.waitpid(pid, 0)
     result = os.read(read, 1)
     os.close(read)
     assert result == b"\x00", result

@@ -28,7 +28,7 @@ def test_prompt_hand_off_to_a_waiting_thread(r: redis.Redis) -> None:
         got: list[float] = []
         waiting = threading.Event()
 
-        def waiter() -> None:
+        def waiter(waiting: threading.Event = waiting, got: list[float] = got) -> None:
             waiting.set()
             with Lock("h", ttl=10, wait=5):
                 got.append(time.perf_counter())
