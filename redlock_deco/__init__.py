@@ -1,6 +1,6 @@
 """redlock-deco: distributed locks and semaphores on Redis as one-line decorators."""
 
-from .decorators import locked
+from .decorators import limited, locked
 from .errors import (
     KeyTemplateError,
     LockError,
@@ -13,6 +13,7 @@ from .errors import (
 )
 from .lock import Lock
 from .providers import register_provider, unregister_provider
+from .semaphore import Semaphore
 
 __all__ = [
     "KeyTemplateError",
@@ -24,6 +25,8 @@ __all__ = [
     "ProviderError",
     "ProviderNotFound",
     "RedlockDecoError",
+    "Semaphore",
+    "limited",
     "locked",
     "register_provider",
     "unregister_provider",

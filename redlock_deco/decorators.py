@@ -18,7 +18,7 @@ from . import guard
 from .errors import LockNotAcquired
 from .naming import check_name, compile_name, describe
 from .options import LeaseOptions, OnBusy, build_options, check_on_busy
-from .protocol import LOCK, Kind
+from .protocol import LOCK, SEMAPHORE, Kind
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -137,3 +137,32 @@ def locked(
         raise TypeError("give the lock name once: positionally or as name=, not both")
     check_name(name)
     return lambda func: _decorate("locked", LOCK, name, options, busy, func)
+
+
+def limited(
+    name: NameArg = None,
+    limit: int = _UNSET,
+    *,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy = "raise",
+    provider: str = "default",
+    prefix: str = "sem:",
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Let at most ``limit`` callers run the function at once, per rendered name.
+
+    Takes the same ``name`` forms and options as :func:`locked`; ``limit`` is required.
+    Not re-entrant: a nested call of the same name takes another slot (and waits if none is
+    free). When callers disagree on ``limit`` for one name, each call's own limit applies at
+    its admission. Raises LockLost at exit if the slot's lease ended meanwhile.
+    """
+    if limit is _UNSET:
+        raise TypeError("limited() needs limit=<int>: how many callers may run at once")
+    options = build_options(
+        ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
+        limit=limit,
+    )  # fmt: skip
+    busy = check_on_busy(on_busy)
+    check_name(name)
+    return lambda func: _decorate("limited", SEMAPHORE, name, options, busy, func)

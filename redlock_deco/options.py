@@ -27,7 +27,12 @@ class LeaseOptions:
 
     @property
     def ttl_ms(self) -> int:
-        return max(1, round(self.ttl * 1000))
+        return to_ms(self.ttl)
+
+
+def to_ms(seconds: float) -> int:
+    """Seconds to the whole milliseconds Redis expiries take (at least 1)."""
+    return max(1, round(seconds * 1000))
 
 
 def check_seconds(option: str, value: object) -> float:

@@ -112,10 +112,24 @@ class Kind:
     acquire_script: Script
     release_script: Script
     extend_script: Script
+    owned_script: Script
     reentrant: bool
 
 
-LOCK = Kind(scripts.LOCK_ACQUIRE, scripts.LOCK_RELEASE, scripts.LOCK_EXTEND, reentrant=True)
+LOCK = Kind(
+    scripts.LOCK_ACQUIRE,
+    scripts.LOCK_RELEASE,
+    scripts.LOCK_EXTEND,
+    scripts.LOCK_OWNED,
+    reentrant=True,
+)
+SEMAPHORE = Kind(
+    scripts.SEM_ACQUIRE,
+    scripts.SEM_RELEASE,
+    scripts.SEM_EXTEND,
+    scripts.SEM_OWNED,
+    reentrant=False,  # each acquisition takes another slot
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +145,8 @@ class Claim:
     def acquire_step(self, window_ms: int) -> Eval:
         keys = self.keys
         waiting = (keys.key, keys.waiters, keys.signal or keys.waiters)
-        return Eval(self.kind.acquire_script, waiting, (self.token, self.ttl_ms, window_ms))
+        args = (self.token, self.ttl_ms, window_ms, self.limit)
+        return Eval(self.kind.acquire_script, waiting, args)
 
     def release_step(self) -> Eval:
         keys = self.keys
@@ -140,6 +155,9 @@ class Claim:
 
     def extend_step(self, ttl_ms: int) -> Eval:
         return Eval(self.kind.extend_script, (self.keys.key,), (self.token, ttl_ms))
+
+    def owned_step(self) -> Eval:
+        return Eval(self.kind.owned_script, (self.keys.key,), (self.token,))
 
     def leave_step(self) -> Eval:
         keys = self.keys
@@ -201,8 +219,13 @@ def extend(claim: Claim, ttl_ms: int) -> Steps[bool]:
     return scripts.outcome("extend", code) is Outcome.EXTENDED
 
 
-def same_token(stored: object, token: str) -> bool:
-    """Compare a stored value with our token whatever the client's ``decode_responses``."""
-    if isinstance(stored, bytes):
-        return stored == token.encode()
-    return stored == token
+def owned(claim: Claim) -> Steps[bool]:
+    """Does this claim still hold its lease? Read-only."""
+    code = yield claim.owned_step()
+    return scripts.outcome("owned", code) is Outcome.OWNER
+
+
+def holders(key: str) -> Steps[int]:
+    """How many live holders a semaphore has, by the server's clock."""
+    count = yield Eval(scripts.SEM_COUNT, (key,), ("",))
+    return int(count)

@@ -40,7 +40,13 @@ def load(name: str) -> Script:
 LOCK_ACQUIRE = load("lock_acquire")
 LOCK_RELEASE = load("lock_release")
 LOCK_EXTEND = load("lock_extend")
+LOCK_OWNED = load("lock_owned")
 WAITER_LEAVE = load("waiter_leave")
+SEM_ACQUIRE = load("sem_acquire")
+SEM_RELEASE = load("sem_release")
+SEM_EXTEND = load("sem_extend")
+SEM_OWNED = load("sem_owned")
+SEM_COUNT = load("sem_count")
 
 
 class Outcome(enum.Enum):
@@ -48,6 +54,7 @@ class Outcome(enum.Enum):
     BUSY = "busy"
     RELEASED = "released"
     EXTENDED = "extended"
+    OWNER = "owner"
     NOT_OWNER = "not owner"
 
 
@@ -64,6 +71,8 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("release", 0): Outcome.NOT_OWNER,
     ("extend", 1): Outcome.EXTENDED,
     ("extend", 0): Outcome.NOT_OWNER,
+    ("owned", 1): Outcome.OWNER,
+    ("owned", 0): Outcome.NOT_OWNER,
 }
 
 

@@ -56,7 +56,7 @@ def test_acquire_first_try() -> None:
     clock = Clock()
     steps, result = drive(protocol.acquire(claim(), 10, 2.0, clock), [[1, 30000]], clock, {})
     assert result is True
-    assert isinstance(steps[0], Eval) and steps[0].args == ("tok", 30000, 3000)
+    assert isinstance(steps[0], Eval) and steps[0].args == ("tok", 30000, 3000, 1)
 
 
 def test_try_once_neither_registers_nor_blocks() -> None:
@@ -120,10 +120,3 @@ def test_release_and_extend_outcomes() -> None:
 def test_unknown_reply_codes_are_errors_not_false(reply: object) -> None:
     with pytest.raises(ScriptReplyError, match="unexpected reply"):
         drive(protocol.release(claim()), [reply], Clock(), {})
-
-
-def test_same_token_in_both_decode_modes() -> None:
-    assert protocol.same_token(b"h:1:abc", "h:1:abc")
-    assert protocol.same_token("h:1:abc", "h:1:abc")
-    assert not protocol.same_token(None, "h:1:abc")
-    assert not protocol.same_token(b"h:1:abd", "h:1:abc")

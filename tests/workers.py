@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from redlock_deco import Lock, locked, register_provider
+from redlock_deco import Lock, Semaphore, limited, locked, register_provider
 
 
 def increment_many(url: str, counter: str, times: int, ttl: float) -> int:
@@ -51,3 +51,31 @@ def hold_then_release(url: str, name: str, hold: float, ready: Any, out: Any) ->
 
 def stop_self() -> None:  # pragma: no cover - used in fault tests
     os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def gauge_many(url: str, name: str, limit: int, times: int, hold: float) -> int:
+    """Run a @limited section ``times`` times; return the most holders seen inside at once."""
+    register_provider("default", url)
+    client = redis.Redis.from_url(url)
+    peak = 0
+
+    @limited("gauge:{name}", limit=limit, ttl=5, wait=None)
+    def section(name: str) -> None:
+        nonlocal peak
+        inside = int(client.incr(f"inside:{name}"))
+        peak = max(peak, inside)
+        time.sleep(hold)
+        client.decr(f"inside:{name}")
+
+    for _ in range(times):
+        section(name)
+    return peak
+
+
+def hold_slot_forever(url: str, name: str, ttl: float, ready: Any) -> None:
+    """Take a semaphore slot (renewed) and signal readiness; the parent SIGKILLs us."""
+    register_provider("default", url)
+    Semaphore(name, limit=1, ttl=ttl, wait=5).acquire()
+    ready.set()
+    while True:
+        time.sleep(1)
