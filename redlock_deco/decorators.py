@@ -48,14 +48,13 @@ def _decorate(
             "released at the first yield, not when iteration ends; hold it inside the generator"
             " with a `with Lock(...)` block instead"
         )
-    if inspect.iscoroutinefunction(underlying):
-        raise TypeError(
-            f"@{decorator} on async function {describe(underlying)} is not supported by this "
-            "version yet"
-        )
     render = compile_name(name, underlying)
     prefix = options.prefix
     skip = on_busy == "skip"
+
+    def busy(lock_name: str, key: str, started: float) -> None:
+        if not skip:
+            raise LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
 
     def call_locked(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
         lock_name = render(instance, args, kwargs)
@@ -63,9 +62,7 @@ def _decorate(
         started = time.monotonic()
         lease = guard.enter(kind, options, lock_name, key, options.wait)
         if lease is None:
-            if skip:
-                return None
-            raise LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
+            return busy(lock_name, key, started)
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
@@ -74,6 +71,26 @@ def _decorate(
         guard.finish(lease, None)
         return result
 
+    async def call_locked_async(
+        wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        lock_name = render(instance, args, kwargs)
+        key = prefix + lock_name
+        started = time.monotonic()
+        lease = await guard.enter_async(kind, options, lock_name, key, options.wait)
+        if lease is None:
+            return busy(lock_name, key, started)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:  # CancelledError too: release (shielded), then propagate
+            await guard.finish_async(lease, exc)
+            raise
+        await guard.finish_async(lease, None)
+        return result
+
+    # The flavour is chosen once, here, not per call.
+    if inspect.iscoroutinefunction(underlying):
+        return wrapt.FunctionWrapper(func, call_locked_async)
     return wrapt.FunctionWrapper(func, call_locked)
 
 

@@ -1,10 +1,17 @@
-"""Taking and giving back a lease around a protected section, shared by every sync entry
-point (``@locked``, ``@limited``, ``Lock``, ``Semaphore``), so they cannot disagree.
+"""Taking and giving back a lease around a protected section, shared by every entry point
+(``@locked``, ``@limited``, ``Lock``, ``Semaphore`` and their asyncio twins).
+
+The sync and async twins sit side by side and differ only in I/O: where the owner's table
+comes from (thread or task), which driver runs the protocol, which renewer keeps the lease.
+Everything they decide is in the plain helpers at the top.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import threading
 import time
 
 from redis.exceptions import RedisError
@@ -13,7 +20,8 @@ from . import drivers, ownership, protocol, providers, renewal
 from .errors import LockLost
 from .lease import Lease
 from .options import LeaseOptions
-from .protocol import Claim, Keys, Kind
+from .ownership import Holdings
+from .protocol import Claim, Keys, Kind, Steps
 from .tokens import new_token
 
 
@@ -26,37 +34,98 @@ def add_note(error: BaseException, note: str) -> None:
     notes.append(note)
 
 
+def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | None:
+    """The owner's lease on ``key`` if it already holds it (then counted once more)."""
+    lease = held.get((options.provider, key)) if held is not None else None
+    if lease is not None:
+        lease.count += 1
+    return lease
+
+
+def _claim(kind: Kind, options: LeaseOptions, key: str) -> Claim:
+    return Claim(kind, Keys.for_key(key), new_token(), options.ttl_ms, options.limit)
+
+
+def _abandon(claim: Claim) -> Steps[None]:
+    """Undo an acquire interrupted mid-flight: its SET may have landed without us hearing
+    the reply, and its waiter entry may remain. Both steps touch only this token's data."""
+    yield claim.release_step()
+    yield claim.leave_step()
+
+
+def _held(lease: Lease, held: Holdings | None, options: LeaseOptions) -> None:
+    if held is not None:
+        held[(options.provider, lease.key)] = lease
+
+
+def _last_exit(lease: Lease, held: Holdings | None) -> bool:
+    """Count an exit down; True when it is the outermost one, which must touch Redis."""
+    lease.count -= 1
+    if lease.count > 0:
+        return False
+    if held is not None:
+        held.pop((lease.provider, lease.key), None)
+    return True
+
+
+def _lost_lease(lease: Lease, error: BaseException | None, kept: bool) -> LockLost | None:
+    """After the outermost exit: the LockLost to raise, or None (maybe noting ``error``)."""
+    if kept:
+        return None
+    if error is None:
+        return LockLost(
+            f"the lease on {lease.key!r} ended while the protected call ran (it expired or was "
+            "taken over); nothing of the new holder's was touched. Raise ttl or keep auto_renew",
+            name=lease.name,
+            key=lease.key,
+        )
+    add_note(error, f"the lease on {lease.key!r} was also lost while the call ran")
+    return None
+
+
+def _release_failed(lease: Lease, error: BaseException | None, exc: RedisError) -> None:
+    if error is None:
+        raise exc
+    add_note(error, f"releasing {lease.key!r} failed too ({exc!r}); it expires within its ttl")
+
+
+# -- sync --------------------------------------------------------------------------------
+
+
 def enter(
     kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None
 ) -> Lease | None:
     """Take the lease on ``key`` (or count a re-entry); None if ``wait`` ran out."""
     held = ownership.thread_holdings() if kind.reentrant else None
-    if held is not None:
-        lease = held.get((options.provider, key))
-        if lease is not None:
-            lease.count += 1
-            return lease
+    lease = _reenter(held, options, key)
+    if lease is not None:
+        return lease
     target = providers.sync_target(options.provider)
-    claim = Claim(kind, Keys.for_key(key), new_token(), options.ttl_ms, options.limit)
+    claim = _claim(kind, options, key)
     started = time.monotonic()
-    if not drivers.run(protocol.acquire(claim, wait, target.max_block), target):
+    try:
+        acquired = drivers.run(protocol.acquire(claim, wait, target.max_block), target)
+    except BaseException:
+        with contextlib.suppress(RedisError):
+            drivers.run(_abandon(claim), target)
+        raise
+    if not acquired:
         return None
     lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
-    if held is not None:
-        held[(options.provider, key)] = lease
+    _held(lease, held, options)
     if options.auto_renew:
+        lease.owner_alive = threading.current_thread().is_alive
         renewal.renewer().add(lease)
     return lease
 
 
 def leave(lease: Lease) -> bool:
     """Give the lease back (or count down a re-entry). True if it was ours to the end."""
-    lease.count -= 1
-    if lease.count > 0:
-        return not lease.lost  # only the outermost exit touches Redis
-    if lease.claim.kind.reentrant:
-        ownership.thread_holdings().pop((lease.provider, lease.key), None)
-    renewal.renewer().remove(lease)
+    held = ownership.thread_holdings() if lease.claim.kind.reentrant else None
+    if not _last_exit(lease, held):
+        return not lease.lost
+    if lease.renewer is not None:
+        lease.renewer.remove(lease)
     if lease.pid != os.getpid():
         return True  # a forked child holds nothing: the lease is its parent's to release
     released = drivers.run(protocol.release(lease.claim), lease.target)
@@ -68,17 +137,69 @@ def finish(lease: Lease, error: BaseException | None) -> None:
     try:
         kept = leave(lease)
     except RedisError as exc:
-        if error is None:
-            raise
-        add_note(error, f"releasing {lease.key!r} failed too ({exc!r}); it expires within its ttl")
+        _release_failed(lease, error, exc)
         return
-    if kept:
+    lost = _lost_lease(lease, error, kept)
+    if lost is not None:
+        raise lost
+
+
+# -- asyncio -----------------------------------------------------------------------------
+
+
+async def enter_async(
+    kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None
+) -> Lease | None:
+    """Take the lease on ``key`` for the current task (or count a re-entry)."""
+    held = ownership.task_holdings() if kind.reentrant else None
+    lease = _reenter(held, options, key)
+    if lease is not None:
+        return lease
+    target = providers.async_target(options.provider)
+    claim = _claim(kind, options, key)
+    started = time.monotonic()
+    try:
+        acquired = await drivers.run_async(protocol.acquire(claim, wait, target.max_block), target)
+    except BaseException:
+        # Cancelled (or timed out) while waiting: leave nothing held, even if cancelled again.
+        with contextlib.suppress(RedisError, asyncio.CancelledError):
+            await asyncio.shield(drivers.run_async(_abandon(claim), target))
+        raise
+    if not acquired:
+        return None
+    lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
+    _held(lease, held, options)
+    if options.auto_renew:
+        task = asyncio.current_task()
+        if task is not None:
+            lease.owner_alive = lambda: not task.done()
+        renewal.async_renewer().add(lease)
+    return lease
+
+
+async def leave_async(lease: Lease) -> bool:
+    """Give the lease back (or count down a re-entry). True if it was ours to the end.
+
+    The release runs shielded: a task cancelled while releasing still releases.
+    """
+    held = ownership.task_holdings() if lease.claim.kind.reentrant else None
+    if not _last_exit(lease, held):
+        return not lease.lost
+    if lease.renewer is not None:
+        lease.renewer.remove(lease)
+    if lease.pid != os.getpid():
+        return True
+    released = await asyncio.shield(drivers.run_async(protocol.release(lease.claim), lease.target))
+    return released and not lease.lost
+
+
+async def finish_async(lease: Lease, error: BaseException | None) -> None:
+    """Leave, then make a lost lease loud: LockLost, or a note on the call's own error."""
+    try:
+        kept = await leave_async(lease)
+    except RedisError as exc:
+        _release_failed(lease, error, exc)
         return
-    if error is None:
-        raise LockLost(
-            f"the lease on {lease.key!r} ended while the protected call ran (it expired or was "
-            "taken over); nothing of the new holder's was touched. Raise ttl or keep auto_renew",
-            name=lease.name,
-            key=lease.key,
-        )
-    add_note(error, f"the lease on {lease.key!r} was also lost while the call ran")
+    lost = _lost_lease(lease, error, kept)
+    if lost is not None:
+        raise lost

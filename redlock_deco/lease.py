@@ -9,6 +9,7 @@ request that set the expiry was sent).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from .protocol import Claim
@@ -17,6 +18,10 @@ from .protocol import Claim
 RENEW_FRACTION = 1 / 3
 # After a failed renewal (connection trouble), try again after at most this long.
 RETRY_DELAY = 0.5
+
+
+def _always() -> bool:
+    return True
 
 
 class Lease:
@@ -30,8 +35,10 @@ class Lease:
         "lost",
         "name",
         "next_renew",
+        "owner_alive",
         "pid",
         "provider",
+        "renewer",
         "target",
         "ttl_ms",
     )
@@ -48,6 +55,10 @@ class Lease:
         self.count = 1  # re-entrant depth of the owner
         self.active = True  # False once released (or lost): renewals then stop
         self.lost = False
+        self.renewer: Any = None  # the renewer keeping this lease, if auto-renewed
+        # Renewal must not outlive the owner: a thread or task that ended without releasing
+        # stops being renewed, and its lease then expires within ttl.
+        self.owner_alive: Callable[[], bool] = _always
         self.expires_at = 0.0
         self.next_renew = 0.0
         self.renewed(started)

@@ -1,22 +1,13 @@
-"""``Lock``: a re-entrant Redis token lock as a context manager and explicit object."""
+"""``Lock`` and its asyncio twin: a re-entrant Redis token lock on the key ``prefix + name``."""
 
 from __future__ import annotations
 
-from . import ownership, providers
-from .lease import Lease
 from .options import build_options
-from .primitive import Primitive
-from .protocol import LOCK, Call
+from .primitive import AsyncPrimitive, Base, Primitive
+from .protocol import LOCK
 
 
-class Lock(Primitive):
-    """A distributed lock on the Redis key ``prefix + name``.
-
-    Ownership belongs to the calling thread, like :class:`threading.RLock`: the same thread
-    may acquire again (it only counts), and only the thread that acquired may release. Every
-    ``Lock`` object (and ``@locked`` function) naming the same key shares that ownership.
-    """
-
+class _LockOptions(Base):
     kind = LOCK
 
     def __init__(
@@ -34,15 +25,24 @@ class Lock(Primitive):
         )
         super().__init__(name, options)
 
-    def _lease(self) -> Lease | None:
-        # guard.enter/leave keep re-entrant leases in the thread's table themselves.
-        return ownership.thread_holdings().get((self.options.provider, self.key))
 
-    def locked(self) -> bool:
-        """True if anyone holds the lock now."""
-        target = providers.sync_target(self.options.provider)
-        return bool(target.execute(Call(("EXISTS", self.key))))
+class Lock(_LockOptions, Primitive):
+    """A distributed lock, as a context manager or an explicit object.
+
+    Ownership belongs to the calling thread, like :class:`threading.RLock`: the same thread
+    may acquire again (it only counts), and only the thread that acquired may release. Every
+    ``Lock`` object (and ``@locked`` function) naming the same key shares that ownership.
+    """
 
     def __enter__(self) -> Lock:
         super().__enter__()
+        return self
+
+
+class AsyncLock(_LockOptions, AsyncPrimitive):
+    """``Lock`` for asyncio (``redlock_deco.asyncio.Lock``): owned per task, not per thread,
+    so tasks sharing one object can never release each other's lock."""
+
+    async def __aenter__(self) -> AsyncLock:
+        await super().__aenter__()
         return self

@@ -1,46 +1,79 @@
-"""Who holds what, per owner: a thread for sync code (an asyncio task for async code).
+"""Who holds what, per owner: a thread for sync code, an asyncio task for async code.
 
 Locks are re-entrant: one lease per (provider, key) and owner, counted. Semaphores are not:
 each acquisition takes another slot, so an owner keeps a stack of them.
 
-Re-entrancy is decided here without any round trip: a nested ``@locked`` of a name the owner
-already holds only counts. The table is reset in a forked child: a child is a different
-process and must take its own locks, never inherit its parent's.
+Async ownership is keyed by the task object itself, not by a context variable: a context is
+copied into child tasks, which would let a task spawned inside a locked section believe it
+holds its parent's lock. (redis-py's asyncio Lock keeps its token in a thread-local, so all
+tasks of a loop share it and can release each other's lock.)
+
+Re-entrancy is decided here without any round trip. The tables are reset in a forked child: a
+child is a different process and must take its own locks, never inherit its parent's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+import weakref
+from typing import Any
 
 from .lease import Lease
 
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
+Holdings = dict[HoldingKey, Lease]
+Slots = dict[HoldingKey, list[Lease]]
 
 _local = threading.local()
+_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[Holdings, Slots]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def thread_holdings() -> dict[HoldingKey, Lease]:
-    """The leases the current thread holds re-entrantly, by (provider, key)."""
+def _thread_tables() -> tuple[Holdings, Slots]:
     try:
-        held: dict[HoldingKey, Lease] = _local.held
+        tables: tuple[Holdings, Slots] = _local.tables
     except AttributeError:
-        held = _local.held = {}
-    return held
+        tables = _local.tables = ({}, {})
+    return tables
 
 
-def thread_slots() -> dict[HoldingKey, list[Lease]]:
+def _task_tables() -> tuple[Holdings, Slots]:
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
+    tables = _tasks.get(task)
+    if tables is None:
+        tables = _tasks[task] = ({}, {})
+    return tables
+
+
+def thread_holdings() -> Holdings:
+    """The locks the current thread holds (re-entrantly), by (provider, key)."""
+    return _thread_tables()[0]
+
+
+def thread_slots() -> Slots:
     """The semaphore slots the current thread holds through Semaphore objects, newest last."""
-    try:
-        slots: dict[HoldingKey, list[Lease]] = _local.slots
-    except AttributeError:
-        slots = _local.slots = {}
-    return slots
+    return _thread_tables()[1]
+
+
+def task_holdings() -> Holdings:
+    """The locks the current asyncio task holds (re-entrantly), by (provider, key)."""
+    return _task_tables()[0]
+
+
+def task_slots() -> Slots:
+    """The semaphore slots the current asyncio task holds through Semaphore objects."""
+    return _task_tables()[1]
 
 
 def _after_fork_in_child() -> None:
     global _local
     _local = threading.local()
+    _tasks.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

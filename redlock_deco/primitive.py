@@ -1,26 +1,31 @@
-"""What ``Lock`` and ``Semaphore`` share: the explicit acquire/release/extend object API and
-the context-manager protocol, over :mod:`redlock_deco.guard`."""
+"""What every primitive shares: ownership bookkeeping, errors, and the explicit
+acquire/release/extend/owned/holders/locked API with the context-manager protocol -- as a sync
+class and its asyncio twin, side by side so they cannot drift (a test compares them)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import drivers, guard, protocol
+from . import drivers, guard, ownership, protocol, providers
 from .errors import LockNotAcquired, LockNotOwned
 from .lease import Lease
 from .options import LeaseOptions, check_seconds, check_wait, to_ms
+from .ownership import Holdings, Slots
 from .protocol import Kind
 
 DEFAULT: Any = object()
 
 
-class Primitive:
-    """Base of the sync primitives; subclasses say where an owner's lease is kept."""
+class Base:
+    """Name, options and where the calling owner's leases are kept."""
 
     kind: Kind
     noun = "lock"
+    _holdings: Callable[[], Holdings]
+    _slots: Callable[[], Slots]
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if not isinstance(name, str):
@@ -28,78 +33,110 @@ class Primitive:
         self.name = name
         self.key = options.prefix + name
         self.options = options
+        self.limit = options.limit
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.key!r} provider={self.options.provider!r}>"
+        return f"<{type(self).__module__}.{type(self).__name__} {self.key!r}>"
 
-    # Where the calling owner's lease lives: overridden per primitive.
+    @property
+    def _where(self) -> tuple[str, str]:
+        return (self.options.provider, self.key)
+
     def _lease(self) -> Lease | None:
-        raise NotImplementedError
+        """The calling owner's (newest) lease, if it holds one."""
+        if self.kind.reentrant:  # guard.enter/leave keep re-entrant leases themselves
+            return type(self)._holdings().get(self._where)
+        stack = type(self)._slots().get(self._where)
+        return stack[-1] if stack else None
 
     def _keep(self, lease: Lease) -> None:
-        """Remember a new lease of the calling owner."""
+        if not self.kind.reentrant:
+            type(self)._slots().setdefault(self._where, []).append(lease)
 
     def _forget(self, lease: Lease) -> None:
-        """Forget a lease of the calling owner that is being released."""
-
-    def acquire(self, wait: float | None = DEFAULT) -> bool:
-        """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
-        wait_s = self.options.wait if wait is DEFAULT else check_wait(wait)
-        lease = guard.enter(self.kind, self.options, self.name, self.key, wait_s)
-        if lease is None:
-            return False
-        self._keep(lease)
-        return True
+        if not self.kind.reentrant:
+            slots = type(self)._slots()
+            stack = slots.get(self._where, [])
+            stack.remove(lease)
+            if not stack:
+                slots.pop(self._where, None)
 
     def _owned_lease(self, action: str) -> Lease:
         lease = self._lease()
         if lease is None:
             raise LockNotOwned(
-                f"cannot {action} {self.key!r}: this thread does not hold it",
+                f"cannot {action} {self.key!r}: this owner (thread or task) does not hold it",
                 name=self.name,
                 key=self.key,
             )
         return lease
+
+    def _ended(self, action: str) -> LockNotOwned:
+        return LockNotOwned(
+            f"cannot {action} {self.key!r}: its lease had already ended (expired or taken "
+            "over); nothing of another holder's was touched",
+            name=self.name,
+            key=self.key,
+        )
+
+    def _wait(self, wait: float | None) -> float | None:
+        return self.options.wait if wait is DEFAULT else check_wait(wait)
+
+    def _ttl_ms(self, ttl: float | None) -> int:
+        return self.options.ttl_ms if ttl is None else to_ms(check_seconds("ttl", ttl))
+
+    def _not_acquired(self, started: float) -> LockNotAcquired:
+        return LockNotAcquired(name=self.name, key=self.key, waited=time.monotonic() - started)
+
+
+class Primitive(Base):
+    """The sync API; ownership belongs to the calling thread."""
+
+    _holdings = staticmethod(ownership.thread_holdings)
+    _slots = staticmethod(ownership.thread_slots)
+
+    def acquire(self, wait: float | None = DEFAULT) -> bool:
+        """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
+        lease = guard.enter(self.kind, self.options, self.name, self.key, self._wait(wait))
+        if lease is not None:
+            self._keep(lease)
+        return lease is not None
 
     def release(self) -> None:
         """Give it back; LockNotOwned if this thread does not hold it (or its lease ended)."""
         lease = self._owned_lease("release")
         self._forget(lease)
         if not guard.leave(lease):
-            raise LockNotOwned(
-                f"cannot release {self.key!r}: the lease had already ended (expired or taken "
-                "over); nothing of another holder's was touched",
-                name=self.name,
-                key=self.key,
-            )
+            raise self._ended("release")
 
     def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to ``ttl`` seconds from now (default: this object's ttl).
-
-        A new ``ttl`` also becomes the length of later automatic renewals.
-        """
-        ttl_ms = self.options.ttl_ms if ttl is None else to_ms(check_seconds("ttl", ttl))
+        """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
+        ``ttl`` also becomes the length of later automatic renewals."""
+        ttl_ms = self._ttl_ms(ttl)
         lease = self._owned_lease("extend")
         started = time.monotonic()
         if not drivers.run(protocol.extend(lease.claim, ttl_ms), lease.target):
-            raise LockNotOwned(
-                f"cannot extend {self.key!r}: its lease had already ended",
-                name=self.name,
-                key=self.key,
-            )
+            raise self._ended("extend")
         lease.renewed(started, ttl_ms)
 
     def owned(self) -> bool:
         """True if this thread holds it, as confirmed by the server."""
         lease = self._lease()
-        if lease is None:
-            return False
-        return drivers.run(protocol.owned(lease.claim), lease.target)
+        return lease is not None and drivers.run(protocol.owned(lease.claim), lease.target)
+
+    def holders(self) -> int:
+        """How many hold it now (live leases, by the server's clock)."""
+        target = providers.sync_target(self.options.provider)
+        return drivers.run(protocol.holders(self.kind, self.key), target)
+
+    def locked(self) -> bool:
+        """True if it is fully taken now (an acquire would have to wait)."""
+        return self.holders() >= self.limit
 
     def __enter__(self) -> Any:
         started = time.monotonic()
         if not self.acquire():
-            raise LockNotAcquired(name=self.name, key=self.key, waited=time.monotonic() - started)
+            raise self._not_acquired(started)
         return self
 
     def __exit__(
@@ -112,3 +149,69 @@ class Primitive:
         if lease is not None:
             self._forget(lease)
             guard.finish(lease, exc)
+
+
+class AsyncPrimitive(Base):
+    """The asyncio API; ownership belongs to the calling task."""
+
+    _holdings = staticmethod(ownership.task_holdings)
+    _slots = staticmethod(ownership.task_slots)
+
+    async def acquire(self, wait: float | None = DEFAULT) -> bool:
+        """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
+        lease = await guard.enter_async(
+            self.kind, self.options, self.name, self.key, self._wait(wait)
+        )
+        if lease is not None:
+            self._keep(lease)
+        return lease is not None
+
+    async def release(self) -> None:
+        """Give it back; LockNotOwned if this task does not hold it (or its lease ended)."""
+        lease = self._owned_lease("release")
+        self._forget(lease)
+        if not await guard.leave_async(lease):
+            raise self._ended("release")
+
+    async def extend(self, ttl: float | None = None) -> None:
+        """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
+        ``ttl`` also becomes the length of later automatic renewals."""
+        ttl_ms = self._ttl_ms(ttl)
+        lease = self._owned_lease("extend")
+        started = time.monotonic()
+        if not await drivers.run_async(protocol.extend(lease.claim, ttl_ms), lease.target):
+            raise self._ended("extend")
+        lease.renewed(started, ttl_ms)
+
+    async def owned(self) -> bool:
+        """True if this task holds it, as confirmed by the server."""
+        lease = self._lease()
+        return lease is not None and await drivers.run_async(
+            protocol.owned(lease.claim), lease.target
+        )
+
+    async def holders(self) -> int:
+        """How many hold it now (live leases, by the server's clock)."""
+        target = providers.async_target(self.options.provider)
+        return await drivers.run_async(protocol.holders(self.kind, self.key), target)
+
+    async def locked(self) -> bool:
+        """True if it is fully taken now (an acquire would have to wait)."""
+        return await self.holders() >= self.limit
+
+    async def __aenter__(self) -> Any:
+        started = time.monotonic()
+        if not await self.acquire():
+            raise self._not_acquired(started)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease = self._lease()
+        if lease is not None:
+            self._forget(lease)
+            await guard.finish_async(lease, exc)

@@ -113,6 +113,7 @@ class Kind:
     release_script: Script
     extend_script: Script
     owned_script: Script
+    count_script: Script
     reentrant: bool
 
 
@@ -121,6 +122,7 @@ LOCK = Kind(
     scripts.LOCK_RELEASE,
     scripts.LOCK_EXTEND,
     scripts.LOCK_OWNED,
+    scripts.LOCK_COUNT,
     reentrant=True,
 )
 SEMAPHORE = Kind(
@@ -128,6 +130,7 @@ SEMAPHORE = Kind(
     scripts.SEM_RELEASE,
     scripts.SEM_EXTEND,
     scripts.SEM_OWNED,
+    scripts.SEM_COUNT,
     reentrant=False,  # each acquisition takes another slot
 )
 
@@ -225,7 +228,7 @@ def owned(claim: Claim) -> Steps[bool]:
     return scripts.outcome("owned", code) is Outcome.OWNER
 
 
-def holders(key: str) -> Steps[int]:
-    """How many live holders a semaphore has, by the server's clock."""
-    count = yield Eval(scripts.SEM_COUNT, (key,), ("",))
+def holders(kind: Kind, key: str) -> Steps[int]:
+    """How many hold ``key`` now (a lock: 0 or 1; a semaphore: live leases by server time)."""
+    count = yield Eval(kind.count_script, (key,), ("",))
     return int(count)

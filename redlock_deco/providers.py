@@ -12,8 +12,11 @@ and asyncio clients per event loop beside it, without reshaping the registry.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,8 +24,9 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.asyncio
 
-from .drivers import SyncTarget
+from .drivers import AsyncTarget, SyncTarget
 from .errors import ProviderError, ProviderNotFound
+from .loops import background
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
@@ -30,6 +34,10 @@ _ASYNC_CLIENTS: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.RedisClus
 
 _sources: dict[str, object] = {}  # name -> what was registered
 _sync_targets: dict[str, SyncTarget] = {}  # name -> resolved target, this process only
+# asyncio clients belong to the loop that created them: one table per running loop.
+_async_targets: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncTarget]] = (
+    weakref.WeakKeyDictionary()
+)
 _lock = threading.Lock()
 
 
@@ -80,14 +88,20 @@ def register_provider(name: str, provider: object) -> None:
     _check_source(name, provider)
     with _lock:
         _sources[name] = provider
-        _sync_targets.pop(name, None)
+        _forget(name)
 
 
 def unregister_provider(name: str) -> None:
     """Forget the provider ``name`` (no error if it was not registered)."""
     with _lock:
         _sources.pop(name, None)
-        _sync_targets.pop(name, None)
+        _forget(name)
+
+
+def _forget(name: str) -> None:
+    _sync_targets.pop(name, None)
+    for targets in list(_async_targets.values()):
+        targets.pop(name, None)
 
 
 def _source(name: str) -> object:
@@ -101,23 +115,42 @@ def _source(name: str) -> object:
         raise ProviderNotFound(name) from None
 
 
-def _sync_client(name: str, value: object, *, called: bool = False) -> Any:
+def _wrong_kind(name: str, value: object, needed: str) -> ProviderError:
+    given = "an asyncio" if isinstance(value, _ASYNC_CLIENTS) else "a sync"
+    register = (
+        "redis.Redis / redis.RedisCluster"
+        if needed == "sync"
+        else "redis.asyncio.Redis / redis.asyncio.RedisCluster"
+    )
+    user = "a sync function or primitive" if needed == "sync" else "async code"
+    return ProviderError(
+        f"provider {name!r} gives {given} client ({type(value).__name__}), but {user} needs "
+        f"{'a sync' if needed == 'sync' else 'an asyncio'} client: register a {register}, "
+        "a factory returning one, or a URL (URLs serve both sync and async code)",
+        provider=name,
+    )
+
+
+def _client(name: str, value: object, flavour: str, *, called: bool = False) -> Any:
+    """Turn a source into a client of ``flavour`` ("sync" or "async")."""
+    wanted, other = (
+        (_SYNC_CLIENTS, _ASYNC_CLIENTS) if flavour == "sync" else (_ASYNC_CLIENTS, _SYNC_CLIENTS)
+    )
     if isinstance(value, str):
-        return redis.Redis.from_url(value)
-    if isinstance(value, _SYNC_CLIENTS):
+        if flavour == "sync":
+            return redis.Redis.from_url(value)
+        client = redis.asyncio.Redis.from_url(value)
+        _reapers[asyncio.get_running_loop()].append(client)  # ours to close at shutdown
+        return client
+    if isinstance(value, wanted):
         return value
-    if isinstance(value, _ASYNC_CLIENTS):
-        raise ProviderError(
-            f"provider {name!r} gives an asyncio client ({type(value).__name__}), but a sync "
-            "function or primitive needs a sync client: register a redis.Redis / "
-            "redis.RedisCluster or a URL (URLs serve both sync and async code)",
-            provider=name,
-        )
+    if isinstance(value, other):
+        raise _wrong_kind(name, value, flavour)
     if callable(value) and not called:
         factory: Callable[[], object] = value
         produced = factory()
         _check_source(name, produced)
-        return _sync_client(name, produced, called=True)
+        return _client(name, produced, flavour, called=True)
     raise ProviderError(
         f"provider {name!r}: the factory returned {_describe(value)}, expected a redis "
         "client or a Redis URL",
@@ -133,9 +166,54 @@ def sync_target(name: str) -> SyncTarget:
     with _lock:
         target = _sync_targets.get(name)
         if target is None:
-            target = SyncTarget(_sync_client(name, _source(name)))
+            target = SyncTarget(_client(name, _source(name), "sync"))
             _sync_targets[name] = target
         return target
+
+
+def async_target(name: str) -> AsyncTarget:
+    """The asyncio target of provider ``name`` for the running event loop.
+
+    URLs and factories are resolved once per loop (a client belongs to the loop that made
+    it); a registered asyncio client instance is used as given.
+    """
+    loop = asyncio.get_running_loop()
+    targets = _async_targets.get(loop)
+    if targets is not None:
+        target = targets.get(name)
+        if target is not None:
+            return target
+    with _lock:
+        targets = _async_targets.get(loop)
+        if targets is None:
+            targets = _async_targets[loop] = {}
+            _reapers[loop] = []
+            background(_reap(loop, _reapers[loop]), name="redlock-deco-loop-reaper")
+        target = targets.get(name)
+        if target is None:
+            target = AsyncTarget(_client(name, _source(name), "async"))
+            targets[name] = target
+        return target
+
+
+_reapers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _reap(loop: asyncio.AbstractEventLoop, clients: list[Any]) -> None:
+    """Wait for the loop to shut down (``asyncio.run`` cancels every task at exit), then
+    forget its tables and close the clients built for it: unclosed asyncio connections would
+    warn when collected, and the tables must not keep a closed loop alive."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        # Drop this loop's tables first: nothing may reach the closed clients afterwards.
+        _async_targets.pop(loop, None)
+        _reapers.pop(loop, None)
+        for client in clients:
+            with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
+                await client.aclose()
 
 
 def _after_fork_in_child() -> None:
@@ -143,6 +221,7 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
     _sync_targets.clear()
+    _async_targets.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

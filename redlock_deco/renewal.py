@@ -1,26 +1,67 @@
-"""Automatic renewal: one background thread per process extends every held lease.
+"""Automatic renewal: one renewer per process (a thread) and one per event loop (a task).
 
 Not a thread per lease: leases are kept in a dict (O(1) to add at acquire and to drop at
-release, so the hot path pays almost nothing), and the thread sleeps until the earliest
-renewal is due. Adding a lease wakes the thread only when it is due before the planned wake-up.
-A renewal that finds the token gone marks the lease lost; connection errors are retried until
-the lease would have ended. A forked child starts with an empty renewer and no thread.
+release, so the hot path pays almost nothing), and the renewer sleeps until the earliest
+renewal is due; adding a lease wakes it only when that lease is due earlier. A renewal that
+finds the token gone marks the lease lost; connection errors are retried until the lease
+would have ended (see :meth:`Lease.renewal_failed`). What is due and what a renewal's outcome
+means is decided once, below; the two renewers only differ in how they wait and do I/O. A
+forked child starts with empty renewers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import threading
 import time
+import weakref
+from collections.abc import Iterable
 
 from redis.exceptions import RedisError
 
 from . import drivers, protocol
 from .lease import Lease
+from .loops import background
+
+
+def due(leases: Iterable[Lease], now: float) -> tuple[list[Lease], float]:
+    """The leases to renew now, and when the next one is due (inf if none).
+
+    A lease whose owner (thread or task) has ended is handed back as due too: renewing it
+    finds the owner gone and drops it instead.
+    """
+    ready, upcoming = [], math.inf
+    for lease in leases:
+        if lease.next_renew <= now or not lease.owner_alive():
+            ready.append(lease)
+        else:
+            upcoming = min(upcoming, lease.next_renew)
+    return ready, upcoming
+
+
+def settle(lease: Lease, started: float, extended: bool | None) -> bool:
+    """Record a renewal sent at ``started``: True (extended), False (token gone) or None
+    (connection trouble). Returns True when the lease must now count as lost."""
+    if not lease.active:
+        return False  # released while the renewal was in flight: nothing to record
+    if not lease.owner_alive():
+        lease.active = False  # abandoned by a dead owner: let it expire, never renew it
+        return True
+    if extended:
+        lease.renewed(started)
+        return False
+    if extended is False or lease.renewal_failed(started):
+        lease.mark_lost()
+        return True
+    return False
 
 
 class Renewer:
+    """The renewer of sync leases: one daemon thread per process."""
+
     def __init__(self) -> None:
         self._leases: dict[int, Lease] = {}
         self._wake = threading.Condition(threading.Lock())
@@ -28,6 +69,7 @@ class Renewer:
         self._thread: threading.Thread | None = None
 
     def add(self, lease: Lease) -> None:
+        lease.renewer = self
         # Under the lock: the thread snapshots the leases and picks its wake-up time under it
         # too, so a lease added in between can never be overlooked until a later wake-up.
         with self._wake:
@@ -53,43 +95,120 @@ class Renewer:
         while True:
             with self._wake:
                 now = time.monotonic()
-                leases = list(self._leases.values())
-                due = [lease for lease in leases if lease.next_renew <= now]
-                if not due:
-                    self._next_wake = min((lease.next_renew for lease in leases), default=math.inf)
+                ready, self._next_wake = due(self._leases.values(), now)
+                if not ready:
                     timeout = None if self._next_wake == math.inf else self._next_wake - now
                     self._wake.wait(timeout)
                     continue
                 self._next_wake = now  # new leases need no wake-up while this round runs
-            for lease in due:
+            for lease in ready:
                 self.renew(lease)
 
     def renew(self, lease: Lease) -> None:
+        if not lease.owner_alive():
+            settle(lease, 0.0, None)
+            self.remove(lease)
+            return
         started = time.monotonic()
         try:
-            ok = drivers.run(protocol.extend(lease.claim, lease.ttl_ms), lease.target)
+            extended: bool | None = drivers.run(
+                protocol.extend(lease.claim, lease.ttl_ms), lease.target
+            )
         except RedisError:
-            ok = None
-        if not lease.active:
-            return  # released while the renewal was in flight: nothing to record
-        if ok:
-            lease.renewed(started)
-        elif ok is False or lease.renewal_failed(started):
-            lease.mark_lost()
+            extended = None
+        if settle(lease, started, extended):
+            self.remove(lease)
+
+
+class AsyncRenewer:
+    """The renewer of asyncio leases: one task per event loop, started on first use."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._leases: dict[int, Lease] = {}
+        self._wake = asyncio.Event()
+        self._next_wake = math.inf
+        self._started = False
+        self._loop_ref = weakref.ref(loop)
+
+    def add(self, lease: Lease) -> None:
+        self._leases[id(lease)] = lease
+        lease.renewer = self
+        if lease.next_renew < self._next_wake:
+            if not self._started:
+                self._started = True
+                background(self._loop(), name="redlock-deco-renewer")
+            self._next_wake = lease.next_renew
+            self._wake.set()
+
+    def remove(self, lease: Lease) -> None:
+        lease.active = False
+        self._leases.pop(id(lease), None)
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    async def _loop(self) -> None:
+        try:
+            await self._run()
+        finally:  # the loop is shutting down: let it (and this renewer) be collected
+            loop = self._loop_ref()
+            if loop is not None:
+                _async_renewers.pop(loop, None)
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            ready, self._next_wake = due(self._leases.values(), now)
+            if not ready:
+                self._wake.clear()
+                timeout = None if self._next_wake == math.inf else self._next_wake - now
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            self._next_wake = now
+            for lease in ready:
+                await self.renew(lease)
+
+    async def renew(self, lease: Lease) -> None:
+        if not lease.owner_alive():
+            settle(lease, 0.0, None)
+            self.remove(lease)
+            return
+        started = time.monotonic()
+        try:
+            extended: bool | None = await drivers.run_async(
+                protocol.extend(lease.claim, lease.ttl_ms), lease.target
+            )
+        except RedisError:
+            extended = None
+        if settle(lease, started, extended):
             self.remove(lease)
 
 
 _renewer = Renewer()
+_async_renewers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRenewer] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def renewer() -> Renewer:
-    """The renewer of this process."""
+    """The renewer of this process's sync leases."""
     return _renewer
+
+
+def async_renewer() -> AsyncRenewer:
+    """The renewer of the running event loop's leases."""
+    loop = asyncio.get_running_loop()
+    found = _async_renewers.get(loop)
+    if found is None:
+        found = _async_renewers[loop] = AsyncRenewer(loop)
+    return found
 
 
 def _after_fork_in_child() -> None:
     global _renewer
     _renewer = Renewer()
+    _async_renewers.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

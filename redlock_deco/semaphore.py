@@ -1,4 +1,4 @@
-"""``Semaphore``: at most ``limit`` holders of a name at once, across all processes.
+"""``Semaphore`` and its asyncio twin: at most ``limit`` holders of a name at once.
 
 Each holder is a member of a sorted set scored by the end of its lease in the *Redis server's*
 clock, so a client with a skewed clock can neither steal nor stretch a slot; a holder that dies
@@ -12,16 +12,12 @@ of the limit takes effect as current holders leave.
 
 from __future__ import annotations
 
-from . import drivers, ownership, protocol, providers
-from .lease import Lease
 from .options import build_options
-from .primitive import Primitive
+from .primitive import AsyncPrimitive, Base, Primitive
 from .protocol import SEMAPHORE
 
 
-class Semaphore(Primitive):
-    """A distributed counting semaphore with ``limit`` slots, named ``prefix + name``."""
-
+class _SemaphoreOptions(Base):
     kind = SEMAPHORE
     noun = "semaphore"
 
@@ -41,33 +37,20 @@ class Semaphore(Primitive):
             limit=limit,
         )  # fmt: skip
         super().__init__(name, options)
-        self.limit = options.limit
 
-    def _slots(self) -> list[Lease]:
-        return ownership.thread_slots().setdefault((self.options.provider, self.key), [])
 
-    def _lease(self) -> Lease | None:
-        slots = self._slots()
-        return slots[-1] if slots else None
-
-    def _keep(self, lease: Lease) -> None:
-        self._slots().append(lease)
-
-    def _forget(self, lease: Lease) -> None:
-        slots = self._slots()
-        slots.remove(lease)
-        if not slots:
-            ownership.thread_slots().pop((self.options.provider, self.key), None)
-
-    def holders(self) -> int:
-        """How many slots are held now (live leases, by the server's clock)."""
-        target = providers.sync_target(self.options.provider)
-        return drivers.run(protocol.holders(self.key), target)
-
-    def locked(self) -> bool:
-        """True if every slot is taken (an acquire would have to wait)."""
-        return self.holders() >= self.limit
+class Semaphore(_SemaphoreOptions, Primitive):
+    """A distributed counting semaphore with ``limit`` slots; slots belong to the thread."""
 
     def __enter__(self) -> Semaphore:
         super().__enter__()
+        return self
+
+
+class AsyncSemaphore(_SemaphoreOptions, AsyncPrimitive):
+    """``Semaphore`` for asyncio (``redlock_deco.asyncio.Semaphore``); slots belong to the
+    task that took them."""
+
+    async def __aenter__(self) -> AsyncSemaphore:
+        await super().__aenter__()
         return self
