@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import flavours
 import pytest
 import redis
 
@@ -62,3 +63,11 @@ def pytest_report_header() -> str:
     with RedisServer() as srv:
         version = srv.client().info("server")["redis_version"]
     return f"redis-server: {binary} (v{version}); pid {os.getpid()}"
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest, server: RedisServer) -> flavours.Api:
+    """The sync or the asyncio API, for behaviour tests written once (see flavours.py)."""
+    return (
+        flavours.SyncApi(server.url) if request.param == "sync" else flavours.AsyncApi(server.url)
+    )

@@ -10,22 +10,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from redlock_deco import Lock, LockLost, LockNotAcquired, LockNotOwned, locked
+from redlock_deco import Lock, LockNotAcquired, LockNotOwned, locked
 from redlock_deco.testing import RedisServer
-
-
-@pytest.mark.usefixtures("decode")
-def test_acquire_release_locked_owned(r: redis.Redis) -> None:
-    lock = Lock("order:7", ttl=5, wait=0)
-    assert not lock.locked() and not lock.owned()
-    assert lock.acquire()
-    assert lock.locked() and lock.owned()
-    token = r.get("lock:order:7")
-    assert token is not None and b":" in token and len(token.rsplit(b":", 1)[1]) == 32
-    assert 4000 < r.pttl("lock:order:7") <= 5000
-    lock.release()
-    assert not lock.locked() and not lock.owned()
-    assert r.dbsize() == 0
 
 
 def in_thread(fn: Callable[[], object]) -> object:
@@ -47,39 +33,6 @@ def in_thread(fn: Callable[[], object]) -> object:
 def enter_and_leave(lock: Lock) -> str:
     with lock:
         return "entered"
-
-
-@pytest.mark.usefixtures("decode")
-def test_context_manager_and_not_acquired(r: redis.Redis) -> None:
-    with Lock("job", ttl=5) as lock:
-        assert lock.owned()
-        assert in_thread(lambda: Lock("job", wait=0.05).acquire()) is False
-        error = in_thread(lambda: enter_and_leave(Lock("job", wait=0)))
-        assert isinstance(error, LockNotAcquired)
-        assert error.key == "lock:job" and error.name == "job"
-    assert in_thread(lambda: enter_and_leave(Lock("job", wait=0))) == "entered"
-    assert r.dbsize() == 0
-
-
-def test_release_by_non_owner_raises_and_deletes_nothing(r: redis.Redis) -> None:
-    lock = Lock("a", ttl=5)
-    with pytest.raises(LockNotOwned, match="does not hold"):
-        lock.release()
-    lock.acquire()
-    errors: list[BaseException] = []
-
-    def other_thread() -> None:
-        try:
-            Lock("a").release()
-        except LockNotOwned as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=other_thread)
-    t.start()
-    t.join(5)
-    assert len(errors) == 1
-    assert r.exists("lock:a")
-    lock.release()
 
 
 def test_extend_resets_the_lease_and_later_renewals_keep_it(r: redis.Redis) -> None:
@@ -148,21 +101,6 @@ def test_waiting_for_a_redis_py_holder_wakes_when_it_expires(server: RedisServer
     with Lock("rp", wait=3):
         waited = time.monotonic() - started
     assert 0.2 < waited < 0.5
-
-
-def test_noscript_fallback_after_script_flush(r: redis.Redis) -> None:
-    with Lock("ns", wait=0):
-        pass
-    r.script_flush()
-    with Lock("ns", wait=0):
-        pass
-    assert r.dbsize() == 0
-
-
-def test_lock_lost_in_with_block_is_raised(r: redis.Redis) -> None:
-    with pytest.raises(LockLost) as info, Lock("gone", ttl=5):
-        r.delete("lock:gone")
-    assert info.value.key == "lock:gone"
 
 
 @pytest.mark.parametrize(

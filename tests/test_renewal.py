@@ -18,17 +18,6 @@ def renewer_threads() -> int:
     return sum(t.name == "redlock-deco-renewer" for t in threading.enumerate())
 
 
-def test_call_runs_past_ttl_while_renewed(r: redis.Redis) -> None:
-    @locked("long", ttl=0.3)
-    def slow() -> int:
-        time.sleep(1.0)
-        return int(r.pttl("lock:long"))
-
-    assert slow() > 0  # still held, with a fresh lease, after three ttls
-    assert r.dbsize() == 0
-    assert len(renewer()) == 0  # renewal stopped at release
-
-
 def test_without_auto_renew_the_lease_ends_and_the_call_learns_it() -> None:
     @locked("short", ttl=0.2, auto_renew=False)
     def slow() -> None:

@@ -17,9 +17,7 @@ import workers
 
 from redlock_deco import (
     KeyTemplateError,
-    LockLost,
     LockNotAcquired,
-    LockNotOwned,
     Semaphore,
     limited,
 )
@@ -45,22 +43,6 @@ def test_bound_across_processes_is_reached_and_never_exceeded(
     assert max(peaks) == limit  # at most the limit, and the limit is actually reached
     r.delete("inside:g")
     assert wait_for_empty(r) == 0
-
-
-@pytest.mark.usefixtures("decode")
-def test_slots_owned_holders_locked(r: redis.Redis) -> None:
-    sem = Semaphore("pool", limit=2, ttl=5, wait=0)
-    assert not sem.owned() and sem.holders() == 0 and not sem.locked()
-    assert sem.acquire() and sem.acquire()  # not re-entrant: a second slot
-    assert not sem.acquire()
-    assert sem.holders() == 2 and sem.locked() and sem.owned()
-    sem.release()
-    assert sem.holders() == 1 and sem.owned()
-    sem.release()
-    assert not sem.owned()
-    with pytest.raises(LockNotOwned):
-        sem.release()
-    assert r.dbsize() == 0
 
 
 def test_every_key_carries_an_expiry(r: redis.Redis) -> None:
@@ -114,18 +96,6 @@ def threading_result(fn: Any) -> Any:
     return value
 
 
-def test_not_reentrant_nested_call_needs_another_slot() -> None:
-    @limited("nest", limit=1, wait=0)
-    def outer() -> None:
-        inner()
-
-    @limited("nest", limit=1, wait=0)
-    def inner() -> None: ...
-
-    with pytest.raises(LockNotAcquired):
-        outer()
-
-
 def test_prompt_wake_up_on_release(r: redis.Redis) -> None:
     holder = Semaphore("wake", limit=1, ttl=10)
     holder.acquire()
@@ -173,26 +143,6 @@ def test_sigkilled_holder_loses_its_slot_within_ttl(server: RedisServer) -> None
         holder.kill()
         holder.join(10)
     assert recovered < 1.0 + 0.1, recovered
-
-
-def test_renewal_keeps_a_slot_past_its_ttl(r: redis.Redis) -> None:
-    @limited("long", limit=1, ttl=0.3)
-    def slow() -> int:
-        time.sleep(1.0)
-        return Semaphore("long", limit=1).holders()
-
-    assert slow() == 1
-    assert r.dbsize() == 0
-
-
-def test_lost_slot_raises_lock_lost(r: redis.Redis) -> None:
-    @limited("lost", limit=2, ttl=5)
-    def victim() -> None:
-        (token,) = r.zrange("sem:lost", 0, -1)
-        r.zrem("sem:lost", token)  # the slot was taken away
-
-    with pytest.raises(LockLost):
-        victim()
 
 
 def test_lease_scores_come_from_the_server_clock(
