@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import uncontended
+from . import asyncio_bench, uncontended
 
 
 def main() -> None:
@@ -14,6 +14,8 @@ def main() -> None:
     args = parser.parse_args()
     print("## Uncontended acquire+release (median of interleaved rounds)\n")
     print(uncontended.report(uncontended.measure(args.cycles, args.rounds)))
+    print("\n## asyncio\n")
+    print(asyncio_bench.report(*asyncio_bench.measure(args.cycles // 2, args.rounds)))
 
 
 if __name__ == "__main__":

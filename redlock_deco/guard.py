@@ -180,7 +180,7 @@ async def enter_async(
 async def leave_async(lease: Lease) -> bool:
     """Give the lease back (or count down a re-entry). True if it was ours to the end.
 
-    The release runs shielded: a task cancelled while releasing still releases.
+    A task cancelled while releasing still releases.
     """
     held = ownership.task_holdings() if lease.claim.kind.reentrant else None
     if not _last_exit(lease, held):
@@ -189,7 +189,14 @@ async def leave_async(lease: Lease) -> bool:
         lease.renewer.remove(lease)
     if lease.pid != os.getpid():
         return True
-    released = await asyncio.shield(drivers.run_async(protocol.release(lease.claim), lease.target))
+    try:
+        released = await drivers.run_async(protocol.release(lease.claim), lease.target)
+    except asyncio.CancelledError:
+        # Cancelled mid-release: finish it shielded before the cancellation goes on (a second
+        # release is harmless: it compares the token). Shielding only here keeps a Task per
+        # call off the hot path.
+        await asyncio.shield(drivers.run_async(protocol.release(lease.claim), lease.target))
+        raise
     return released and not lease.lost
 
 
