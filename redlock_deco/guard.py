@@ -13,6 +13,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
@@ -53,9 +54,21 @@ def _abandon(claim: Claim) -> Steps[None]:
     yield claim.leave_step()
 
 
-def _held(lease: Lease, held: Holdings | None, options: LeaseOptions) -> None:
+def _new_lease(
+    claim: Claim,
+    name: str,
+    options: LeaseOptions,
+    target: object,
+    started: float,
+    held: Holdings | None,
+    owner_alive: Callable[[], bool],
+) -> Lease:
+    """Record a lease just acquired (by a request sent at ``started``) for its owner."""
+    lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
+    lease.owner_alive = owner_alive
     if held is not None:
         held[(options.provider, lease.key)] = lease
+    return lease
 
 
 def _last_exit(lease: Lease, held: Holdings | None) -> bool:
@@ -111,10 +124,9 @@ def enter(
         raise
     if not acquired:
         return None
-    lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
-    _held(lease, held, options)
+    owner_alive = threading.current_thread().is_alive
+    lease = _new_lease(claim, name, options, target, started, held, owner_alive)
     if options.auto_renew:
-        lease.owner_alive = threading.current_thread().is_alive
         renewal.renewer().add(lease)
     return lease
 
@@ -167,12 +179,11 @@ async def enter_async(
         raise
     if not acquired:
         return None
-    lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
-    _held(lease, held, options)
+    task = asyncio.current_task()
+    lease = _new_lease(
+        claim, name, options, target, started, held, lambda: task is None or not task.done()
+    )
     if options.auto_renew:
-        task = asyncio.current_task()
-        if task is not None:
-            lease.owner_alive = lambda: not task.done()
         renewal.async_renewer().add(lease)
     return lease
 

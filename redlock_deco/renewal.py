@@ -47,9 +47,6 @@ def settle(lease: Lease, started: float, extended: bool | None) -> bool:
     (connection trouble). Returns True when the lease must now count as lost."""
     if not lease.active:
         return False  # released while the renewal was in flight: nothing to record
-    if not lease.owner_alive():
-        lease.active = False  # abandoned by a dead owner: let it expire, never renew it
-        return True
     if extended:
         lease.renewed(started)
         return False
@@ -57,6 +54,15 @@ def settle(lease: Lease, started: float, extended: bool | None) -> bool:
         lease.mark_lost()
         return True
     return False
+
+
+def orphaned(lease: Lease) -> bool:
+    """True (and the lease is let go) if its owner ended without releasing it: renewal
+    must not outlive its owner, so the lease is left to expire within its ttl."""
+    if lease.owner_alive():
+        return False
+    lease.active = False
+    return True
 
 
 class Renewer:
@@ -105,8 +111,7 @@ class Renewer:
                 self.renew(lease)
 
     def renew(self, lease: Lease) -> None:
-        if not lease.owner_alive():
-            settle(lease, 0.0, None)
+        if orphaned(lease):
             self.remove(lease)
             return
         started = time.monotonic()
@@ -170,8 +175,7 @@ class AsyncRenewer:
                 await self.renew(lease)
 
     async def renew(self, lease: Lease) -> None:
-        if not lease.owner_alive():
-            settle(lease, 0.0, None)
+        if orphaned(lease):
             self.remove(lease)
             return
         started = time.monotonic()
