@@ -39,14 +39,15 @@ def hold_forever(url: str, name: str, ttl: float, ready: Any) -> None:
 
 
 def hold_then_release(url: str, name: str, hold: float, ready: Any, out: Any) -> None:
-    """Hold a lock for ``hold`` s, then release and report the release time (wall clock)."""
+    """Hold a lock for ``hold`` s, release it, and report when the release was sent."""
     register_provider("default", url)
     lock = Lock(name, ttl=10, wait=5)
     lock.acquire()
     ready.set()
     time.sleep(hold)
+    released = time.time()  # stamped before the release is sent: nobody can enter earlier
     lock.release()
-    out.put(time.time())
+    out.put(released)
 
 
 def stop_self() -> None:  # pragma: no cover - used in fault tests
