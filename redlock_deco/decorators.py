@@ -113,6 +113,7 @@ def locked(
     on_busy: OnBusy = "raise",
     provider: str = "default",
     prefix: str = "lock:",
+    replicas: int = 0,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -127,6 +128,7 @@ def locked(
     on_busy: OnBusy = "raise",
     provider: str = "default",
     prefix: str = "lock:",
+    replicas: int = 0,
 ) -> Any:
     """Let one caller at a time run the function, per rendered name, across all processes.
 
@@ -136,15 +138,18 @@ def locked(
     (``"<module>.<qualname>"``). The Redis key is ``prefix + name``. ``ttl`` is the lease in
     seconds (renewed in the background while the call runs if ``auto_renew``); ``wait`` bounds
     the wait (0: try once, None: forever), after which ``on_busy="raise"`` raises
-    LockNotAcquired and ``"skip"`` returns None without calling. Re-entrant per thread.
-    Raises LockLost at exit if the lease ended meanwhile.
+    LockNotAcquired and ``"skip"`` returns None without calling. Re-entrant per thread (per
+    task for ``async def``). Raises LockLost at exit if the lease ended meanwhile.
+    ``replicas=N`` waits (WAIT) until N replicas have the lock after each acquisition, and
+    counts the attempt as failed (releasing it) if fewer acknowledge in time.
 
     Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
     decorate; pass a name function as ``name=`` (a lambda works either way).
     """
     options = build_options(
-        ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix
-    )
+        ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
+        replicas=replicas,
+    )  # fmt: skip
     busy = check_on_busy(on_busy)
     if name is _UNSET:
         if _is_bare_target(template):
@@ -166,6 +171,7 @@ def limited(
     on_busy: OnBusy = "raise",
     provider: str = "default",
     prefix: str = "sem:",
+    replicas: int = 0,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Let at most ``limit`` callers run the function at once, per rendered name.
 
@@ -178,7 +184,7 @@ def limited(
         raise TypeError("limited() needs limit=<int>: how many callers may run at once")
     options = build_options(
         ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-        limit=limit,
+        limit=limit, replicas=replicas,
     )  # fmt: skip
     busy = check_on_busy(on_busy)
     check_name(name)

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError
 
-from .protocol import Block, Call, Eval, Sleep, Step, Steps
+from .protocol import SINGLE, Algorithms, Block, Call, Eval, Fanout, Sleep, Step, Steps
+from .quorum import Quorum
 
 T = TypeVar("T")
 Args = tuple[str | int, ...]
+
+# How long a quorum round waits for each master: short against any sensible ttl, so a dead
+# or paused master costs a round this much, not a socket timeout.
+NODE_TIMEOUT = 0.25
 
 # Longest single BLPOP when the client has no socket timeout; between slices the waiter
 # re-checks the lock, which bounds the damage of any wake-up that went astray.
@@ -36,7 +42,7 @@ def max_block_for(client: Any) -> float:
     return MAX_BLOCK
 
 
-def command(step: Eval | Call | Block) -> Args:
+def command(step: Step) -> Args:
     """The Redis command that carries out ``step``."""
     if type(step) is Eval:
         return ("EVALSHA", step.script.sha, len(step.keys), *step.keys, *step.args)
@@ -47,16 +53,25 @@ def command(step: Eval | Call | Block) -> Args:
     raise TypeError(f"unknown protocol step {step!r}")  # pragma: no cover
 
 
-def fallback(step: Eval | Call | Block) -> Args:
+def fallback(step: Step) -> Args:
     """What to send instead when the server answered NOSCRIPT to ``command(step)``."""
     assert type(step) is Eval
     return ("EVAL", step.script.source, len(step.keys), *step.keys, *step.args)
+
+
+def routing(client: Any, step: Step) -> dict[str, Any]:
+    """Keyword arguments sending a keyless command to the node of ``step.route`` (clusters
+    route by key, and WAIT has none: it must reach the primary that took the write)."""
+    if type(step) is Call and step.route is not None and hasattr(client, "get_node_from_key"):
+        return {"target_nodes": client.get_node_from_key(step.route)}
+    return {}
 
 
 class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
     __slots__ = ("client", "max_block")
+    algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -66,6 +81,8 @@ class SyncTarget:
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
+        if type(step) is Call and step.route is not None:
+            return self.client.execute_command(*step.args, **routing(self.client, step))
         try:
             return self.client.execute_command(*command(step))
         except NoScriptError:
@@ -76,6 +93,7 @@ class AsyncTarget:
     """One ``redis.asyncio`` client (bound to one event loop) and what derives from it."""
 
     __slots__ = ("client", "max_block")
+    algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -85,13 +103,64 @@ class AsyncTarget:
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
+        if type(step) is Call and step.route is not None:
+            return await self.client.execute_command(*step.args, **routing(self.client, step))
         try:
             return await self.client.execute_command(*command(step))
         except NoScriptError:
             return await self.client.execute_command(*fallback(step))
 
 
-def run(steps: Steps[T], target: SyncTarget) -> T:
+class QuorumSyncTarget:
+    """Independent masters, each a SyncTarget, driven together for the quorum algorithms."""
+
+    max_block = MAX_BLOCK  # unused: a quorum waits with backoff, never with BLPOP
+
+    def __init__(self, nodes: list[SyncTarget], node_timeout: float = NODE_TIMEOUT) -> None:
+        self.nodes = nodes
+        self.node_timeout = node_timeout
+        self.algorithms: Algorithms = Quorum(len(nodes))
+        # Spare workers: a thread stuck on a dead master must not starve the next round.
+        self._pool = ThreadPoolExecutor(len(nodes) * 4, thread_name_prefix="redlock-deco-quorum")
+
+    def execute(self, step: Step) -> Any:
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        assert isinstance(step, Fanout), step
+        futures = [self._pool.submit(node.execute, step.step) for node in self.nodes]
+        deadline = time.monotonic() + self.node_timeout
+        replies: list[object] = []
+        for future in futures:
+            try:
+                replies.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+            except Exception as exc:  # failed or too late: that master grants nothing
+                replies.append(exc)
+        return replies
+
+
+class QuorumAsyncTarget:
+    """Independent masters, each an AsyncTarget, driven together for the quorum algorithms."""
+
+    max_block = MAX_BLOCK
+
+    def __init__(self, nodes: list[AsyncTarget], node_timeout: float = NODE_TIMEOUT) -> None:
+        self.nodes = nodes
+        self.node_timeout = node_timeout
+        self.algorithms: Algorithms = Quorum(len(nodes))
+
+    async def execute(self, step: Step) -> Any:
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        assert isinstance(step, Fanout), step
+        return await asyncio.gather(
+            *(asyncio.wait_for(node.execute(step.step), self.node_timeout) for node in self.nodes),
+            return_exceptions=True,
+        )
+
+
+def run(steps: Steps[T], target: SyncTarget | QuorumSyncTarget) -> T:
     """Drive an algorithm to its result on a sync client."""
     try:
         step = next(steps)
@@ -104,7 +173,7 @@ def run(steps: Steps[T], target: SyncTarget) -> T:
         steps.close()
 
 
-async def run_async(steps: Steps[T], target: AsyncTarget) -> T:
+async def run_async(steps: Steps[T], target: AsyncTarget | QuorumAsyncTarget) -> T:
     """Drive an algorithm to its result on an asyncio client."""
     try:
         step = next(steps)

@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from . import drivers, ownership, protocol, providers, renewal
+from . import drivers, ownership, providers, renewal
 from .errors import LockLost
 from .lease import Lease
 from .options import LeaseOptions
 from .ownership import Holdings
-from .protocol import Claim, Keys, Kind, Steps
+from .protocol import Claim, Keys, Kind
 from .tokens import new_token
 
 
@@ -44,14 +44,8 @@ def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | 
 
 
 def _claim(kind: Kind, options: LeaseOptions, key: str) -> Claim:
-    return Claim(kind, Keys.for_key(key), new_token(), options.ttl_ms, options.limit)
-
-
-def _abandon(claim: Claim) -> Steps[None]:
-    """Undo an acquire interrupted mid-flight: its SET may have landed without us hearing
-    the reply, and its waiter entry may remain. Both steps touch only this token's data."""
-    yield claim.release_step()
-    yield claim.leave_step()
+    keys = Keys.for_key(key)
+    return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas)
 
 
 def _new_lease(
@@ -117,10 +111,10 @@ def enter(
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
-        acquired = drivers.run(protocol.acquire(claim, wait, target.max_block), target)
+        acquired = drivers.run(target.algorithms.acquire(claim, wait, target.max_block), target)
     except BaseException:
         with contextlib.suppress(RedisError):
-            drivers.run(_abandon(claim), target)
+            drivers.run(target.algorithms.abandon(claim), target)
         raise
     if not acquired:
         return None
@@ -140,7 +134,7 @@ def leave(lease: Lease) -> bool:
         lease.renewer.remove(lease)
     if lease.pid != os.getpid():
         return True  # a forked child holds nothing: the lease is its parent's to release
-    released = drivers.run(protocol.release(lease.claim), lease.target)
+    released = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
     return released and not lease.lost
 
 
@@ -171,11 +165,13 @@ async def enter_async(
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
-        acquired = await drivers.run_async(protocol.acquire(claim, wait, target.max_block), target)
+        acquired = await drivers.run_async(
+            target.algorithms.acquire(claim, wait, target.max_block), target
+        )
     except BaseException:
         # Cancelled (or timed out) while waiting: leave nothing held, even if cancelled again.
         with contextlib.suppress(RedisError, asyncio.CancelledError):
-            await asyncio.shield(drivers.run_async(_abandon(claim), target))
+            await asyncio.shield(drivers.run_async(target.algorithms.abandon(claim), target))
         raise
     if not acquired:
         return None
@@ -201,12 +197,16 @@ async def leave_async(lease: Lease) -> bool:
     if lease.pid != os.getpid():
         return True
     try:
-        released = await drivers.run_async(protocol.release(lease.claim), lease.target)
+        released = await drivers.run_async(
+            lease.target.algorithms.release(lease.claim), lease.target
+        )
     except asyncio.CancelledError:
         # Cancelled mid-release: finish it shielded before the cancellation goes on (a second
         # release is harmless: it compares the token). Shielding only here keeps a Task per
         # call off the hot path.
-        await asyncio.shield(drivers.run_async(protocol.release(lease.claim), lease.target))
+        await asyncio.shield(
+            drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
+        )
         raise
     return released and not lease.lost
 

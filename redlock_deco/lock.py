@@ -19,10 +19,12 @@ class _LockOptions(Base):
         auto_renew: bool = True,
         provider: str = "default",
         prefix: str = "lock:",
+        replicas: int = 0,
     ) -> None:
         options = build_options(
-            ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix
-        )
+            ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
+            replicas=replicas,
+        )  # fmt: skip
         super().__init__(name, options)
 
 

@@ -24,6 +24,7 @@ class LeaseOptions:
     provider: str
     prefix: str
     limit: int = 1
+    replicas: int = 0
 
     @property
     def ttl_ms(self) -> int:
@@ -71,6 +72,16 @@ def check_limit(value: object) -> int:
     return value
 
 
+def check_replicas(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"replicas must be an int >= 0, got {value!r}")
+    if value < 0:
+        raise ValueError(
+            f"replicas must be >= 0 (replica acknowledgements to wait for), got {value!r}"
+        )
+    return value
+
+
 def build_options(
     *,
     ttl: object,
@@ -79,6 +90,7 @@ def build_options(
     provider: object,
     prefix: object,
     limit: object = 1,
+    replicas: object = 0,
 ) -> LeaseOptions:
     """Check every option and return them frozen; raises TypeError/ValueError naming it."""
     if not isinstance(provider, str) or not provider:
@@ -94,4 +106,5 @@ def build_options(
         provider=provider,
         prefix=prefix,
         limit=check_limit(limit),
+        replicas=check_replicas(replicas),
     )

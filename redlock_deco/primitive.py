@@ -9,7 +9,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import drivers, guard, ownership, protocol, providers
+from . import drivers, guard, ownership, providers
 from .errors import LockNotAcquired, LockNotOwned
 from .lease import Lease
 from .options import LeaseOptions, check_seconds, check_wait, to_ms
@@ -115,19 +115,21 @@ class Primitive(Base):
         ttl_ms = self._ttl_ms(ttl)
         lease = self._owned_lease("extend")
         started = time.monotonic()
-        if not drivers.run(protocol.extend(lease.claim, ttl_ms), lease.target):
+        if not drivers.run(lease.target.algorithms.extend(lease.claim, ttl_ms), lease.target):
             raise self._ended("extend")
         lease.renewed(started, ttl_ms)
 
     def owned(self) -> bool:
         """True if this thread holds it, as confirmed by the server."""
         lease = self._lease()
-        return lease is not None and drivers.run(protocol.owned(lease.claim), lease.target)
+        return lease is not None and drivers.run(
+            lease.target.algorithms.owned(lease.claim), lease.target
+        )
 
     def holders(self) -> int:
         """How many hold it now (live leases, by the server's clock)."""
         target = providers.sync_target(self.options.provider)
-        return drivers.run(protocol.holders(self.kind, self.key), target)
+        return drivers.run(target.algorithms.holders(self.kind, self.key), target)
 
     def locked(self) -> bool:
         """True if it is fully taken now (an acquire would have to wait)."""
@@ -179,7 +181,9 @@ class AsyncPrimitive(Base):
         ttl_ms = self._ttl_ms(ttl)
         lease = self._owned_lease("extend")
         started = time.monotonic()
-        if not await drivers.run_async(protocol.extend(lease.claim, ttl_ms), lease.target):
+        if not await drivers.run_async(
+            lease.target.algorithms.extend(lease.claim, ttl_ms), lease.target
+        ):
             raise self._ended("extend")
         lease.renewed(started, ttl_ms)
 
@@ -187,13 +191,13 @@ class AsyncPrimitive(Base):
         """True if this task holds it, as confirmed by the server."""
         lease = self._lease()
         return lease is not None and await drivers.run_async(
-            protocol.owned(lease.claim), lease.target
+            lease.target.algorithms.owned(lease.claim), lease.target
         )
 
     async def holders(self) -> int:
         """How many hold it now (live leases, by the server's clock)."""
         target = providers.async_target(self.options.provider)
-        return await drivers.run_async(protocol.holders(self.kind, self.key), target)
+        return await drivers.run_async(target.algorithms.holders(self.kind, self.key), target)
 
     async def locked(self) -> bool:
         """True if it is fully taken now (an acquire would have to wait)."""

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from . import scripts
 from .scripts import Outcome, Script
@@ -42,9 +42,11 @@ class Eval:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """Run one plain Redis command."""
+    """Run one plain Redis command; a keyless one (WAIT) goes to ``route``'s node on a
+    cluster."""
 
     args: tuple[str | int, ...]
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,15 @@ class Sleep:
     seconds: float
 
 
-Step: TypeAlias = Eval | Call | Block | Sleep
+@dataclass(frozen=True, slots=True)
+class Fanout:
+    """Run ``step`` on every master of a quorum at once; the reply is one entry per master:
+    its reply, or the exception it failed with (a timeout counts as a failure)."""
+
+    step: Eval
+
+
+Step: TypeAlias = Eval | Call | Block | Sleep | Fanout
 Steps: TypeAlias = Generator[Step, Any, T]
 
 # A BLPOP timeout of 0 means "forever": never send less than this.
@@ -69,7 +79,10 @@ MIN_BLOCK = 0.001
 EXPIRY_SLACK = 0.002
 # A waiter stays registered this much longer than its block, covering its round trips.
 WINDOW_SLACK = 1.0
-# Jittered backoff, used only where no signal list can be used.
+# Waiting for replicas (replicas=N): WAIT at least this long, at most this long, per attempt.
+REPLICA_WAIT_MIN = 0.05
+REPLICA_WAIT_MAX = 1.0
+# Jittered backoff, used where no signal list can be used (quorum) or after a failed WAIT.
 BACKOFF_BASE = 0.005
 BACKOFF_CAP = 0.25
 
@@ -116,6 +129,9 @@ class Kind:
     count_script: Script
     reentrant: bool
 
+    def count_step(self, key: str) -> Eval:
+        return Eval(self.count_script, (key,), ("",))
+
 
 LOCK = Kind(
     scripts.LOCK_ACQUIRE,
@@ -144,6 +160,7 @@ class Claim:
     token: str
     ttl_ms: int
     limit: int = 1
+    replicas: int = 0  # replica acknowledgements (WAIT) required after acquiring
 
     def acquire_step(self, window_ms: int) -> Eval:
         keys = self.keys
@@ -175,60 +192,97 @@ def backoff(failures: int, rand: Callable[[], float]) -> float:
     return ceiling / 2 + ceiling / 2 * rand()
 
 
-def acquire(
-    claim: Claim,
-    wait: float | None,
-    max_block: float,
-    clock: Callable[[], float] = time.monotonic,
-    rand: Callable[[], float] = random.random,
-) -> Steps[bool]:
-    """Try to take the lease until ``wait`` seconds have passed (None: forever, 0: once)."""
-    deadline = math.inf if wait is None else clock() + wait
-    # Only a waiter that will block on the signal list registers as one.
-    blocks = wait != 0 and claim.keys.signal is not None
-    window_ms = math.ceil((max_block + WINDOW_SLACK) * 1000) if blocks else 0
-    failures = 0
-    while True:
-        code, lease_ms = yield claim.acquire_step(window_ms)
-        if scripts.outcome("acquire", code) is Outcome.ACQUIRED:
-            return True
-        remaining = deadline - clock()
-        if remaining <= 0:
-            if window_ms:
-                yield claim.leave_step()  # leave no waiter entry behind
-            return False
-        # A holder that crashed sends no release: wake when its lease must have ended.
-        bound = remaining if lease_ms < 0 else min(remaining, lease_ms / 1000 + EXPIRY_SLACK)
-        if claim.keys.signal is None:
-            failures += 1
-            yield Sleep(min(bound, backoff(failures, rand)))
-        else:
-            # Sliced below the client's socket timeout: a longer BLPOP would fail or be
-            # silently retried by redis-py, and a waiter would give up far too late.
-            yield Block(claim.keys.signal, max(MIN_BLOCK, min(bound, max_block)))
-        # Loop: after any wake-up, try once more even if the deadline just passed, so a
-        # signal taken from the list is never wasted.
+class Algorithms(Protocol):
+    """The algorithm family a target runs: one node, or a quorum of masters."""
+
+    def acquire(
+        self,
+        claim: Claim,
+        wait: float | None,
+        max_block: float,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> Steps[bool]: ...
+    def release(self, claim: Claim) -> Steps[bool]: ...
+    def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]: ...
+    def owned(self, claim: Claim) -> Steps[bool]: ...
+    def holders(self, kind: Kind, key: str) -> Steps[int]: ...
+    def abandon(self, claim: Claim) -> Steps[None]: ...
 
 
-def release(claim: Claim) -> Steps[bool]:
-    """Give the lease back; False if it was no longer ours (nothing was touched then)."""
-    code = yield claim.release_step()
-    return scripts.outcome("release", code) is Outcome.RELEASED
+class SingleNode:
+    """The algorithms on one Redis (a single server, a cluster, a Sentinel-managed primary)."""
+
+    def acquire(
+        self,
+        claim: Claim,
+        wait: float | None,
+        max_block: float,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> Steps[bool]:
+        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once)."""
+        deadline = math.inf if wait is None else clock() + wait
+        # Only a waiter that will block on the signal list registers as one.
+        blocks = wait != 0 and claim.keys.signal is not None
+        window_ms = math.ceil((max_block + WINDOW_SLACK) * 1000) if blocks else 0
+        failures = 0
+        while True:
+            code, lease_ms = yield claim.acquire_step(window_ms)
+            acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
+            if acquired and claim.replicas:
+                # Held on the primary only: wait until enough replicas have the write too, or
+                # a failover could hand the lock to someone else (Redisson's safe mode).
+                timeout = min(REPLICA_WAIT_MAX, max(REPLICA_WAIT_MIN, deadline - clock()))
+                wait_ms = math.ceil(timeout * 1000)
+                acked = yield Call(("WAIT", claim.replicas, wait_ms), route=claim.keys.key)
+                if int(acked) < claim.replicas:
+                    yield claim.release_step()  # too few copies: this attempt failed
+                    acquired, lease_ms = False, -2
+            if acquired:
+                return True
+            remaining = deadline - clock()
+            if remaining <= 0:
+                if window_ms:
+                    yield claim.leave_step()  # leave no waiter entry behind
+                return False
+            # A holder that crashed sends no release: wake when its lease must have ended.
+            bound = remaining if lease_ms < 0 else min(remaining, lease_ms / 1000 + EXPIRY_SLACK)
+            if claim.keys.signal is None or lease_ms == -2:
+                failures += 1
+                yield Sleep(min(bound, backoff(failures, rand)))
+            else:
+                # Sliced below the client's socket timeout: a longer BLPOP would fail or be
+                # silently retried by redis-py, and a waiter would give up far too late.
+                yield Block(claim.keys.signal, max(MIN_BLOCK, min(bound, max_block)))
+            # Loop: after any wake-up, try once more even if the deadline just passed, so a
+            # signal taken from the list is never wasted.
+
+    def release(self, claim: Claim) -> Steps[bool]:
+        """Give the lease back; False if it was no longer ours (nothing was touched then)."""
+        code = yield claim.release_step()
+        return scripts.outcome("release", code) is Outcome.RELEASED
+
+    def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]:
+        """Reset the lease to ``ttl_ms``; False if it was no longer ours."""
+        code = yield claim.extend_step(ttl_ms)
+        return scripts.outcome("extend", code) is Outcome.EXTENDED
+
+    def owned(self, claim: Claim) -> Steps[bool]:
+        """Does this claim still hold its lease? Read-only."""
+        code = yield claim.owned_step()
+        return scripts.outcome("owned", code) is Outcome.OWNER
+
+    def holders(self, kind: Kind, key: str) -> Steps[int]:
+        """How many hold ``key`` (a lock: 0 or 1; a semaphore: live leases by server time)."""
+        count = yield kind.count_step(key)
+        return int(count)
+
+    def abandon(self, claim: Claim) -> Steps[None]:
+        """Undo an acquire interrupted mid-flight: its SET may have landed without us hearing
+        the reply, and its waiter entry may remain. Both touch only this token's data."""
+        yield claim.release_step()
+        yield claim.leave_step()
 
 
-def extend(claim: Claim, ttl_ms: int) -> Steps[bool]:
-    """Reset the lease to ``ttl_ms``; False if it was no longer ours."""
-    code = yield claim.extend_step(ttl_ms)
-    return scripts.outcome("extend", code) is Outcome.EXTENDED
-
-
-def owned(claim: Claim) -> Steps[bool]:
-    """Does this claim still hold its lease? Read-only."""
-    code = yield claim.owned_step()
-    return scripts.outcome("owned", code) is Outcome.OWNER
-
-
-def holders(kind: Kind, key: str) -> Steps[int]:
-    """How many hold ``key`` now (a lock: 0 or 1; a semaphore: live leases by server time)."""
-    count = yield Eval(kind.count_script, (key,), ("",))
-    return int(count)
+SINGLE = SingleNode()

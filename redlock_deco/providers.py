@@ -23,8 +23,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from .drivers import AsyncTarget, SyncTarget
+from .drivers import AsyncTarget, QuorumAsyncTarget, QuorumSyncTarget, SyncTarget
 from .errors import ProviderError, ProviderNotFound
 from .loops import background
 
@@ -33,11 +36,13 @@ _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
 _ASYNC_CLIENTS: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
 
 _sources: dict[str, object] = {}  # name -> what was registered
-_sync_targets: dict[str, SyncTarget] = {}  # name -> resolved target, this process only
+_sync_targets: dict[
+    str, SyncTarget | QuorumSyncTarget
+] = {}  # name -> resolved target, this process only
 # asyncio clients belong to the loop that created them: one table per running loop.
-_async_targets: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncTarget]] = (
-    weakref.WeakKeyDictionary()
-)
+_async_targets: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, AsyncTarget | QuorumAsyncTarget]
+] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -65,11 +70,16 @@ def _check_source(name: str, value: object) -> None:
                 provider=name,
             )
     elif isinstance(value, (list, tuple)):
-        raise ProviderError(
-            f"provider {name!r}: a list of masters (Redlock quorum) is not supported by this "
-            "version yet; register a single client or URL",
-            provider=name,
-        )
+        if len(value) < 3:
+            raise ProviderError(
+                f"provider {name!r}: a quorum needs at least 3 independent masters, got "
+                f"{len(value)}; register one client or URL for a single Redis",
+                provider=name,
+            )
+        for node in value:
+            if isinstance(node, (list, tuple)):
+                raise ProviderError(f"provider {name!r}: quorum lists cannot nest", provider=name)
+            _check_source(name, node)
     elif not isinstance(value, (*_SYNC_CLIENTS, *_ASYNC_CLIENTS)) and not callable(value):
         raise ProviderError(
             f"provider {name!r}: expected a redis client, a redis:// URL or a zero-argument "
@@ -131,34 +141,76 @@ def _wrong_kind(name: str, value: object, needed: str) -> ProviderError:
     )
 
 
-def _client(name: str, value: object, flavour: str, *, called: bool = False) -> Any:
-    """Turn a source into a client of ``flavour`` ("sync" or "async")."""
+def _client(name: str, value: object, flavour: str, *, node: bool = False) -> Any:
+    """Turn a URL or client into a client of ``flavour`` ("sync" or "async").
+
+    Quorum masters built from URLs get short timeouts and no retries: a dead master must cost
+    a quorum round little, and the round itself is the retry.
+    """
     wanted, other = (
         (_SYNC_CLIENTS, _ASYNC_CLIENTS) if flavour == "sync" else (_ASYNC_CLIENTS, _SYNC_CLIENTS)
     )
     if isinstance(value, str):
+        kwargs: dict[str, Any] = (
+            {"socket_timeout": 1.0, "socket_connect_timeout": 1.0, "retry": Retry(NoBackoff(), 0)}
+            if node
+            else {}
+        )
         if flavour == "sync":
-            return redis.Redis.from_url(value)
-        client = redis.asyncio.Redis.from_url(value)
+            return redis.Redis.from_url(value, **kwargs)
+        if node:
+            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+        client = redis.asyncio.Redis.from_url(value, **kwargs)
         _reapers[asyncio.get_running_loop()].append(client)  # ours to close at shutdown
         return client
     if isinstance(value, wanted):
         return value
     if isinstance(value, other):
         raise _wrong_kind(name, value, flavour)
-    if callable(value) and not called:
-        factory: Callable[[], object] = value
-        produced = factory()
-        _check_source(name, produced)
-        return _client(name, produced, flavour, called=True)
     raise ProviderError(
-        f"provider {name!r}: the factory returned {_describe(value)}, expected a redis "
-        "client or a Redis URL",
+        f"provider {name!r}: got {_describe(value)}, expected a redis client or a Redis URL",
         provider=name,
     )
 
 
-def sync_target(name: str) -> SyncTarget:
+def _resolve(name: str, source: object) -> object:
+    """A factory's product (called once per process, or per loop for asyncio)."""
+    if callable(source) and not isinstance(source, (*_SYNC_CLIENTS, *_ASYNC_CLIENTS)):
+        factory: Callable[[], object] = source
+        produced = factory()
+        if callable(produced) and not isinstance(produced, (*_SYNC_CLIENTS, *_ASYNC_CLIENTS)):
+            raise ProviderError(
+                f"provider {name!r}: the factory returned another callable "
+                f"({_describe(produced)}), expected a redis client, a URL or a list of them",
+                provider=name,
+            )
+        try:
+            _check_source(name, produced)
+        except ProviderError as exc:
+            raise ProviderError(
+                f"provider {name!r}: the factory returned {_describe(produced)}, expected a "
+                "redis client, a Redis URL, or a list of 3+ of them",
+                provider=name,
+            ) from exc
+        return produced
+    return source
+
+
+def _sync_target(name: str, source: object) -> SyncTarget | QuorumSyncTarget:
+    value = _resolve(name, source)
+    if isinstance(value, (list, tuple)):
+        return QuorumSyncTarget([SyncTarget(_client(name, v, "sync", node=True)) for v in value])
+    return SyncTarget(_client(name, value, "sync"))
+
+
+def _async_target(name: str, source: object) -> AsyncTarget | QuorumAsyncTarget:
+    value = _resolve(name, source)
+    if isinstance(value, (list, tuple)):
+        return QuorumAsyncTarget([AsyncTarget(_client(name, v, "async", node=True)) for v in value])
+    return AsyncTarget(_client(name, value, "async"))
+
+
+def sync_target(name: str) -> SyncTarget | QuorumSyncTarget:
     """The sync target of provider ``name``, built on first use in this process."""
     target = _sync_targets.get(name)
     if target is not None:
@@ -166,12 +218,12 @@ def sync_target(name: str) -> SyncTarget:
     with _lock:
         target = _sync_targets.get(name)
         if target is None:
-            target = SyncTarget(_client(name, _source(name), "sync"))
+            target = _sync_target(name, _source(name))
             _sync_targets[name] = target
         return target
 
 
-def async_target(name: str) -> AsyncTarget:
+def async_target(name: str) -> AsyncTarget | QuorumAsyncTarget:
     """The asyncio target of provider ``name`` for the running event loop.
 
     URLs and factories are resolved once per loop (a client belongs to the loop that made
@@ -191,7 +243,7 @@ def async_target(name: str) -> AsyncTarget:
             background(_reap(loop, _reapers[loop]), name="redlock-deco-loop-reaper")
         target = targets.get(name)
         if target is None:
-            target = AsyncTarget(_client(name, _source(name), "async"))
+            target = _async_target(name, _source(name))
             targets[name] = target
         return target
 

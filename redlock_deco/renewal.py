@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from redis.exceptions import RedisError
 
-from . import drivers, protocol
+from . import drivers
 from .lease import Lease
 from .loops import background
 
@@ -117,7 +117,7 @@ class Renewer:
         started = time.monotonic()
         try:
             extended: bool | None = drivers.run(
-                protocol.extend(lease.claim, lease.ttl_ms), lease.target
+                lease.target.algorithms.extend(lease.claim, lease.ttl_ms), lease.target
             )
         except RedisError:
             extended = None
@@ -181,7 +181,7 @@ class AsyncRenewer:
         started = time.monotonic()
         try:
             extended: bool | None = await drivers.run_async(
-                protocol.extend(lease.claim, lease.ttl_ms), lease.target
+                lease.target.algorithms.extend(lease.claim, lease.ttl_ms), lease.target
             )
         except RedisError:
             extended = None

@@ -31,10 +31,11 @@ class _SemaphoreOptions(Base):
         auto_renew: bool = True,
         provider: str = "default",
         prefix: str = "sem:",
+        replicas: int = 0,
     ) -> None:
         options = build_options(
             ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-            limit=limit,
+            limit=limit, replicas=replicas,
         )  # fmt: skip
         super().__init__(name, options)
 

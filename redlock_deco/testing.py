@@ -52,22 +52,45 @@ def find_redis_server() -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def find_redis_cli(server_binary: str | None = None) -> str:
+    """The redis-cli beside the chosen redis-server (the server extra ships both), else PATH."""
+    beside = Path(server_binary or find_redis_server()).parent / "redis-cli"
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("redis-cli")
+    if found is None:
+        raise RuntimeError("no redis-cli found beside redis-server or on PATH")
+    return found
+
+
+def free_port(below: int = 65536) -> int:
+    """A free loopback port under ``below`` (cluster nodes also need port + 10000 free)."""
+    for _ in range(1000):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port < below:
+            return port
+    raise RuntimeError(f"no free loopback port below {below}")
 
 
 class RedisServer:
     """A real redis-server process on 127.0.0.1, for the length of a ``with`` block."""
 
-    def __init__(self, *, port: int | None = None, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, *, port: int | None = None, args: tuple[str, ...] = (), config: str = ""
+    ) -> None:
         self.binary = find_redis_server()
-        self.port = port or free_port()
+        cluster = "--cluster-enabled" in args
+        self.port = port or free_port(below=55536 if cluster else 65536)
         self.extra_args = args
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="redlock-deco-redis-")
+        # A config file, for modes that rewrite their own configuration (sentinel).
+        self.config_file = os.path.join(self._dir, "redis.conf") if config else None
+        if self.config_file:
+            Path(self.config_file).write_text(config)
+        self.log_file = os.path.join(self._dir, "redis.log")
 
     @property
     def url(self) -> str:
@@ -86,6 +109,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         command = [
             self.binary,
+            *([self.config_file] if self.config_file else []),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -93,10 +117,11 @@ class RedisServer:
             "--dir", self._dir,
             "--daemonize", "no",
             "--loglevel", "warning",
+            "--logfile", self.log_file,
             *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
         )
         _running.add(self)
         self._await_ready()
@@ -118,7 +143,7 @@ class RedisServer:
                 try:
                     if probe.ping():
                         return
-                except redis.exceptions.ConnectionError:
+                except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
                     pass
                 if time.monotonic() > deadline:
                     self.kill()
@@ -143,8 +168,6 @@ class RedisServer:
             os.kill(process.pid, signal.SIGCONT)  # a paused server must die too
             process.kill()
         process.wait(timeout=10)
-        if process.stderr:
-            process.stderr.close()
         self.process = None
         _running.discard(self)
 
@@ -164,6 +187,58 @@ class RedisServer:
     ) -> None:
         self.kill()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class LocalCluster:
+    """A real Redis Cluster of ``masters`` redis-server processes on loopback."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.servers = [
+            RedisServer(args=("--cluster-enabled", "yes", "--cluster-node-timeout", "2000"))
+            for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def client(self, **kwargs: Any) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.servers[0].port, **kwargs)
+
+    def start(self) -> LocalCluster:
+        for server in self.servers:
+            server.start()
+        cli = find_redis_cli(self.servers[0].binary)
+        nodes = [f"127.0.0.1:{server.port}" for server in self.servers]
+        subprocess.run(
+            [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT
+        for server in self.servers:  # every node must agree that all slots are served
+            probe = server.client()
+            # redis-py leaves execute_command untyped; the reply is the INFO text.
+            while b"cluster_state:ok" not in probe.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the local cluster did not reach cluster_state:ok")
+                time.sleep(0.05)
+            probe.close()
+        return self
+
+    def kill(self) -> None:
+        for server in self.servers:
+            server.kill()
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.kill()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self.servers:
+            server.__exit__(None, None, None)
 
 
 @atexit.register

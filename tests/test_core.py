@@ -54,14 +54,14 @@ def test_keys_share_the_lock_keys_hash_slot() -> None:
 
 def test_acquire_first_try() -> None:
     clock = Clock()
-    steps, result = drive(protocol.acquire(claim(), 10, 2.0, clock), [[1, 30000]], clock, {})
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 10, 2.0, clock), [[1, 30000]], clock, {})
     assert result is True
     assert isinstance(steps[0], Eval) and steps[0].args == ("tok", 30000, 3000, 1)
 
 
 def test_try_once_neither_registers_nor_blocks() -> None:
     clock = Clock()
-    steps, result = drive(protocol.acquire(claim(), 0, 2.0, clock), [[0, 5000]], clock, {})
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 0, 2.0, clock), [[0, 5000]], clock, {})
     assert result is False
     assert len(steps) == 1 and steps[0].args[2] == 0  # window 0: never joins the waiters
 
@@ -69,7 +69,7 @@ def test_try_once_neither_registers_nor_blocks() -> None:
 def test_block_is_bounded_by_lease_left_deadline_and_slice() -> None:
     clock = Clock()
     replies = [[0, 300], None, [0, 20_000], None, [0, 20_000], None, [0, 20_000], None]
-    steps, result = drive(protocol.acquire(claim(), 5.0, 2.0, clock), replies, clock,
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, 2.0, clock), replies, clock,
                           {Block: 2.0})  # fmt: skip
     blocks = [s for s in steps if isinstance(s, Block)]
     assert blocks[0].timeout == pytest.approx(0.302)  # holder's lease ends in 300 ms
@@ -82,7 +82,7 @@ def test_block_is_bounded_by_lease_left_deadline_and_slice() -> None:
 def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
     clock = Clock()
     replies = [[0, 20_000], None, [1, 30000]]
-    _, result = drive(protocol.acquire(claim(), 1.0, 2.0, clock), replies, clock,
+    _, result = drive(protocol.SINGLE.acquire(claim(), 1.0, 2.0, clock), replies, clock,
                           {Block: 1.0})  # fmt: skip
     assert result is True
 
@@ -90,7 +90,7 @@ def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
 def test_never_expiring_holder_blocks_in_slices_forever_with_wait_none() -> None:
     clock = Clock()
     replies = [[0, -1], None] * 50 + [[1, 30000]]
-    steps, result = drive(protocol.acquire(claim(), None, 2.0, clock), replies, clock,
+    steps, result = drive(protocol.SINGLE.acquire(claim(), None, 2.0, clock), replies, clock,
                           {Block: 2.0})  # fmt: skip
     assert result is True
     assert {s.timeout for s in steps if isinstance(s, Block)} == {2.0}
@@ -100,7 +100,7 @@ def test_backoff_fallback_without_a_signal_list() -> None:
     clock = Clock()
     replies = [[0, 10_000], None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
     steps, result = drive(
-        protocol.acquire(claim(signal=False), 5.0, 2.0, clock, rand=lambda: 1.0),
+        protocol.SINGLE.acquire(claim(signal=False), 5.0, 2.0, clock, rand=lambda: 1.0),
         replies, clock, {Sleep: 0.0},
     )  # fmt: skip
     sleeps = [s.seconds for s in steps if isinstance(s, Sleep)]
@@ -110,13 +110,13 @@ def test_backoff_fallback_without_a_signal_list() -> None:
 
 def test_release_and_extend_outcomes() -> None:
     clock = Clock()
-    assert drive(protocol.release(claim()), [1], clock, {})[1] is True
-    assert drive(protocol.release(claim()), [0], clock, {})[1] is False
-    assert drive(protocol.extend(claim(), 5000), [1], clock, {})[1] is True
-    assert drive(protocol.extend(claim(), 5000), [0], clock, {})[1] is False
+    assert drive(protocol.SINGLE.release(claim()), [1], clock, {})[1] is True
+    assert drive(protocol.SINGLE.release(claim()), [0], clock, {})[1] is False
+    assert drive(protocol.SINGLE.extend(claim(), 5000), [1], clock, {})[1] is True
+    assert drive(protocol.SINGLE.extend(claim(), 5000), [0], clock, {})[1] is False
 
 
 @pytest.mark.parametrize("reply", [7, b"1", None, -1])
 def test_unknown_reply_codes_are_errors_not_false(reply: object) -> None:
     with pytest.raises(ScriptReplyError, match="unexpected reply"):
-        drive(protocol.release(claim()), [reply], Clock(), {})
+        drive(protocol.SINGLE.release(claim()), [reply], Clock(), {})

@@ -83,7 +83,8 @@ def test_async_client_for_sync_code_says_which_kind_is_needed() -> None:
     [
         ("http://localhost", "not a Redis URL"),
         (42, "expected a redis client"),
-        (["redis://a", "redis://b", "redis://c"], "quorum"),
+        (["redis://a", "redis://b"], "at least 3 independent masters"),
+        (["redis://a", "redis://b", ["redis://c"]], "cannot nest"),
     ],
 )
 def test_unusable_sources_are_refused_at_registration(value: object, fragment: str) -> None:

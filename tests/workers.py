@@ -12,9 +12,13 @@ import redis
 from redlock_deco import Lock, Semaphore, limited, locked, register_provider
 
 
-def increment_many(url: str, counter: str, times: int, ttl: float) -> int:
-    """A deliberately non-atomic read-modify-write under @locked; returns calls made."""
-    register_provider("default", url)
+def increment_many(
+    url: str, counter: str, times: int, ttl: float, masters: list[str] | None = None
+) -> int:
+    """A deliberately non-atomic read-modify-write under @locked; returns calls made.
+
+    The counter lives at ``url``; the lock at ``url`` too, or on the quorum ``masters``."""
+    register_provider("default", masters or url)
     client = redis.Redis.from_url(url)
 
     @locked("counter:{name}", ttl=ttl, wait=None)

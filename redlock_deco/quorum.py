@@ -1,0 +1,131 @@
+"""Redlock: locks and semaphores over N independent masters, written once and free of I/O.
+
+Every step goes to all masters at once (a :class:`Fanout`); the driver waits a short per-node
+timeout and reports each master's reply or failure. An acquisition counts only if a quorum of
+masters granted it *and* some of the lease is left after the time the round took and an
+allowance for clock drift; otherwise it is released on every master (a SET that timed out may
+still have landed) and retried after a random delay until ``wait`` runs out. Extension needs
+the quorum too. There is no signal list across masters, so waiting is jittered backoff.
+
+How big a quorum must be, and how many failed masters it tolerates:
+
+- A lock (limit 1) needs a majority, ``N // 2 + 1``: two majorities always share a master,
+  which grants the lock to one holder only. It tolerates ``N - (N // 2 + 1)`` failed masters.
+- A semaphore with limit ``L >= 2`` needs more than a majority. Each master admits at most
+  ``L`` holders, so all masters together hold at most ``N * L`` grants; ``L + 1`` holders that
+  each hold ``Q`` grants need ``(L + 1) * Q`` of them. Over-admission is impossible exactly when
+  ``(L + 1) * Q > N * L``, i.e. ``Q = N * L // (L + 1) + 1``. A majority is not enough: with
+  N=3 and L=2, three holders could each own a different pair of masters (each master then
+  holding two) and all three would run. Tolerated failures are ``N - Q``:
+
+  ====  ===  ===  =========
+  N     L    Q    tolerates
+  ====  ===  ===  =========
+  3     1    2    1
+  3     2    3    0
+  5     1    3    2
+  5     2    4    1
+  5     3    4    1
+  7     2    5    2
+  ====  ===  ===  =========
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+
+from . import scripts
+from .protocol import Claim, Fanout, Kind, Sleep, Steps, backoff
+from .scripts import Outcome
+
+# Redlock's allowance for clock drift between masters: 1% of the ttl plus 2 ms.
+DRIFT_FRACTION = 0.01
+DRIFT_MS = 2.0
+
+
+def quorum(masters: int, limit: int = 1) -> int:
+    """How many masters must grant a lease with this ``limit`` (see the module docstring)."""
+    return masters * limit // (limit + 1) + 1
+
+
+def validity_ms(ttl_ms: int, elapsed_ms: float) -> float:
+    """What is left of a lease granted by a round that took ``elapsed_ms``."""
+    return ttl_ms - elapsed_ms - (ttl_ms * DRIFT_FRACTION + DRIFT_MS)
+
+
+def _granted(replies: list[object], operation: str, wanted: Outcome) -> int:
+    granted = 0
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            continue  # a master that failed or timed out grants nothing
+        code = reply[0] if isinstance(reply, list) else reply
+        granted += scripts.outcome(operation, code) is wanted
+    return granted
+
+
+class Quorum:
+    """The algorithms over ``masters`` independent Redis masters."""
+
+    def __init__(self, masters: int) -> None:
+        if masters < 3:
+            raise ValueError(f"a quorum needs at least 3 masters, got {masters}")
+        self.masters = masters
+
+    def acquire(
+        self,
+        claim: Claim,
+        wait: float | None,
+        max_block: float,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> Steps[bool]:
+        deadline = math.inf if wait is None else clock() + wait
+        needed = quorum(self.masters, claim.limit)
+        failures = 0
+        while True:
+            started = clock()
+            replies = yield Fanout(claim.acquire_step(0))
+            elapsed_ms = (clock() - started) * 1000
+            won = _granted(replies, "acquire", Outcome.ACQUIRED)
+            if won >= needed and validity_ms(claim.ttl_ms, elapsed_ms) > 0:
+                return True
+            yield Fanout(claim.release_step())  # everywhere: a timed-out grant may exist
+            remaining = deadline - clock()
+            if remaining <= 0:
+                return False
+            failures += 1
+            yield Sleep(min(remaining, backoff(failures, rand)))
+
+    def release(self, claim: Claim) -> Steps[bool]:
+        """True if a quorum of masters still had the lease when it was given back."""
+        replies = yield Fanout(claim.release_step())
+        return _granted(replies, "release", Outcome.RELEASED) >= quorum(self.masters, claim.limit)
+
+    def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]:
+        """Reset the lease on every master; it holds on only if a quorum extended it in time."""
+        started = time.monotonic()
+        replies = yield Fanout(claim.extend_step(ttl_ms))
+        elapsed_ms = (time.monotonic() - started) * 1000
+        extended = _granted(replies, "extend", Outcome.EXTENDED)
+        return extended >= quorum(self.masters, claim.limit) and validity_ms(ttl_ms, elapsed_ms) > 0
+
+    def owned(self, claim: Claim) -> Steps[bool]:
+        replies = yield Fanout(claim.owned_step())
+        return _granted(replies, "owned", Outcome.OWNER) >= quorum(self.masters, claim.limit)
+
+    def holders(self, kind: Kind, key: str) -> Steps[int]:
+        """The holder count that decides admission: an acquire with limit L succeeds only if
+        a quorum of masters count fewer than L, i.e. if the quorum-th smallest count is < L.
+        (The quorum of a lock is used: a semaphore's is at least as large.)"""
+        replies = yield Fanout(kind.count_step(key))
+        counts = sorted(
+            math.inf if isinstance(reply, BaseException) else int(reply) for reply in replies
+        )
+        found = counts[quorum(self.masters) - 1]
+        return int(found) if found != math.inf else 2**31
+
+    def abandon(self, claim: Claim) -> Steps[None]:
+        yield Fanout(claim.release_step())
