@@ -1,0 +1,205 @@
+"""Redis Cluster, Sentinel failover and replica acknowledgement (replicas=N), on real
+processes: a local 3-master cluster, a primary with a replica and three sentinels."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from redlock_deco import Lock, LockNotAcquired, Semaphore, limited, locked, register_provider
+from redlock_deco.asyncio import Lock as AsyncLock
+from redlock_deco.asyncio import Semaphore as AsyncSemaphore
+from redlock_deco.testing import LocalCluster, RedisServer
+
+pytestmark = pytest.mark.slow
+
+
+# -- Redis Cluster -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(masters=3) as local:
+        yield local
+
+
+@pytest.fixture
+def cluster_client(cluster: LocalCluster) -> Iterator[redis.RedisCluster]:
+    client = cluster.client()
+    client.flushall(target_nodes=client.PRIMARIES)
+    register_provider("cluster", client)
+    yield client
+    client.close()
+
+
+def test_cluster_locks_and_semaphores_across_nodes(cluster_client: redis.RedisCluster) -> None:
+    names = [f"order:{i}" for i in range(12)]
+    homes = {cluster_client.get_node_from_key(f"lock:{n}").port for n in names}
+    assert len(homes) == 3  # the names really are spread over the three masters
+    for name in names:
+        with Lock(name, provider="cluster", ttl=5) as lock:
+            assert lock.owned() and lock.locked()
+        with Semaphore(name, provider="cluster", limit=2, ttl=5) as sem:
+            assert sem.holders() == 1
+    assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
+
+
+def test_cluster_waiting_renewal_and_hand_off(cluster_client: redis.RedisCluster) -> None:
+    @locked("job:{n}", provider="cluster", ttl=0.3)
+    def renewed(n: int) -> int:
+        time.sleep(0.9)  # three ttls
+        return int(cluster_client.pttl(f"lock:job:{n}"))
+
+    assert renewed(1) > 0
+
+    holder = Lock("handoff", provider="cluster", ttl=10)
+    holder.acquire()
+    got: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            Lock("handoff", provider="cluster", wait=5).acquire() and time.perf_counter()
+        )
+    )
+    waiter.start()
+    while not cluster_client.exists("{lock:handoff}:waiters"):
+        time.sleep(0.002)
+    released = time.perf_counter()
+    holder.release()
+    waiter.join(10)
+    assert got and got[0] - released < 0.05
+
+
+def test_async_cluster_client(cluster: LocalCluster) -> None:
+    port = cluster.servers[0].port
+    register_provider("acluster", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port))
+
+    @limited("exports:{tenant}", limit=2, provider="acluster", ttl=0.3)
+    async def export(tenant: str) -> int:
+        await asyncio.sleep(0.8)
+        return await AsyncSemaphore(f"exports:{tenant}", limit=2, provider="acluster").holders()
+
+    async def scenario() -> None:
+        assert await asyncio.gather(export("a"), export("a")) == [2, 2]
+        async with AsyncLock("alock", provider="acluster") as lock:
+            assert await lock.owned()
+        from redlock_deco import providers
+
+        await providers.async_target("acluster").client.aclose()
+
+    asyncio.run(scenario())
+
+
+# -- replicas=N --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[RedisServer, RedisServer]]:
+    with RedisServer(args=PRIMARY_ARGS) as primary:
+        replica = RedisServer(args=("--replicaof", "127.0.0.1", str(primary.port)))
+        with replica:
+            yield primary, replica
+
+
+PRIMARY_ARGS = ("--repl-diskless-sync-delay", "0")  # no 5 s pause before the first sync
+
+
+def await_replication(primary: RedisServer, replicas: int) -> None:
+    """Until ``replicas`` replicas are online (synced, so WAIT can count them)."""
+    deadline = time.monotonic() + 15
+    while True:
+        info = primary.client().info("replication")
+        online = sum(
+            1
+            for key, value in info.items()
+            if key.startswith("slave") and isinstance(value, dict) and value["state"] == "online"
+        )
+        if online >= replicas:
+            return
+        assert time.monotonic() < deadline, f"replicas not online: {info}"
+        time.sleep(0.05)
+
+
+def test_replicas_acknowledge_then_replica_down_fails_cleanly(
+    pair: tuple[RedisServer, RedisServer],
+) -> None:
+    primary, replica = pair
+    if replica.process is None:
+        replica.start()
+    await_replication(primary, 1)
+    register_provider("primary", primary.url)
+    with Lock("safe", provider="primary", replicas=1, wait=1) as lock:
+        assert lock.owned()
+        assert replica.client().get("lock:safe") == primary.client().get("lock:safe")
+
+    replica.kill()
+    started = time.monotonic()
+
+    @locked("unsafe", provider="primary", replicas=1, wait=0.5)
+    def needs_a_copy() -> None: ...
+
+    with pytest.raises(LockNotAcquired):
+        needs_a_copy()
+    assert time.monotonic() - started < 0.5 + 1.2  # wait + one WAIT at most
+    assert not primary.client().exists("lock:unsafe")  # released: nothing held on the primary
+    replica.start()
+    await_replication(primary, 1)
+
+
+# -- Sentinel ----------------------------------------------------------------------------
+
+
+SENTINEL_CONF = """\
+sentinel monitor mymaster 127.0.0.1 {port} 2
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 10000
+sentinel parallel-syncs mymaster 1
+"""
+
+
+def test_sentinel_failover_then_new_acquisitions_succeed() -> None:
+    with RedisServer(args=PRIMARY_ARGS) as primary:
+        replica = RedisServer(args=("--replicaof", "127.0.0.1", str(primary.port)))
+        with replica:
+            await_replication(primary, 1)
+            sentinels = [
+                RedisServer(config=SENTINEL_CONF.format(port=primary.port), args=("--sentinel",))
+                for _ in range(3)
+            ]
+            try:
+                for sentinel in sentinels:
+                    sentinel.start()
+                watcher = redis.Sentinel(
+                    [("127.0.0.1", s.port) for s in sentinels], socket_timeout=1
+                )
+                register_provider("ha", watcher.master_for("mymaster", socket_timeout=1))
+                with Lock("before", provider="ha") as lock:
+                    assert lock.owned()
+                deadline = time.monotonic() + 15
+                while True:  # the sentinels must know the replica before they can promote it
+                    try:
+                        sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "mymaster")
+                        break
+                    except redis.exceptions.ResponseError:
+                        assert time.monotonic() < deadline, "sentinel never saw the replica"
+                        time.sleep(0.2)
+                while watcher.discover_master("mymaster")[1] != replica.port:
+                    assert time.monotonic() < deadline, "failover did not complete"
+                    time.sleep(0.1)
+                acquired = False
+                while not acquired:  # the first call may meet the demoted primary once
+                    try:
+                        with Lock("after", provider="ha", wait=1) as lock:
+                            acquired = lock.owned()
+                    except (redis.exceptions.ConnectionError, redis.exceptions.ReadOnlyError):
+                        assert time.monotonic() < deadline
+                        time.sleep(0.1)
+                assert replica.client().info("replication")["role"] == "master"
+            finally:
+                for sentinel in sentinels:
+                    sentinel.__exit__(None, None, None)
