@@ -6,6 +6,8 @@ import os
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from redlock_deco.testing import ENV_BINARY, RedisServer, find_redis_server
 
@@ -13,7 +15,8 @@ from redlock_deco.testing import ENV_BINARY, RedisServer, find_redis_server
 def test_lifecycle() -> None:
     with RedisServer() as srv:
         pid = srv.pid
-        client = srv.client(socket_timeout=0.3)
+        no_retry = Retry(NoBackoff(), 0)  # redis-py 8 retries ~7 s by default
+        client = srv.client(socket_timeout=0.3, retry=no_retry)
         assert client.ping()
         assert srv.url == f"redis://127.0.0.1:{srv.port}/0"
         srv.pause()
@@ -23,7 +26,7 @@ def test_lifecycle() -> None:
         assert srv.client().ping()
         srv.kill()
         with pytest.raises(redis.exceptions.ConnectionError):
-            srv.client(socket_connect_timeout=0.5).ping()
+            srv.client(socket_connect_timeout=0.5, retry=no_retry).ping()
         srv.restart()
         assert srv.pid != pid and srv.client().ping()
     with pytest.raises(ProcessLookupError):

@@ -79,13 +79,21 @@ def test_async_cluster_client(cluster: LocalCluster) -> None:
     port = cluster.servers[0].port
     register_provider("acluster", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port))
 
+    counted: list[int] = []
+
     @limited("exports:{tenant}", limit=2, provider="acluster", ttl=0.3)
-    async def export(tenant: str) -> int:
-        await asyncio.sleep(0.8)
-        return await AsyncSemaphore(f"exports:{tenant}", limit=2, provider="acluster").holders()
+    async def export(tenant: str, both_counted: asyncio.Event) -> int:
+        await asyncio.sleep(0.8)  # past two ttls: renewed on the cluster
+        count = await AsyncSemaphore(f"exports:{tenant}", limit=2, provider="acluster").holders()
+        counted.append(count)
+        if len(counted) == 2:
+            both_counted.set()
+        await both_counted.wait()  # neither leaves before both have looked
+        return count
 
     async def scenario() -> None:
-        assert await asyncio.gather(export("a"), export("a")) == [2, 2]
+        both = asyncio.Event()
+        assert await asyncio.gather(export("a", both), export("a", both)) == [2, 2]
         async with AsyncLock("alock", provider="acluster") as lock:
             assert await lock.owned()
         from redlock_deco import providers
