@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import asyncio_bench, uncontended
+from . import asyncio_bench, quorum_bench, uncontended
 
 
 def main() -> None:
@@ -16,6 +16,8 @@ def main() -> None:
     print(uncontended.report(uncontended.measure(args.cycles, args.rounds)))
     print("\n## asyncio\n")
     print(asyncio_bench.report(*asyncio_bench.measure(args.cycles // 2, args.rounds)))
+    print("\n## Redlock quorum (uncontended @locked)\n")
+    print(quorum_bench.report(quorum_bench.measure(args.cycles // 2, args.rounds)))
 
 
 if __name__ == "__main__":
