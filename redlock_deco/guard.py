@@ -44,7 +44,7 @@ def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | 
 
 
 def _claim(kind: Kind, options: LeaseOptions, key: str) -> Claim:
-    keys = Keys.for_key(key)
+    keys = Keys.for_key(key, kind)
     return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas)
 
 

@@ -112,10 +112,15 @@ class Keys:
     key: str
     waiters: str
     signal: str | None  # None: no signal list can be used here, wait with jittered backoff
+    limit: str | None = None  # semaphores: where the limit is kept for `inspect`
 
     @classmethod
-    def for_key(cls, key: str) -> Keys:
-        return cls(key, sibling(key, "waiters"), sibling(key, "signal"))
+    def for_key(cls, key: str, kind: Kind | None = None) -> Keys:
+        limit = sibling(key, "limit") if kind is not None and not kind.reentrant else None
+        return cls(key, sibling(key, "waiters"), sibling(key, "signal"), limit)
+
+    def extra(self) -> tuple[str, ...]:
+        return () if self.limit is None else (self.limit,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,17 +169,18 @@ class Claim:
 
     def acquire_step(self, window_ms: int) -> Eval:
         keys = self.keys
-        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters)
+        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters, *keys.extra())
         args = (self.token, self.ttl_ms, window_ms, self.limit)
         return Eval(self.kind.acquire_script, waiting, args)
 
     def release_step(self) -> Eval:
         keys = self.keys
-        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters)
+        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters, *keys.extra())
         return Eval(self.kind.release_script, waiting, (self.token,))
 
     def extend_step(self, ttl_ms: int) -> Eval:
-        return Eval(self.kind.extend_script, (self.keys.key,), (self.token, ttl_ms))
+        keys = (self.keys.key, *self.keys.extra())
+        return Eval(self.kind.extend_script, keys, (self.token, ttl_ms))
 
     def owned_step(self) -> Eval:
         return Eval(self.kind.owned_script, (self.keys.key,), (self.token,))

@@ -2,6 +2,7 @@
 -- include: waiters
 -- KEYS[1] holders zset: token -> end of its lease, in server-clock ms (never a client clock)
 -- KEYS[2] waiter zset of this semaphore; KEYS[3] signal list of this semaphore (same slot)
+-- KEYS[4] the limit of the latest admission, for `inspect` (expires with the holders)
 -- ARGV[1] token; ARGV[2] lease ttl in ms
 -- ARGV[3] waiter window in ms: 0 = try once (never joins the waiters), else join on failure
 -- ARGV[4] limit: this caller's own limit, applied at its admission
@@ -17,6 +18,7 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4]) then
     -- The zset lives exactly as long as its longest lease: no key outlives its holders.
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
+  redis.call('SET', KEYS[4], ARGV[4], 'PX', redis.call('PTTL', KEYS[1]))
   if window > 0 then
     waiter_leave(KEYS[2], KEYS[3], ARGV[1])
   end
