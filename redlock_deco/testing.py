@@ -9,6 +9,7 @@ the ``with`` block ends (or at interpreter exit, as a safety net).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -239,6 +241,20 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         for server in self.servers:
             server.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def redis_url(url: str | None = None) -> Iterator[str]:
+    """``url``, else ``$REDIS_URL``, else a throwaway redis-server for the ``with`` block.
+
+    What the demo and the examples use so they run with no setup at all.
+    """
+    chosen = url or os.environ.get("REDIS_URL")
+    if chosen:
+        yield chosen
+        return
+    with RedisServer() as server:
+        yield server.url
 
 
 @atexit.register

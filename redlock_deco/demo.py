@@ -1,0 +1,156 @@
+"""``redlock-deco demo``: worker processes prove mutual exclusion and the semaphore bound.
+
+Each worker alternates a deliberately non-atomic read-modify-write under ``@locked`` (any
+overlap would lose an update) and a gauge under ``@limited`` (any over-admission would push
+it past the limit), and records how long each hand-off of the lock took. The summary checks
+both invariants and the exit status says whether they held.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+import statistics
+import sys
+import time
+from typing import Any, TextIO
+
+import redis
+
+from .decorators import limited, locked
+from .providers import redact, register_provider
+from .testing import redis_url
+
+
+def worker(url: str, ns: str, seconds: float, limit: int) -> dict[str, Any]:
+    """One demo process: returns its call counts, hand-off gaps and the gauge's peak."""
+    register_provider("default", url)
+    client = redis.Redis.from_url(url)
+    me = os.getpid()
+    gaps: list[float] = []
+    peak = 0
+
+    @locked(f"{ns}:counter", ttl=5, wait=30)
+    def increment() -> None:
+        entered = time.time()
+        last = client.get(f"{ns}:released")
+        if last:
+            text = last if isinstance(last, str) else last.decode()
+            pid, _, at = text.partition(":")
+            if int(pid) != me:
+                gaps.append(entered - float(at))
+        value = int(client.get(f"{ns}:count") or 0)
+        time.sleep(0.0005)  # widen the window a lost update would need
+        client.set(f"{ns}:count", value + 1)
+        client.set(f"{ns}:released", f"{me}:{time.time()}")  # just before the release
+
+    @limited(f"{ns}:slots", limit=limit, ttl=5, wait=30)
+    def section() -> None:
+        nonlocal peak
+        peak = max(peak, int(client.incr(f"{ns}:inside")))
+        time.sleep(0.002)
+        client.decr(f"{ns}:inside")
+        client.incr(f"{ns}:limited")
+
+    locked_calls = limited_calls = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        increment()
+        locked_calls += 1
+        section()
+        limited_calls += 1
+    client.close()
+    return {"locked": locked_calls, "limited": limited_calls, "gaps": gaps, "peak": peak}
+
+
+class Progress:
+    """One refreshing line on a terminal; at most one line a second in a log."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.last = 0.0
+
+    def show(self, text: str, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if self.tty:
+            self.out.write("\r" + text.ljust(72) + ("\n" if final else ""))
+            self.out.flush()
+        elif final or now - self.last >= 1.0:
+            self.out.write(text + "\n")
+            self.out.flush()
+            self.last = now
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def run(url: str | None, workers: int, seconds: float, limit: int, out: TextIO) -> int:
+    """Run the demo; returns the exit status (0 when every invariant held)."""
+    with redis_url(url) as chosen:
+        where = "a throwaway redis-server" if not (url or os.environ.get("REDIS_URL")) else ""
+        client = redis.Redis.from_url(chosen)
+        version = client.info("server")["redis_version"]
+        out.write(
+            f"redlock-deco demo: {workers} worker processes for {seconds:g}s on "
+            f"{redact(chosen)} (Redis {version}{', ' + where if where else ''})\n"
+        )
+        ns = f"redlock-deco-demo:{secrets.token_hex(4)}"
+        progress = Progress(out)
+        started = time.monotonic()
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            pending = pool.starmap_async(worker, [(chosen, ns, seconds, limit)] * workers)
+            while not pending.ready():
+                pending.wait(0.2)
+                progress.show(
+                    f"  {time.monotonic() - started:5.1f}s  "
+                    f"@locked calls {int(client.get(f'{ns}:count') or 0):6d}  "
+                    f"@limited calls {int(client.get(f'{ns}:limited') or 0):6d}"
+                )
+            results = pending.get()
+        counted = int(client.get(f"{ns}:count") or 0)
+        for key in client.scan_iter(match=f"{ns}:*"):
+            client.delete(key)
+        client.close()
+    return _summary(results, counted, limit, progress, out)
+
+
+def _summary(
+    results: list[dict[str, Any]], counted: int, limit: int, progress: Progress, out: TextIO
+) -> int:
+    locked_calls = sum(r["locked"] for r in results)
+    limited_calls = sum(r["limited"] for r in results)
+    gaps = [g for r in results for g in r["gaps"]]
+    peak = max(r["peak"] for r in results)
+    lost = locked_calls - counted
+    progress.show(f"  done: {locked_calls} @locked and {limited_calls} @limited calls", final=True)
+    hand_off = (
+        f"{statistics.median(gaps) * 1000:.2f} ms / {_percentile(gaps, 0.99) * 1000:.2f} ms"
+        if gaps
+        else "n/a (one worker)"
+    )
+    rows = [
+        ("@locked calls (read-modify-write)", str(locked_calls), ""),
+        ("lost updates", f"{lost}  (counter {counted} of {locked_calls})", _ok(lost == 0)),
+        ("@limited calls", str(limited_calls), ""),
+        ("max concurrent holders", f"{peak} of limit {limit}", _ok(peak <= limit)),
+        ("lock hand-off p50 / p99", hand_off, ""),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    out.write("\n")
+    for name, value, verdict in rows:
+        out.write(f"  {name.ljust(width)}  {value.ljust(36)} {verdict}\n".rstrip() + "\n")
+    ok = lost == 0 and peak <= limit
+    out.write("\n" + ("all invariants held" if ok else "INVARIANT BROKEN") + "\n")
+    return 0 if ok else 1
+
+
+def _ok(condition: bool) -> str:
+    return "ok" if condition else "BROKEN"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(run(None, 4, 5.0, 3, sys.stdout))
