@@ -1,41 +1,39 @@
-"""Quick start: four processes bump one counter through @locked, and none of the updates is lost.
+"""Quick start: four processes bump one counter through @locked, and no update is lost.
 
-Run it with no setup: when REDIS_URL is unset it starts a throwaway redis-server (from PATH or
-the `server` extra) and stops it at the end.
+Runs with no setup: without REDIS_URL it starts a throwaway redis-server (from PATH or the
+`server` extra) and stops it at the end.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
-from contextlib import ExitStack
 
 import redis
 
 from redlock_deco import locked, register_provider
-from redlock_deco.testing import RedisServer
+from redlock_deco.testing import redis_url
 
 
 @locked("counter:{name}", ttl=5, wait=30)
 def bump(client: redis.Redis, name: str) -> None:
-    """A read-modify-write that loses updates when two processes interleave."""
+    """A read-modify-write that loses updates whenever two processes interleave."""
     value = int(client.get(name) or 0)
     time.sleep(0.001)
     client.set(name, value + 1)
 
 
 def worker(url: str, times: int) -> None:
-    register_provider("default", url)  # providers resolve lazily, per process
+    register_provider("default", url)  # providers resolve lazily, in each process
     client = redis.Redis.from_url(url)
     for _ in range(times):
         bump(client, "visits")
 
 
-def main() -> None:
-    with ExitStack() as stack:
-        url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
-        redis.Redis.from_url(url).delete("visits")
+def main() -> int:
+    with redis_url() as url:
+        client = redis.Redis.from_url(url)
+        client.delete("visits")
         procs, times = 4, 50
         started = time.monotonic()
         ctx = multiprocessing.get_context("spawn")
@@ -44,12 +42,13 @@ def main() -> None:
             p.start()
         for p in workers:
             p.join()
-        total = int(redis.Redis.from_url(url).get("visits") or 0)
-        lost = procs * times - total
-        print(f"{procs} processes x {times} locked increments in {time.monotonic() - started:.2f}s")
-        print(f"counter = {total}, lost updates = {lost}")
-        raise SystemExit(0 if lost == 0 else 1)
+        total = int(client.get("visits") or 0)
+        client.delete("visits")
+    lost = procs * times - total
+    print(f"{procs} processes x {times} locked increments in {time.monotonic() - started:.2f}s")
+    print(f"counter = {total}, lost updates = {lost}")
+    return 0 if lost == 0 else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
