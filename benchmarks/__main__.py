@@ -1,24 +1,98 @@
-"""Run the benchmarks: ``python -m benchmarks [uncontended]``."""
+"""``python -m benchmarks``: every scenario in one run, then BENCHMARKS.md and the plot.
+
+Starts its own redis-server; needs the ``bench`` extra (python-redis-lock, pottery,
+matplotlib) for the comparison libraries and the plot.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from pathlib import Path
 
-from . import asyncio_bench, quorum_bench, uncontended
+from redlock_deco.testing import RedisServer
+
+from . import asyncio_bench, commands, contention, crash, quorum_bench, semaphore_bench, uncontended
+from .candidates import LOCKS
+from .report import Results, markdown, plot
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks")
-    parser.add_argument("--cycles", type=int, default=2000, help="cycles per round")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per contention run (3)")
+    parser.add_argument("--cycles", type=int, default=1000, help="per uncontended round (1000)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    parser.add_argument("--many", type=int, default=64, help="processes in the big run (64)")
+    parser.add_argument("--no-write", action="store_true", help="print, do not write files")
     args = parser.parse_args()
-    print("## Uncontended acquire+release (median of interleaved rounds)\n")
-    print(uncontended.report(uncontended.measure(args.cycles, args.rounds)))
-    print("\n## asyncio\n")
-    print(asyncio_bench.report(*asyncio_bench.measure(args.cycles // 2, args.rounds)))
-    print("\n## Redlock quorum (uncontended @locked)\n")
-    print(quorum_bench.report(quorum_bench.measure(args.cycles // 2, args.rounds)))
+    started = time.monotonic()
+    with RedisServer() as server:
+        info = server.client().info("server")
+        results = Results(
+            command="python -m benchmarks " + " ".join(sys.argv[1:]),
+            redis_version=str(info["redis_version"]),
+            redis_binary=server.binary,
+        )
+        step("uncontended")
+        results.uncontended = uncontended.measure(server.url, args.cycles, args.rounds)
+        results.load = commands.per_cycle(server.url)
+        results.load["redlock-deco @limited(limit=3)"] = _limited_load(server.url)
+        for processes in (8, args.many):
+            results.contended[processes] = {}
+            for library in LOCKS:
+                step(f"{processes} processes: {library}")
+                results.contended[processes][library] = contention.contend(
+                    server.url, library, processes, args.seconds
+                )
+        for library in LOCKS:
+            step(f"crash recovery: {library}")
+            results.crash[library] = crash.recovery(server.url, library)
+        step("semaphore")
+        results.semaphore = semaphore_bench.measure(server.url, 8, args.seconds)
+    step("asyncio")
+    results.asyncio = asyncio_bench.report(*asyncio_bench.measure(args.cycles // 2, args.rounds))
+    step("quorum")
+    results.quorum = quorum_bench.report(quorum_bench.measure(args.cycles // 2, args.rounds))
+    results.seconds = time.monotonic() - started
+    text = markdown(results)
+    if args.no_write:
+        print(text)
+    else:
+        (ROOT / "BENCHMARKS.md").write_text(text)
+        plot(results, ROOT / "benchmarks" / "handoff.png")
+        print(text)
+        print(f"\nwrote BENCHMARKS.md and benchmarks/handoff.png in {results.seconds:.0f} s")
+    return 0
+
+
+def _limited_load(url: str) -> tuple[float, float]:
+    import redis
+
+    from .candidates import count_round_trips, redlock_deco_limited
+
+    counter = count_round_trips()
+    run = redlock_deco_limited(3)(url, "bench:cmd:limited", 10.0)
+    run(lambda: None)
+    client = redis.Redis.from_url(url)
+    client.config_resetstat()
+    before = counter()
+    for _ in range(commands.CYCLES):
+        run(lambda: None)
+    sent = counter() - before
+    stats = client.info("commandstats")
+    executed = sum(
+        v["calls"] for k, v in stats.items()
+        if not k.startswith(("cmdstat_config", "cmdstat_info"))
+    )  # fmt: skip
+    return sent / commands.CYCLES, executed / commands.CYCLES
+
+
+def step(what: str) -> None:
+    print(f"... {what}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

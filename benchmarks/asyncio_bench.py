@@ -12,7 +12,7 @@ import redis.asyncio
 from redlock_deco import locked, register_provider
 from redlock_deco.testing import RedisServer
 
-from .uncontended import RELEASE
+from .candidates import RELEASE
 
 
 async def _uncontended(url: str, cycles: int, rounds: int) -> dict[str, float]:

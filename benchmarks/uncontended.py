@@ -12,18 +12,13 @@ import time
 from collections.abc import Callable
 
 import redis
-import redis.lock
 
-from redlock_deco import Lock, limited, locked, register_provider
-from redlock_deco.testing import RedisServer
+from .candidates import LOCKS, RELEASE, redlock_deco_limited
 
-RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-)
+FLOOR = "floor (SET NX PX + EVALSHA)"
 
 
 def candidates(url: str) -> dict[str, Callable[[], object]]:
-    register_provider("default", url)
     client = redis.Redis.from_url(url)
     sha = client.script_load(RELEASE)
 
@@ -31,56 +26,30 @@ def candidates(url: str) -> dict[str, Callable[[], object]]:
         client.set("bench:floor", "token", nx=True, px=30000)
         client.evalsha(sha, 1, "bench:floor", "token")
 
-    theirs = redis.lock.Lock(redis.Redis.from_url(url), "bench:redis-py", timeout=30)
-
-    def redis_py() -> None:
-        theirs.acquire()
-        theirs.release()
-
-    @locked("bench:{n}")
-    def with_locked(n: int) -> None: ...
-
-    @limited("bench:{n}", limit=3)
-    def with_limited(n: int) -> None: ...
-
-    ours = Lock("bench:ctx")
-
-    def with_lock_object() -> None:
-        with ours:
-            pass
-
-    return {
-        "floor (SET NX PX + EVALSHA)": floor,
-        "redis-py Lock": redis_py,
-        "@locked": lambda: with_locked(1),
-        "@limited(limit=3)": lambda: with_limited(1),
-        "with Lock(...)": with_lock_object,
-    }
+    runs: dict[str, Callable[[], object]] = {FLOOR: floor}
+    for library, (factory, _) in LOCKS.items():
+        if library != "raw 1 ms polling":  # uncontended, it is the floor
+            run = factory(url, f"bench:{library}", 30.0)
+            runs[library] = lambda run=run: run(_nothing)
+    limited_run = redlock_deco_limited(3)(url, "bench:limited", 30.0)
+    runs["redlock-deco @limited(limit=3)"] = lambda: limited_run(_nothing)
+    return runs
 
 
-def measure(cycles: int = 2000, rounds: int = 7) -> dict[str, float]:
-    with RedisServer() as server:
-        runs = candidates(server.url)
-        samples: dict[str, list[float]] = {name: [] for name in runs}
-        for fn in runs.values():
-            for _ in range(200):  # warm up connections and script caches
+def _nothing() -> None:
+    pass
+
+
+def measure(url: str, cycles: int = 2000, rounds: int = 7) -> dict[str, float]:
+    runs = candidates(url)
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():
+        for _ in range(200):  # warm up connections and script caches
+            fn()
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            started = time.perf_counter()
+            for _ in range(cycles):
                 fn()
-        for _ in range(rounds):
-            for name, fn in runs.items():
-                started = time.perf_counter()
-                for _ in range(cycles):
-                    fn()
-                samples[name].append(cycles / (time.perf_counter() - started))
-        return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def report(results: dict[str, float]) -> str:
-    floor = next(iter(results.values()))
-    locked_rate = results["@locked"]
-    lines = [
-        "| candidate | cycles/s | vs floor | vs @locked |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for name, rate in results.items():
-        lines.append(f"| {name} | {rate:,.0f} | {rate / floor:.2f}x | {rate / locked_rate:.2f}x |")
-    return "\n".join(lines)
+            samples[name].append(cycles / (time.perf_counter() - started))
+    return {name: statistics.median(values) for name, values in samples.items()}

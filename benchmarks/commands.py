@@ -1,0 +1,32 @@
+"""Load per uncontended cycle: round trips (counted client-side) and commands the server ran
+(INFO commandstats, script-internal calls included)."""
+
+from __future__ import annotations
+
+import redis
+
+from .candidates import LOCKS, count_round_trips
+
+CYCLES = 500
+
+
+def per_cycle(url: str) -> dict[str, tuple[float, float]]:
+    """library -> (round trips, server commands) per acquire+release cycle."""
+    counter = count_round_trips()
+    client = redis.Redis.from_url(url)
+    found = {}
+    for library, (factory, _) in LOCKS.items():
+        run = factory(url, f"bench:cmd:{library}", 10.0)
+        run(lambda: None)  # connect and load scripts outside the count
+        client.config_resetstat()
+        before = counter()
+        for _ in range(CYCLES):
+            run(lambda: None)
+        sent = counter() - before
+        stats = client.info("commandstats")
+        executed = sum(
+            v["calls"] for k, v in stats.items()
+            if not k.startswith(("cmdstat_config", "cmdstat_info"))
+        )  # fmt: skip
+        found[library] = (sent / CYCLES, executed / CYCLES)
+    return found
