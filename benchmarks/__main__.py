@@ -36,6 +36,7 @@ def main() -> int:
             redis_version=str(info["redis_version"]),
             redis_binary=server.binary,
         )
+        results.rtt = _rtt(server.client())
         step("uncontended")
         results.uncontended = uncontended.measure(server.url, args.cycles, args.rounds)
         results.load = commands.per_cycle(server.url)
@@ -88,6 +89,18 @@ def _limited_load(url: str) -> tuple[float, float]:
         if not k.startswith(("cmdstat_config", "cmdstat_info"))
     )  # fmt: skip
     return sent / commands.CYCLES, executed / commands.CYCLES
+
+
+def _rtt(client: object) -> float:
+    """Median idle round trip (PING), the unit of DESIGN.md's hand-off target."""
+    import statistics
+
+    samples = []
+    for _ in range(2000):
+        started = time.perf_counter()
+        client.ping()  # type: ignore[attr-defined]
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
 
 
 def step(what: str) -> None:

@@ -13,9 +13,12 @@ from collections.abc import Callable
 
 import redis
 
+from redlock_deco import scripts
+
 from .candidates import LOCKS, RELEASE, redlock_deco_limited
 
 FLOOR = "floor (SET NX PX + EVALSHA)"
+SCRIPTS = "redlock-deco's two Lua scripts, called raw"
 
 
 def candidates(url: str) -> dict[str, Callable[[], object]]:
@@ -26,7 +29,18 @@ def candidates(url: str) -> dict[str, Callable[[], object]]:
         client.set("bench:floor", "token", nx=True, px=30000)
         client.evalsha(sha, 1, "bench:floor", "token")
 
-    runs: dict[str, Callable[[], object]] = {FLOOR: floor}
+    # Our two scripts called directly: separates what the Lua costs from what the library does.
+    acquire, release = scripts.LOCK_ACQUIRE, scripts.LOCK_RELEASE
+    client.script_load(acquire.source)
+    client.script_load(release.source)
+    keys = ("bench:ours", "{bench:ours}:waiters", "{bench:ours}:signal")
+    token = "host:1:" + "0" * 32
+
+    def our_scripts() -> None:
+        client.evalsha(acquire.sha, 3, *keys, token, 30000, 0, 1)
+        client.evalsha(release.sha, 3, *keys, token)
+
+    runs: dict[str, Callable[[], object]] = {FLOOR: floor, SCRIPTS: our_scripts}
     for library, (factory, _) in LOCKS.items():
         if library != "raw 1 ms polling":  # uncontended, it is the floor
             run = factory(url, f"bench:{library}", 30.0)
