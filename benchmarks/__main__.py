@@ -40,7 +40,6 @@ def main() -> int:
         step("uncontended")
         results.uncontended = uncontended.measure(server.url, args.cycles, args.rounds)
         results.load = commands.per_cycle(server.url)
-        results.load["redlock-deco @limited(limit=3)"] = _limited_load(server.url)
         for processes in (8, args.many):
             results.contended[processes] = {}
             for library in LOCKS:
@@ -67,28 +66,6 @@ def main() -> int:
         print(text)
         print(f"\nwrote BENCHMARKS.md and benchmarks/handoff.png in {results.seconds:.0f} s")
     return 0
-
-
-def _limited_load(url: str) -> tuple[float, float]:
-    import redis
-
-    from .candidates import count_round_trips, redlock_deco_limited
-
-    counter = count_round_trips()
-    run = redlock_deco_limited(3)(url, "bench:cmd:limited", 10.0)
-    run(lambda: None)
-    client = redis.Redis.from_url(url)
-    client.config_resetstat()
-    before = counter()
-    for _ in range(commands.CYCLES):
-        run(lambda: None)
-    sent = counter() - before
-    stats = client.info("commandstats")
-    executed = sum(
-        v["calls"] for k, v in stats.items()
-        if not k.startswith(("cmdstat_config", "cmdstat_info"))
-    )  # fmt: skip
-    return sent / commands.CYCLES, executed / commands.CYCLES
 
 
 def _rtt(client: object) -> float:

@@ -34,18 +34,22 @@ def raw_polling(url: str, key: str, ttl: float) -> Runner:
     return run
 
 
+def _blocking(lock: Any) -> Runner:
+    """``run(body)`` for a lock object with blocking ``acquire()`` and ``release()``."""
+
+    def run(body: Callable[[], None]) -> None:
+        lock.acquire()
+        try:
+            body()
+        finally:
+            lock.release()
+
+    return run
+
+
 def redis_py(sleep: float) -> Callable[[str, str, float], Runner]:
     def make(url: str, key: str, ttl: float) -> Runner:
-        lock = redis.lock.Lock(redis.Redis.from_url(url), key, timeout=ttl, sleep=sleep)
-
-        def run(body: Callable[[], None]) -> None:
-            lock.acquire()
-            try:
-                body()
-            finally:
-                lock.release()
-
-        return run
+        return _blocking(redis.lock.Lock(redis.Redis.from_url(url), key, timeout=ttl, sleep=sleep))
 
     return make
 
@@ -53,31 +57,13 @@ def redis_py(sleep: float) -> Callable[[str, str, float], Runner]:
 def python_redis_lock(url: str, key: str, ttl: float) -> Runner:
     import redis_lock
 
-    lock = redis_lock.Lock(redis.Redis.from_url(url), key, expire=max(1, round(ttl)))
-
-    def run(body: Callable[[], None]) -> None:
-        lock.acquire()
-        try:
-            body()
-        finally:
-            lock.release()
-
-    return run
+    return _blocking(redis_lock.Lock(redis.Redis.from_url(url), key, expire=max(1, round(ttl))))
 
 
 def pottery_redlock(url: str, key: str, ttl: float) -> Runner:
     from pottery import Redlock
 
-    lock = Redlock(key=key, masters={redis.Redis.from_url(url)}, auto_release_time=ttl)
-
-    def run(body: Callable[[], None]) -> None:
-        lock.acquire()
-        try:
-            body()
-        finally:
-            lock.release()
-
-    return run
+    return _blocking(Redlock(key=key, masters={redis.Redis.from_url(url)}, auto_release_time=ttl))
 
 
 def redlock_deco(url: str, key: str, ttl: float) -> Runner:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from .candidates import LOCKS, count_round_trips
+from .candidates import LOCKS, Runner, count_round_trips, redlock_deco_limited
 
 CYCLES = 500
 
@@ -14,9 +14,13 @@ def per_cycle(url: str) -> dict[str, tuple[float, float]]:
     """library -> (round trips, server commands) per acquire+release cycle."""
     counter = count_round_trips()
     client = redis.Redis.from_url(url)
+    runners: dict[str, Runner] = {
+        library: factory(url, f"bench:cmd:{library}", 10.0)
+        for library, (factory, _) in LOCKS.items()
+    }
+    runners["redlock-deco @limited(limit=3)"] = redlock_deco_limited(3)(url, "bench:cmd:sem", 10.0)
     found = {}
-    for library, (factory, _) in LOCKS.items():
-        run = factory(url, f"bench:cmd:{library}", 10.0)
+    for library, run in runners.items():
         run(lambda: None)  # connect and load scripts outside the count
         client.config_resetstat()
         before = counter()
