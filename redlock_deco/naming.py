@@ -9,6 +9,7 @@ index access (``{user.org.id}``, ``{items[0]}``), conversions and format specs.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import string
 from collections.abc import Callable, Mapping
@@ -21,6 +22,28 @@ Renderer = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], str]
 _Getter = Callable[[tuple[Any, ...], Mapping[str, Any]], Any]
 
 _MISSING = object()
+
+#: Longest lock name kept as is, in UTF-8 bytes. A longer one keeps a readable prefix and
+#: ends in the SHA-256 of the whole name, so distinct names stay distinct and every key stays
+#: small (a 1 MB argument must not become a 1 MB key, sent twice per call).
+MAX_NAME_BYTES = 1024
+_PREFIX_BYTES = MAX_NAME_BYTES - len("~sha256:") - 64
+
+
+def bounded(name: str) -> str:
+    """``name`` as it goes into a key: at most MAX_NAME_BYTES of valid UTF-8.
+
+    Text UTF-8 cannot carry (lone surrogates) is escaped as ``\\udxxx``, deterministically.
+    """
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        encoded = name.encode("utf-8", "backslashreplace")
+        name = encoded.decode("utf-8")
+    if len(encoded) <= MAX_NAME_BYTES:
+        return name
+    prefix = encoded[:_PREFIX_BYTES].decode("utf-8", "ignore")
+    return f"{prefix}~sha256:{hashlib.sha256(encoded).hexdigest()}"
 
 
 def describe(func: Callable[..., Any]) -> str:
@@ -91,7 +114,7 @@ def check_name(name: object) -> None:
 def compile_name(name: str | Callable[..., Any] | None, func: Callable[..., Any]) -> Renderer:
     """Compile ``name`` for ``func`` (the undecorated function, ``self``/``cls`` included)."""
     if name is None:
-        fixed = describe(func)
+        fixed = bounded(describe(func))
         return lambda instance, args, kwargs: fixed
     check_name(name)
     if isinstance(name, str):
@@ -104,10 +127,10 @@ def _compile_callable(name_fn: Callable[..., Any]) -> Renderer:
         result = name_fn(*full_args(instance, args), **kwargs)
         if not isinstance(result, str):
             raise KeyTemplateError(
-                f"lock name callable {describe(name_fn)} returned {type(result).__name__} "
-                f"{result!r}; it must return a str"
+                f"lock name callable {describe(name_fn)} returned {type(result).__name__}; "
+                "it must return a str"
             )
-        return result
+        return bounded(result)
 
     return render
 
@@ -126,7 +149,8 @@ def _compile_template(template: str, func: Callable[..., Any]) -> Renderer:
             )
         getters.setdefault(root, _getter(params, root))
     if not getters:
-        return lambda instance, args, kwargs: template.format()
+        fixed = bounded(template.format())
+        return lambda instance, args, kwargs: fixed
 
     items = tuple(getters.items())
 
@@ -137,12 +161,36 @@ def _compile_template(template: str, func: Callable[..., Any]) -> Renderer:
             # The call itself is malformed: let Python word the error exactly as it would.
             inspect.signature(func).bind(*call_args, **kwargs)
         try:
-            return template.format_map(values)
+            return bounded(template.format_map(values))
         except Exception as exc:
+            field = _failing_field(template, values)
             raise KeyTemplateError(
-                f"cannot render lock name {template!r} for {describe(func)}: "
-                f"{type(exc).__name__}: {exc}",
+                f"cannot render lock name {template!r} of {describe(func)}: field {{{field}}} "
+                f"failed with {type(exc).__name__}: {_short(exc)}",
                 template=template,
+                field=field,
             ) from exc
 
     return render
+
+
+def _failing_field(template: str, values: Mapping[str, Any]) -> str:
+    """The first replacement field of ``template`` that cannot be formatted alone."""
+    for _literal, field, spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        alone = "{" + field + (f"!{conversion}" if conversion else "") + f":{spec or ''}}}"
+        try:
+            alone.format_map(values)
+        except Exception:
+            return field
+    return "?"
+
+
+def _short(exc: BaseException) -> str:
+    """An exception's text, kept short: it may quote a huge or hostile argument."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(unprintable)"
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -12,6 +12,7 @@ from typing import Any
 from . import drivers, guard, ownership, providers
 from .errors import LockNotAcquired, LockNotOwned
 from .lease import Lease
+from .naming import bounded
 from .options import LeaseOptions, check_seconds, check_wait, to_ms
 from .ownership import Holdings, Slots
 from .protocol import Kind
@@ -30,8 +31,8 @@ class Base:
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if not isinstance(name, str):
             raise TypeError(f"{self.noun} name must be a str, got {name!r}")
-        self.name = name
-        self.key = options.prefix + name
+        self.name = bounded(name)
+        self.key = options.prefix + self.name
         self.options = options
         self.limit = options.limit
 
