@@ -9,7 +9,6 @@ Everything they decide is in the plain helpers at the top.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
@@ -113,8 +112,10 @@ def enter(
     try:
         acquired = drivers.run(target.algorithms.acquire(claim, wait, target.max_block), target)
     except BaseException:
-        with contextlib.suppress(RedisError):
+        try:
             drivers.run(target.algorithms.abandon(claim), target)
+        except RedisError:  # the server is out of reach: keep trying in the background
+            renewal.renewer().add(renewal.abandoned(claim, target, time.monotonic()))
         raise
     if not acquired:
         return None
@@ -170,8 +171,10 @@ async def enter_async(
         )
     except BaseException:
         # Cancelled (or timed out) while waiting: leave nothing held, even if cancelled again.
-        with contextlib.suppress(RedisError, asyncio.CancelledError):
+        try:
             await asyncio.shield(drivers.run_async(target.algorithms.abandon(claim), target))
+        except (RedisError, asyncio.CancelledError):  # out of reach: keep trying meanwhile
+            renewal.async_renewer().add(renewal.abandoned(claim, target, time.monotonic()))
         raise
     if not acquired:
         return None

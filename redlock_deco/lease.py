@@ -28,6 +28,7 @@ class Lease:
     """One held lease: its claim (key, token, ttl), where it lives, and what we know of it."""
 
     __slots__ = (
+        "abandoned",
         "active",
         "claim",
         "count",
@@ -55,6 +56,7 @@ class Lease:
         self.count = 1  # re-entrant depth of the owner
         self.active = True  # False once released (or lost): renewals then stop
         self.lost = False
+        self.abandoned = False  # an acquire cut short: only ever released, never renewed
         self.renewer: Any = None  # the renewer keeping this lease, if auto-renewed
         # Renewal must not outlive the owner: a thread or task that ended without releasing
         # stops being renewed, and its lease then expires within ttl.

@@ -19,12 +19,14 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from . import drivers
-from .lease import Lease
+from .lease import RETRY_DELAY, Lease
 from .loops import background
+from .protocol import Claim
 
 
 def due(leases: Iterable[Lease], now: float) -> tuple[list[Lease], float]:
@@ -63,6 +65,25 @@ def orphaned(lease: Lease) -> bool:
         return False
     lease.active = False
     return True
+
+
+def abandoned(claim: Claim, target: Any, started: float) -> Lease:
+    """A claim whose acquire was cut short (timeout, cancellation) and whose clean-up could
+    not reach the server: its SET may still land (a paused server runs buffered commands when
+    it resumes), leaving a lock nobody holds. The renewer retries the token-compared release
+    until it succeeds or the lease would have ended anyway."""
+    lease = Lease(claim, name="", provider="", target=target, started=started)
+    lease.abandoned = True
+    lease.next_renew = started  # try again at once
+    return lease
+
+
+def cleaned_up(lease: Lease, now: float, done: bool) -> bool:
+    """After a clean-up attempt of an abandoned claim: True when there is nothing left to do."""
+    if done or now >= lease.expires_at:
+        return True
+    lease.next_renew = now + RETRY_DELAY
+    return False
 
 
 class Renewer:
@@ -111,6 +132,15 @@ class Renewer:
                 self.renew(lease)
 
     def renew(self, lease: Lease) -> None:
+        if lease.abandoned:
+            try:
+                drivers.run(lease.target.algorithms.abandon(lease.claim), lease.target)
+                done = True
+            except RedisError:
+                done = False
+            if cleaned_up(lease, time.monotonic(), done):
+                self.remove(lease)
+            return
         if orphaned(lease):
             self.remove(lease)
             return
@@ -175,6 +205,15 @@ class AsyncRenewer:
                 await self.renew(lease)
 
     async def renew(self, lease: Lease) -> None:
+        if lease.abandoned:
+            try:
+                await drivers.run_async(lease.target.algorithms.abandon(lease.claim), lease.target)
+                done = True
+            except RedisError:
+                done = False
+            if cleaned_up(lease, time.monotonic(), done):
+                self.remove(lease)
+            return
         if orphaned(lease):
             self.remove(lease)
             return

@@ -84,3 +84,22 @@ def hold_slot_forever(url: str, name: str, ttl: float, ready: Any) -> None:
     ready.set()
     while True:
         time.sleep(1)
+
+
+def hold_until_stopped(url: str, name: str, ttl: float, ready: Any, out: Any) -> None:
+    """Hold a lock through a long call; the parent SIGSTOPs and later SIGCONTs us. Reports
+    how the call ended."""
+    from redlock_deco import LockLost
+
+    register_provider("default", url)
+
+    @locked(name, ttl=ttl, wait=5)
+    def long_call() -> None:
+        ready.set()
+        time.sleep(1.0)  # the parent stops us in here, for longer than the ttl
+
+    try:
+        long_call()
+        out.put("completed")
+    except LockLost:
+        out.put("LockLost")

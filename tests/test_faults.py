@@ -1,0 +1,195 @@
+"""The bad day, on real processes, each case bounded in time: holders stopped or killed,
+servers paused, killed and restarted, socket timeouts, an exhausted pool, quorum masters lost
+one by one. Every case ends in a clear error (or success), no hang, nothing left held."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import workers
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from redlock_deco import Lock, LockLost, LockNotAcquired, Semaphore, locked, register_provider
+from redlock_deco.testing import RedisServer
+
+pytestmark = pytest.mark.slow
+spawn = multiprocessing.get_context("spawn")
+NO_RETRY = Retry(NoBackoff(), 0)  # redis-py 8 would otherwise retry for seconds
+
+
+def gone_within(client: redis.Redis, key: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while client.exists(key):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server this test may pause, kill and restart."""
+    with RedisServer() as srv:
+        yield srv
+
+
+def test_stopped_holder_wakes_to_lock_lost_and_spares_the_new_owner(server: RedisServer) -> None:
+    ready, out = spawn.Event(), spawn.Queue()
+    holder = spawn.Process(
+        target=workers.hold_until_stopped, args=(server.url, "stopped", 0.5, ready, out)
+    )
+    holder.start()
+    try:
+        assert ready.wait(30)
+        os.kill(holder.pid, signal.SIGSTOP)  # type: ignore[arg-type]  # GC pause, VM freeze...
+        with Lock("stopped", ttl=10, wait=3) as lock:  # its lease ran out: we get it
+            os.kill(holder.pid, signal.SIGCONT)  # type: ignore[arg-type]
+            assert out.get(timeout=10) == "LockLost"  # the stopped call learns the truth
+            assert lock.owned()  # and it deleted nothing of ours
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        holder.join(10)
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_server_killed_and_restarted_mid_hold_and_between_calls(
+    own_server: RedisServer, kind: str
+) -> None:
+    register_provider("fragile", own_server.url)
+    decorator = (
+        locked("job", provider="fragile", ttl=5)
+        if kind == "lock"
+        else __import__("redlock_deco").limited("job", limit=2, provider="fragile", ttl=5)
+    )
+
+    @decorator
+    def job(restart: bool) -> str:
+        if restart:
+            own_server.restart()  # everything the server held is gone
+        return "ran"
+
+    started = time.monotonic()
+    with pytest.raises(LockLost):
+        job(True)  # the lease vanished with the server's data: loud, not silent
+    assert job(False) == "ran"  # between calls: reconnects, reloads scripts (NOSCRIPT)
+    own_server.kill()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        job(False)  # server down: redis-py's own error, promptly
+    assert time.monotonic() - started < 15
+    own_server.start()
+    assert job(False) == "ran"
+    assert own_server.client().dbsize() == 0
+
+
+def test_socket_timeout_on_a_paused_server_leaves_nothing_held(own_server: RedisServer) -> None:
+    client = own_server.client(socket_timeout=0.3, retry=NO_RETRY)
+    register_provider("paused", client)
+    own_server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            Lock("ghost", provider="paused", ttl=30, wait=1).acquire()
+        assert time.monotonic() - started < 1.5  # the client's timeout, not a hang
+    finally:
+        own_server.resume()
+    # The SET sat in the server's socket and ran on resume: a lock nobody holds. The
+    # background clean-up releases it by token long before its 30 s ttl.
+    assert gone_within(own_server.client(), "lock:ghost", 3.0)
+
+
+def test_exhausted_connection_pool_is_a_prompt_clear_error(own_server: RedisServer) -> None:
+    pool = redis.BlockingConnectionPool.from_url(own_server.url, max_connections=2, timeout=0.3)
+    register_provider("tiny", redis.Redis(connection_pool=pool))
+    held = Lock("busy", provider="tiny", ttl=10)
+    held.acquire()
+    errors: list[BaseException] = []
+
+    def waiter() -> None:  # each waiter blocks one pooled connection in BLPOP
+        try:
+            Lock("busy", provider="tiny", wait=2).acquire()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=waiter) for _ in range(3)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert time.monotonic() - started < 5
+    assert errors and all(isinstance(e, redis.exceptions.ConnectionError) for e in errors)
+    held.release()
+    assert gone_within(own_server.client(), "lock:busy", 3.0)
+    assert gone_within(own_server.client(), "{lock:busy}:waiters", 5.0)
+
+
+def test_semaphore_holder_killed_mid_slot_then_server_paused(own_server: RedisServer) -> None:
+    register_provider("sem", own_server.url)
+    sem = Semaphore("pool", limit=1, provider="sem", ttl=0.5, auto_renew=False, wait=0)
+    assert sem.acquire()
+    own_server.pause()
+    time.sleep(0.7)  # the slot's lease ends by the server's clock while it is stopped
+    own_server.resume()
+    assert Semaphore("pool", limit=1, provider="sem", wait=0).acquire()  # slot reclaimed
+    Semaphore("pool", limit=1, provider="sem").release()
+
+
+def test_quorum_masters_killed_one_by_one() -> None:
+    servers = [RedisServer() for _ in range(5)]
+    try:
+        for srv in servers:
+            srv.start()
+        register_provider("five", [s.url for s in servers])
+        outcomes = []
+        for alive in (5, 4, 3, 2):
+            started = time.monotonic()
+            try:
+                with Lock("q", provider="five", ttl=5, wait=0.5):
+                    outcomes.append((alive, "locked"))
+            except LockNotAcquired:
+                outcomes.append((alive, "refused"))
+            assert time.monotonic() - started < 0.5 + 1.0  # wait + at most one more round
+            live = [s for s in servers if s.process is not None]
+            assert not any(s.client().exists("lock:q") for s in live)  # nothing left held
+            live[-1].kill()
+        assert outcomes == [(5, "locked"), (4, "locked"), (3, "locked"), (2, "refused")]
+    finally:
+        for srv in servers:
+            srv.__exit__(None, None, None)
+
+
+def test_an_abandoned_claim_is_released_once_the_server_answers(own_server: RedisServer) -> None:
+    """An acquire cut short after its SET landed (reply lost, task cancelled) leaves a lock
+    nobody holds; when the in-line clean-up cannot reach the server, the renewer retries the
+    token-compared release until it can -- long before the lease's own 30 s expiry."""
+    from redlock_deco import providers, renewal
+    from redlock_deco.guard import _claim
+    from redlock_deco.options import build_options
+    from redlock_deco.protocol import LOCK, SINGLE
+
+    register_provider("flaky", own_server.client(socket_timeout=0.2, retry=NO_RETRY))
+    target = providers.sync_target("flaky")
+    options = build_options(ttl=30, wait=0, auto_renew=False, provider="flaky", prefix="lock:")
+    claim = _claim(LOCK, options, "lock:orphaned")
+    from redlock_deco import drivers
+
+    assert drivers.run(SINGLE.acquire(claim, 0, target.max_block), target)  # the SET landed
+    own_server.pause()  # ... and then the server stopped answering
+    try:
+        renewal.renewer().add(renewal.abandoned(claim, target, time.monotonic()))
+        time.sleep(0.8)  # clean-up attempts time out meanwhile
+    finally:
+        own_server.resume()
+    assert gone_within(own_server.client(), "lock:orphaned", 3.0)
+    other = own_server.client()
+    other.set("lock:orphaned", "someone-else", px=5000)
+    time.sleep(0.6)
+    assert other.get("lock:orphaned") == b"someone-else"  # only our token is ever released
