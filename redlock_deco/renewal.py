@@ -116,7 +116,8 @@ class Renewer:
             self._leases.pop(id(lease), None)
 
     def __len__(self) -> int:
-        return len(self._leases)
+        """How many leases it keeps alive (clean-ups of abandoned claims not counted)."""
+        return sum(not lease.abandoned for lease in list(self._leases.values()))
 
     def _loop(self) -> None:
         while True:
@@ -180,7 +181,8 @@ class AsyncRenewer:
         self._leases.pop(id(lease), None)
 
     def __len__(self) -> int:
-        return len(self._leases)
+        """How many leases it keeps alive (clean-ups of abandoned claims not counted)."""
+        return sum(not lease.abandoned for lease in list(self._leases.values()))
 
     async def _loop(self) -> None:
         try:
