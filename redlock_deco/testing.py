@@ -122,9 +122,11 @@ class RedisServer:
             "--logfile", self.log_file,
             *self.extra_args,
         ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
-        )
+        # Fatal configuration errors go to stderr before the log file is open: keep them.
+        with open(self.log_file + ".stderr", "wb") as stderr:
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL
+            )
         _running.add(self)
         self._await_ready()
         return self
@@ -136,12 +138,12 @@ class RedisServer:
             while True:
                 assert self.process is not None
                 if self.process.poll() is not None:
-                    err = (
-                        self.process.stderr.read().decode(errors="replace")
-                        if self.process.stderr
-                        else ""
+                    log = "".join(
+                        Path(path).read_text(errors="replace")[-2000:]
+                        for path in (self.log_file + ".stderr", self.log_file)
+                        if Path(path).exists()
                     )
-                    raise RuntimeError(f"redis-server exited at start on port {self.port}: {err}")
+                    raise RuntimeError(f"redis-server exited at start on port {self.port}: {log}")
                 try:
                     if probe.ping():
                         return

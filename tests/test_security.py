@@ -1,0 +1,205 @@
+"""Security: unguessable tokens, no release or extension without the token, passwords kept
+out of errors and logs, a least-privilege ACL user, and TLS (rediss://) through providers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redlock_deco import (
+    Lock,
+    ProviderError,
+    Semaphore,
+    limited,
+    locked,
+    register_provider,
+)
+from redlock_deco import scripts as lua
+from redlock_deco.testing import RedisServer, free_port
+from redlock_deco.tokens import holder_of, new_token
+
+TOKEN = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<secret>[0-9a-f]{32})$")
+
+# The least privilege the library needs: its key prefixes (and their hash-tagged bookkeeping
+# keys) and the commands it sends or its scripts run. Documented in GUARANTEES.md.
+MINIMAL_ACL = (
+    "on >locks-only resetkeys ~lock:* ~{lock:* ~sem:* ~{sem:* resetchannels -@all "
+    "+evalsha +eval +blpop +wait +ping "
+    "+set +get +del +exists +pttl +pexpire +time "
+    "+zadd +zrem +zcard +zcount +zrange +zscore +zremrangebyscore +llen +rpush"
+)
+
+
+def test_tokens_carry_128_random_bits_and_never_repeat() -> None:
+    tokens = [new_token() for _ in range(20_000)]
+    assert len(set(tokens)) == len(tokens)
+    for token in tokens[:100]:
+        found = TOKEN.match(token)
+        assert found and int(found["pid"]) == os.getpid()
+        assert holder_of(token) == f"{found['host']}:{found['pid']}"  # never the secret
+
+
+def test_a_forked_child_never_repeats_its_parents_tokens() -> None:
+    new_token()  # the parent now has a batch of random bits in hand
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:
+        os.write(write, new_token().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 200).decode()
+    os.close(read)
+    parent = new_token()
+    assert TOKEN.match(child)["secret"] != TOKEN.match(parent)["secret"]  # type: ignore[index]
+
+
+def test_knowing_the_name_without_the_token_releases_and_extends_nothing(
+    r: redis.Redis,
+) -> None:
+    with Lock("guarded", ttl=5) as lock:
+        stolen = r.get("lock:guarded").decode()  # type: ignore[union-attr]
+        guess = holder_of(stolen) + ":" + "0" * 32  # right host and pid, wrong secret
+        keys = ("lock:guarded", "{lock:guarded}:waiters", "{lock:guarded}:signal")
+        assert r.eval(lua.LOCK_RELEASE.source, 3, *keys, guess) == 0
+        assert r.eval(lua.LOCK_EXTEND.source, 1, "lock:guarded", guess, 999_999) == 0
+        theirs = redis.lock.Lock(r, "lock:guarded")
+        theirs.local.token = guess.encode()
+        with pytest.raises(redis.exceptions.LockNotOwnedError):
+            theirs.release()
+        assert lock.owned() and r.pttl("lock:guarded") <= 5000
+
+
+def test_passwords_never_reach_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    secret = "hunter2-s3cret"
+    caplog.set_level(logging.DEBUG)
+    register_provider("pw", f"redis://app:{secret}@127.0.0.1:{free_port()}/0")
+    seen: list[str] = []
+    for attempt in (lambda: Lock("x", provider="pw", wait=0).acquire(),
+                    lambda: register_provider("bad", f"http://app:{secret}@host")):  # fmt: skip
+        with pytest.raises((redis.exceptions.ConnectionError, ProviderError)) as info:
+            attempt()
+        seen.append(str(info.value))
+    assert not any(secret in text for text in seen)
+    assert all(secret not in record.getMessage() for record in caplog.records)
+
+
+@pytest.fixture
+def acl_user(server: RedisServer) -> Iterator[str]:
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", "locker", *MINIMAL_ACL.split())
+    yield f"redis://locker:locks-only@127.0.0.1:{server.port}/0"
+    admin.execute_command("ACL", "DELUSER", "locker")
+
+
+def test_least_privilege_acl_user_runs_everything(acl_user: str, r: redis.Redis) -> None:
+    register_provider("least", acl_user)
+
+    @locked("order:{n}", provider="least", ttl=0.3)
+    def renewed(n: int) -> int:
+        time.sleep(0.8)  # renewals, under the restricted user
+        return n
+
+    @limited("export", limit=2, provider="least")
+    def export() -> str:
+        return "ok"
+
+    assert renewed(1) == 1 and export() == "ok"
+    with Lock("busy", provider="least"):
+        # Waiting (waiter zset, BLPOP on the signal list) works under the restricted user too.
+        outcome: list[BaseException | bool] = []
+
+        def waiter() -> None:
+            try:
+                outcome.append(Lock("busy", provider="least", wait=0.2).acquire())
+            except BaseException as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        t.join(5)
+        assert outcome == [False]
+        assert Semaphore("s", limit=1, provider="least").holders() == 0
+    restricted = redis.Redis.from_url(acl_user)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        restricted.get("payments:secret")  # nothing outside the lock prefixes
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        restricted.flushall()
+    assert r.dbsize() == 0
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    ca_key, ca, key, csr, cert = (
+        directory / n for n in ("ca.key", "ca.crt", "r.key", "r.csr", "r.crt")
+    )
+    run = lambda *args: subprocess.run(args, check=True, capture_output=True, timeout=60)  # noqa: E731 - local shorthand
+    run(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=redlock-deco-test-ca",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+    )
+    run(
+        "openssl",
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
+    run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-days", "1", "-copy_extensions", "copy", "-out", str(cert))  # fmt: skip
+    return ca, cert, key
+
+
+@pytest.mark.slow
+def test_tls_through_a_rediss_url(tmp_path: Path) -> None:
+    if subprocess.run(["which", "openssl"], capture_output=True).returncode:
+        pytest.skip("openssl is not installed")
+    ca, cert, key = _certificates(tmp_path)
+    tls_port = free_port()
+    server = RedisServer(args=("--tls-port", str(tls_port), "--tls-cert-file", str(cert),
+                               "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+                               "--tls-auth-clients", "no"))  # fmt: skip
+    try:
+        server.start()
+    except RuntimeError as exc:
+        if "tls" in str(exc).lower():
+            pytest.skip(f"this redis-server was built without TLS ({server.binary})")
+        raise
+    try:
+        register_provider("tls", f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}")
+        with Lock("over-tls", provider="tls", ttl=5) as lock:
+            assert lock.owned()
+            assert server.client().exists("lock:over-tls")
+    finally:
+        server.__exit__(None, None, None)
