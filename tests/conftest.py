@@ -18,6 +18,12 @@ from redlock_deco import providers
 from redlock_deco.testing import RedisServer
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-seconds", default="60", help="how long the soak test runs (default 60)"
+    )
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[RedisServer]:
     with RedisServer() as srv:

@@ -103,3 +103,57 @@ def hold_until_stopped(url: str, name: str, ttl: float, ready: Any, out: Any) ->
         out.put("completed")
     except LockLost:
         out.put("LockLost")
+
+
+# An independent gauge for the soak: entries scored by the server's clock expire a little
+# before the holder's slot would (ttl - 100 ms), so a killed holder never inflates the count.
+GAUGE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+"""
+
+
+def soak_worker(url: str, limit: int, ttl: float, stop_key: str, out: Any) -> None:
+    """Mixed @locked / @limited calls until ``stop_key`` appears; reports when stopped."""
+    import random
+    import secrets
+    import threading
+
+    register_provider("default", url)
+    client = redis.Redis.from_url(url)
+    gauge = client.register_script(GAUGE)
+
+    @locked("soak:counter", ttl=ttl, wait=None)
+    def bump() -> None:
+        value = int(client.get("soak-data:counter") or 0) + 1
+        client.set("soak-data:counter", value)
+        if not client.hsetnx("soak-data:written", str(value), 1):
+            client.incr("soak-data:duplicates")  # two holders wrote the same value: lost update
+
+    @limited("soak:slots", limit=limit, ttl=ttl, wait=None)
+    def section() -> None:
+        me = secrets.token_hex(8)
+        inside = int(gauge(keys=["soak-data:inside"], args=[me, int(ttl * 1000) - 100]))
+        if inside > limit:
+            client.incr("soak-data:over")
+        time.sleep(random.uniform(0.001, 0.004))
+        client.zrem("soak-data:inside", me)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    started, early_rss = time.monotonic(), 0
+    calls = 0
+    while not client.exists(stop_key):
+        bump() if random.random() < 0.5 else section()
+        calls += 1
+        if not early_rss and time.monotonic() - started > 5:
+            early_rss = rss()
+    renewers = sum(t.name == "redlock-deco-renewer" for t in threading.enumerate())
+    out.put({"pid": os.getpid(), "calls": calls, "renewers": renewers,
+             "early_rss": early_rss, "late_rss": rss(),
+             "lived": time.monotonic() - started})  # fmt: skip
