@@ -12,6 +12,7 @@ from .errors import (
     RedlockDecoError,
 )
 from .lock import Lock
+from .ownership import current_lease
 from .providers import register_provider, unregister_provider
 from .semaphore import Semaphore
 
@@ -26,6 +27,7 @@ __all__ = [
     "ProviderNotFound",
     "RedlockDecoError",
     "Semaphore",
+    "current_lease",
     "limited",
     "locked",
     "register_provider",

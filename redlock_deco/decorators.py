@@ -14,10 +14,10 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import wrapt
 
-from . import guard
+from . import guard, ownership
 from .errors import LockNotAcquired
 from .naming import check_name, compile_name, describe
-from .options import LeaseOptions, OnBusy, build_options, check_on_busy
+from .options import LeaseOptions, OnBusy, OnLost, build_options, check_on_busy
 from .protocol import LOCK, SEMAPHORE, Kind
 
 P = ParamSpec("P")
@@ -63,11 +63,14 @@ def _decorate(
         lease = guard.enter(kind, options, lock_name, key, options.wait)
         if lease is None:
             return busy(lock_name, key, started)
+        calls = ownership.enter_call(lease, task=False)
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
+            calls.pop()
             guard.finish(lease, exc)
             raise
+        calls.pop()
         guard.finish(lease, None)
         return result
 
@@ -80,17 +83,25 @@ def _decorate(
         lease = await guard.enter_async(kind, options, lock_name, key, options.wait)
         if lease is None:
             return busy(lock_name, key, started)
+        calls = ownership.enter_call(lease, task=True)
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:  # CancelledError too: release (shielded), then propagate
+            calls.pop()
             await guard.finish_async(lease, exc)
             raise
+        calls.pop()
         await guard.finish_async(lease, None)
         return result
 
     # The flavour is chosen once, here, not per call.
     if inspect.iscoroutinefunction(underlying):
         return wrapt.FunctionWrapper(func, call_locked_async)
+    if options.on_lost == "cancel":
+        raise ValueError(
+            f"on_lost='cancel' needs an async function ({describe(underlying)} is sync): only "
+            "a task can be cancelled; pass a callback instead"
+        )
     return wrapt.FunctionWrapper(func, call_locked)
 
 
@@ -114,6 +125,8 @@ def locked(
     provider: str = "default",
     prefix: str = "lock:",
     replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -129,6 +142,8 @@ def locked(
     provider: str = "default",
     prefix: str = "lock:",
     replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
 ) -> Any:
     """Let one caller at a time run the function, per rendered name, across all processes.
 
@@ -141,14 +156,17 @@ def locked(
     LockNotAcquired and ``"skip"`` returns None without calling. Re-entrant per thread (per
     task for ``async def``). Raises LockLost at exit if the lease ended meanwhile.
     ``replicas=N`` waits (WAIT) until N replicas have the lock after each acquisition, and
-    counts the attempt as failed (releasing it) if fewer acknowledge in time.
+    counts the attempt as failed (releasing it) if fewer acknowledge in time. ``on_lost`` is
+    called with the lease as soon as renewal finds it gone (``"cancel"``, for async functions,
+    cancels the call instead); ``max_hold`` stops renewal after that many seconds, so a stuck
+    call cannot hold the lock forever (it then ends in LockLost).
 
     Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
     decorate; pass a name function as ``name=`` (a lambda works either way).
     """
     options = build_options(
         ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-        replicas=replicas,
+        replicas=replicas, on_lost=on_lost, max_hold=max_hold,
     )  # fmt: skip
     busy = check_on_busy(on_busy)
     if name is _UNSET:
@@ -172,6 +190,8 @@ def limited(
     provider: str = "default",
     prefix: str = "sem:",
     replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Let at most ``limit`` callers run the function at once, per rendered name.
 
@@ -184,7 +204,7 @@ def limited(
         raise TypeError("limited() needs limit=<int>: how many callers may run at once")
     options = build_options(
         ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-        limit=limit, replicas=replicas,
+        limit=limit, replicas=replicas, on_lost=on_lost, max_hold=max_hold,
     )  # fmt: skip
     busy = check_on_busy(on_busy)
     check_name(name)

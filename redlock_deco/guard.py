@@ -59,6 +59,10 @@ def _new_lease(
     """Record a lease just acquired (by a request sent at ``started``) for its owner."""
     lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
     lease.owner_alive = owner_alive
+    if options.max_hold is not None:
+        lease.hold_until = started + options.max_hold
+    if callable(options.on_lost):
+        lease.on_lost = options.on_lost
     if held is not None:
         held[(options.provider, lease.key)] = lease
     return lease
@@ -182,6 +186,8 @@ async def enter_async(
     lease = _new_lease(
         claim, name, options, target, started, held, lambda: task is None or not task.done()
     )
+    if options.on_lost == "cancel" and task is not None:
+        lease.on_lost = lambda _lease: task.cancel()  # runs in this loop, from its renewer
     if options.auto_renew:
         renewal.async_renewer().add(lease)
     return lease

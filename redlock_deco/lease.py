@@ -8,7 +8,9 @@ request that set the expiry was sent).
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,9 +35,11 @@ class Lease:
         "claim",
         "count",
         "expires_at",
+        "hold_until",
         "lost",
         "name",
         "next_renew",
+        "on_lost",
         "owner_alive",
         "pid",
         "provider",
@@ -57,6 +61,8 @@ class Lease:
         self.active = True  # False once released (or lost): renewals then stop
         self.lost = False
         self.abandoned = False  # an acquire cut short: only ever released, never renewed
+        self.on_lost: Callable[[Lease], object] | None = None  # told when renewal finds it gone
+        self.hold_until = math.inf  # max_hold: renewal stops at this instant
         self.renewer: Any = None  # the renewer keeping this lease, if auto-renewed
         # Renewal must not outlive the owner: a thread or task that ended without releasing
         # stops being renewed, and its lease then expires within ttl.
@@ -96,6 +102,8 @@ class Lease:
         self.lost = True
         self.active = False
 
-    def remaining(self, now: float) -> float:
+    def remaining(self, now: float | None = None) -> float:
         """Seconds left on the lease as far as this holder knows (0 if lost)."""
-        return 0.0 if self.lost else max(0.0, self.expires_at - now)
+        if self.lost:
+            return 0.0
+        return max(0.0, self.expires_at - (time.monotonic() if now is None else now))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .options import build_options
+from .options import OnLost, build_options
 from .primitive import AsyncPrimitive, Base, Primitive
 from .protocol import LOCK
 
@@ -20,10 +20,12 @@ class _LockOptions(Base):
         provider: str = "default",
         prefix: str = "lock:",
         replicas: int = 0,
+        on_lost: OnLost = None,
+        max_hold: float | None = None,
     ) -> None:
         options = build_options(
             ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-            replicas=replicas,
+            replicas=replicas, on_lost=on_lost, max_hold=max_hold,
         )  # fmt: skip
         super().__init__(name, options)
 

@@ -7,10 +7,13 @@ Everything is checked when the decorator or primitive is built, so a typo such a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 OnBusy = Literal["raise", "skip"]
+#: ``on_lost``: a callback taking the lease, or "cancel" (async functions: cancel the call).
+OnLost = Callable[[Any], object] | Literal["cancel"] | None
 ON_BUSY_CHOICES: tuple[OnBusy, ...] = ("raise", "skip")
 
 
@@ -25,6 +28,8 @@ class LeaseOptions:
     prefix: str
     limit: int = 1
     replicas: int = 0
+    on_lost: OnLost = None
+    max_hold: float | None = None
 
     @property
     def ttl_ms(self) -> int:
@@ -91,6 +96,8 @@ def build_options(
     prefix: object,
     limit: object = 1,
     replicas: object = 0,
+    on_lost: object = None,
+    max_hold: object = None,
 ) -> LeaseOptions:
     """Check every option and return them frozen; raises TypeError/ValueError naming it."""
     if not isinstance(provider, str) or not provider:
@@ -107,4 +114,17 @@ def build_options(
         prefix=prefix,
         limit=check_limit(limit),
         replicas=check_replicas(replicas),
+        on_lost=check_on_lost(on_lost),
+        max_hold=None if max_hold is None else check_seconds("max_hold", max_hold),
     )
+
+
+def check_on_lost(value: object) -> OnLost:
+    """A callable taking the lease, "cancel" (async functions only), or None."""
+    if value is None or value == "cancel":
+        return "cancel" if value == "cancel" else None
+    if not callable(value):
+        raise TypeError(
+            f"on_lost must be a callable taking the lease, 'cancel' or None, got {value!r}"
+        )
+    return value

@@ -15,6 +15,7 @@ child is a different process and must take its own locks, never inherit its pare
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 import weakref
@@ -25,28 +26,29 @@ from .lease import Lease
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
 Holdings = dict[HoldingKey, Lease]
 Slots = dict[HoldingKey, list[Lease]]
+Calls = list[tuple[int, Lease]]  # protected sections entered, innermost last, with a sequence
 
 _local = threading.local()
-_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[Holdings, Slots]] = (
-    weakref.WeakKeyDictionary()
-)
+Tables = tuple[Holdings, Slots, Calls]
+_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], Tables] = weakref.WeakKeyDictionary()
+_sequence = itertools.count()
 
 
-def _thread_tables() -> tuple[Holdings, Slots]:
+def _thread_tables() -> Tables:
     try:
-        tables: tuple[Holdings, Slots] = _local.tables
+        tables: Tables = _local.tables
     except AttributeError:
-        tables = _local.tables = ({}, {})
+        tables = _local.tables = ({}, {}, [])
     return tables
 
 
-def _task_tables() -> tuple[Holdings, Slots]:
+def _task_tables() -> Tables:
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
     tables = _tasks.get(task)
     if tables is None:
-        tables = _tasks[task] = ({}, {})
+        tables = _tasks[task] = ({}, {}, [])
     return tables
 
 
@@ -68,6 +70,38 @@ def task_holdings() -> Holdings:
 def task_slots() -> Slots:
     """The semaphore slots the current asyncio task holds through Semaphore objects."""
     return _task_tables()[1]
+
+
+def enter_call(lease: Lease, *, task: bool) -> Calls:
+    """Record that the calling thread (or task) is inside a section protected by ``lease``;
+    returns the stack to pop from when it leaves."""
+    calls = (_task_tables() if task else _thread_tables())[2]
+    calls.append((next(_sequence), lease))
+    return calls
+
+
+def thread_calls() -> Calls:
+    return _thread_tables()[2]
+
+
+def task_calls() -> Calls:
+    return _task_tables()[2]
+
+
+def current_lease() -> Lease | None:
+    """The innermost lease held by the calling thread or task, inside a protected call.
+
+    Sync code running inside a task and a task's loop running inside a locked sync call both
+    happen: the most recently entered of the two stacks' tops is the innermost.
+    """
+    candidates = [_thread_tables()[2]]
+    try:
+        if asyncio.current_task() is not None:
+            candidates.append(_task_tables()[2])
+    except RuntimeError:
+        pass  # no running loop in this thread
+    tops = [calls[-1] for calls in candidates if calls]
+    return max(tops, key=lambda entry: entry[0])[1] if tops else None
 
 
 def _after_fork_in_child() -> None:

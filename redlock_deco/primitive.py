@@ -25,12 +25,16 @@ class Base:
 
     kind: Kind
     noun = "lock"
+    is_async = False
     _holdings: Callable[[], Holdings]
     _slots: Callable[[], Slots]
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if not isinstance(name, str):
             raise TypeError(f"{self.noun} name must be a str, got {name!r}")
+        if options.on_lost == "cancel" and not self.is_async:
+            raise ValueError("on_lost='cancel' needs the asyncio primitive: only a task can be "
+                             "cancelled; pass a callback instead")  # fmt: skip
         self.name = bounded(name)
         self.key = options.prefix + self.name
         self.options = options
@@ -140,6 +144,9 @@ class Primitive(Base):
         started = time.monotonic()
         if not self.acquire():
             raise self._not_acquired(started)
+        lease = self._lease()
+        if lease is not None:
+            ownership.enter_call(lease, task=False)
         return self
 
     def __exit__(
@@ -150,12 +157,15 @@ class Primitive(Base):
     ) -> None:
         lease = self._lease()
         if lease is not None:
+            _leave_call(ownership.thread_calls(), lease)
             self._forget(lease)
             guard.finish(lease, exc)
 
 
 class AsyncPrimitive(Base):
     """The asyncio API; ownership belongs to the calling task."""
+
+    is_async = True
 
     _holdings = staticmethod(ownership.task_holdings)
     _slots = staticmethod(ownership.task_slots)
@@ -208,6 +218,9 @@ class AsyncPrimitive(Base):
         started = time.monotonic()
         if not await self.acquire():
             raise self._not_acquired(started)
+        lease = self._lease()
+        if lease is not None:
+            ownership.enter_call(lease, task=True)
         return self
 
     async def __aexit__(
@@ -218,5 +231,14 @@ class AsyncPrimitive(Base):
     ) -> None:
         lease = self._lease()
         if lease is not None:
+            _leave_call(ownership.task_calls(), lease)
             self._forget(lease)
             await guard.finish_async(lease, exc)
+
+
+def _leave_call(calls: ownership.Calls, lease: Lease) -> None:
+    """Pop the innermost entry of ``lease`` from an owner's stack of protected sections."""
+    for index in range(len(calls) - 1, -1, -1):
+        if calls[index][1] is lease:
+            del calls[index]
+            return

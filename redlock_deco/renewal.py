@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import threading
@@ -28,6 +29,8 @@ from .lease import RETRY_DELAY, Lease
 from .loops import background
 from .protocol import Claim
 
+log = logging.getLogger("redlock_deco")
+
 
 def due(leases: Iterable[Lease], now: float) -> tuple[list[Lease], float]:
     """The leases to renew now, and when the next one is due (inf if none).
@@ -37,7 +40,7 @@ def due(leases: Iterable[Lease], now: float) -> tuple[list[Lease], float]:
     """
     ready, upcoming = [], math.inf
     for lease in leases:
-        if lease.next_renew <= now or not lease.owner_alive():
+        if lease.next_renew <= now or now >= lease.hold_until or not lease.owner_alive():
             ready.append(lease)
         else:
             upcoming = min(upcoming, lease.next_renew)
@@ -58,13 +61,24 @@ def settle(lease: Lease, started: float, extended: bool | None) -> bool:
     return False
 
 
-def orphaned(lease: Lease) -> bool:
-    """True (and the lease is let go) if its owner ended without releasing it: renewal
-    must not outlive its owner, so the lease is left to expire within its ttl."""
-    if lease.owner_alive():
+def orphaned(lease: Lease, now: float) -> bool:
+    """True (and the lease is let go) if it must not be renewed any more: its owner ended
+    without releasing it (renewal must not outlive its owner), or it has been held for
+    ``max_hold`` (a stuck call must not hold a lock forever). It then expires within its ttl,
+    and a call still running ends in LockLost."""
+    if lease.owner_alive() and now < lease.hold_until:
         return False
     lease.active = False
     return True
+
+
+def notify_lost(lease: Lease) -> None:
+    """Run the lease's on_lost callback; its failure must never stop the renewer."""
+    if lease.on_lost is not None:
+        try:
+            lease.on_lost(lease)
+        except Exception:
+            log.exception("on_lost callback for %r failed", lease.key)
 
 
 def abandoned(claim: Claim, target: Any, started: float) -> Lease:
@@ -142,7 +156,7 @@ class Renewer:
             if cleaned_up(lease, time.monotonic(), done):
                 self.remove(lease)
             return
-        if orphaned(lease):
+        if orphaned(lease, time.monotonic()):
             self.remove(lease)
             return
         started = time.monotonic()
@@ -154,6 +168,7 @@ class Renewer:
             extended = None
         if settle(lease, started, extended):
             self.remove(lease)
+            notify_lost(lease)
 
 
 class AsyncRenewer:
@@ -216,7 +231,7 @@ class AsyncRenewer:
             if cleaned_up(lease, time.monotonic(), done):
                 self.remove(lease)
             return
-        if orphaned(lease):
+        if orphaned(lease, time.monotonic()):
             self.remove(lease)
             return
         started = time.monotonic()
@@ -228,6 +243,7 @@ class AsyncRenewer:
             extended = None
         if settle(lease, started, extended):
             self.remove(lease)
+            notify_lost(lease)
 
 
 _renewer = Renewer()

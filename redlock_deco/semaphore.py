@@ -12,7 +12,7 @@ of the limit takes effect as current holders leave.
 
 from __future__ import annotations
 
-from .options import build_options
+from .options import OnLost, build_options
 from .primitive import AsyncPrimitive, Base, Primitive
 from .protocol import SEMAPHORE
 
@@ -32,10 +32,12 @@ class _SemaphoreOptions(Base):
         provider: str = "default",
         prefix: str = "sem:",
         replicas: int = 0,
+        on_lost: OnLost = None,
+        max_hold: float | None = None,
     ) -> None:
         options = build_options(
             ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-            limit=limit, replicas=replicas,
+            limit=limit, replicas=replicas, on_lost=on_lost, max_hold=max_hold,
         )  # fmt: skip
         super().__init__(name, options)
 
