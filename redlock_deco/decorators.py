@@ -37,7 +37,12 @@ def _is_bare_target(name: object) -> bool:
 
 
 def _decorate(
-    decorator: str, kind: Kind, name: NameArg, options: LeaseOptions, on_busy: OnBusy, func: Any
+    decorator: str,
+    kind: Kind,
+    names: tuple[NameArg, ...],
+    options: LeaseOptions,
+    on_busy: OnBusy,
+    func: Any,
 ) -> Any:
     underlying = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
     if not callable(underlying):
@@ -48,7 +53,8 @@ def _decorate(
             "released at the first yield, not when iteration ends; hold it inside the generator"
             " with a `with Lock(...)` block instead"
         )
-    render = compile_name(name, underlying)
+    renders = [compile_name(name, underlying) for name in names]
+    render = renders[0]
     prefix = options.prefix
     skip = on_busy == "skip"
 
@@ -94,15 +100,64 @@ def _decorate(
         await guard.finish_async(lease, None)
         return result
 
-    # The flavour is chosen once, here, not per call.
+    def rendered(instance: Any, args: tuple[Any, ...], kwargs: Any) -> dict[str, str]:
+        found = {}
+        for one in renders:
+            lock_name = one(instance, args, kwargs)
+            found[prefix + lock_name] = lock_name
+        return found
+
+    def call_all(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+        names_by_key = rendered(instance, args, kwargs)
+        started = time.monotonic()
+        leases = guard.enter_all(kind, options, names_by_key, options.wait)
+        if leases is None:
+            key = ", ".join(sorted(names_by_key))
+            return busy(", ".join(names_by_key.values()), key, started)
+        for lease in leases:
+            calls = ownership.enter_call(lease, task=False)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            del calls[-len(leases) :]
+            guard.finish_all(leases, exc)
+            raise
+        del calls[-len(leases) :]
+        guard.finish_all(leases, None)
+        return result
+
+    async def call_all_async(
+        wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        names_by_key = rendered(instance, args, kwargs)
+        started = time.monotonic()
+        leases = await guard.enter_all_async(kind, options, names_by_key, options.wait)
+        if leases is None:
+            key = ", ".join(sorted(names_by_key))
+            return busy(", ".join(names_by_key.values()), key, started)
+        for lease in leases:
+            calls = ownership.enter_call(lease, task=True)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            del calls[-len(leases) :]
+            await guard.finish_all_async(leases, exc)
+            raise
+        del calls[-len(leases) :]
+        await guard.finish_all_async(leases, None)
+        return result
+
+    # The flavour (and single or several names) is chosen once, here, not per call.
     if inspect.iscoroutinefunction(underlying):
-        return wrapt.FunctionWrapper(func, call_locked_async)
+        return wrapt.FunctionWrapper(
+            func, call_all_async if len(renders) > 1 else call_locked_async
+        )
     if options.on_lost == "cancel":
         raise ValueError(
             f"on_lost='cancel' needs an async function ({describe(underlying)} is sync): only "
             "a task can be cancelled; pass a callback instead"
         )
-    return wrapt.FunctionWrapper(func, call_locked)
+    return wrapt.FunctionWrapper(func, call_all if len(renders) > 1 else call_locked)
 
 
 _UNSET: Any = object()
@@ -114,9 +169,7 @@ def locked(name: Callable[P, R], /) -> Callable[P, R]: ...  # type: ignore[overl
 
 @overload
 def locked(
-    template: NameArg = None,
-    /,
-    *,
+    *templates: NameArg,
     name: NameArg = None,
     ttl: float = 30.0,
     wait: float | None = 10.0,
@@ -131,9 +184,7 @@ def locked(
 
 
 def locked(
-    template: Any = None,
-    /,
-    *,
+    *templates: Any,
     name: Any = _UNSET,
     ttl: float = 30.0,
     wait: float | None = 10.0,
@@ -163,20 +214,29 @@ def locked(
 
     Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
     decorate; pass a name function as ``name=`` (a lambda works either way).
+
+    Several names (``@locked("acct:{src}", "acct:{dst}")``) are taken all or nothing, in
+    sorted key order (so callers naming them in opposite orders cannot deadlock), within one
+    ``wait``, and released together; each lives in its own key, so they may sit in different
+    cluster slots or go through a quorum.
     """
     options = build_options(
         ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
         replicas=replicas, on_lost=on_lost, max_hold=max_hold,
     )  # fmt: skip
     busy = check_on_busy(on_busy)
-    if name is _UNSET:
-        if _is_bare_target(template):
-            return _decorate("locked", LOCK, None, options, busy, template)
-        name = template
-    elif template is not None:
-        raise TypeError("give the lock name once: positionally or as name=, not both")
-    check_name(name)
-    return lambda func: _decorate("locked", LOCK, name, options, busy, func)
+    if name is not _UNSET:
+        if templates:
+            raise TypeError("give the lock name once: positionally or as name=, not both")
+        templates = (name,)
+    elif len(templates) == 1 and _is_bare_target(templates[0]):
+        return _decorate("locked", LOCK, (None,), options, busy, templates[0])
+    names = templates or (None,)
+    if len(names) > 1 and any(n is None for n in names):
+        raise TypeError("with several lock names, every one must be a template or a callable")
+    for one in names:
+        check_name(one)
+    return lambda func: _decorate("locked", LOCK, names, options, busy, func)
 
 
 def limited(
@@ -208,4 +268,4 @@ def limited(
     )  # fmt: skip
     busy = check_on_busy(on_busy)
     check_name(name)
-    return lambda func: _decorate("limited", SEMAPHORE, name, options, busy, func)
+    return lambda func: _decorate("limited", SEMAPHORE, (name,), options, busy, func)

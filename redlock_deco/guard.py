@@ -9,6 +9,7 @@ Everything they decide is in the plain helpers at the top.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -230,3 +231,89 @@ async def finish_async(lease: Lease, error: BaseException | None) -> None:
     lost = _lost_lease(lease, error, kept)
     if lost is not None:
         raise lost
+
+
+# -- several names at once (@locked("acct:{src}", "acct:{dst}")) ----------------------------
+#
+# All or nothing, in one global order (sorted keys), so two callers locking the same names in
+# opposite argument order can never deadlock; one deadline for the whole set.
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def enter_all(
+    kind: Kind, options: LeaseOptions, names: dict[str, str], wait: float | None
+) -> list[Lease] | None:
+    """Take every ``key -> name`` lease, in key order; None (holding nothing) if one fails."""
+    deadline = None if wait is None else time.monotonic() + wait
+    taken: list[Lease] = []
+    try:
+        for key in sorted(names):
+            lease = enter(kind, options, names[key], key, _remaining(deadline))
+            if lease is None:
+                break
+            taken.append(lease)
+        else:
+            return taken
+    except BaseException:
+        _leave_quietly(taken)
+        raise
+    _leave_quietly(taken)
+    return None
+
+
+def finish_all(leases: list[Lease], error: BaseException | None) -> None:
+    """Finish every lease (reverse order); the first LockLost is raised after all are done."""
+    lost: LockLost | None = None
+    for lease in reversed(leases):
+        try:
+            finish(lease, error)
+        except LockLost as exc:
+            lost = lost or exc
+    if lost is not None:
+        raise lost
+
+
+def _leave_quietly(leases: list[Lease]) -> None:
+    for lease in reversed(leases):
+        with contextlib.suppress(RedisError):
+            leave(lease)
+
+
+async def enter_all_async(
+    kind: Kind, options: LeaseOptions, names: dict[str, str], wait: float | None
+) -> list[Lease] | None:
+    deadline = None if wait is None else time.monotonic() + wait
+    taken: list[Lease] = []
+    try:
+        for key in sorted(names):
+            lease = await enter_async(kind, options, names[key], key, _remaining(deadline))
+            if lease is None:
+                break
+            taken.append(lease)
+        else:
+            return taken
+    except BaseException:
+        await _leave_quietly_async(taken)
+        raise
+    await _leave_quietly_async(taken)
+    return None
+
+
+async def finish_all_async(leases: list[Lease], error: BaseException | None) -> None:
+    lost: LockLost | None = None
+    for lease in reversed(leases):
+        try:
+            await finish_async(lease, error)
+        except LockLost as exc:
+            lost = lost or exc
+    if lost is not None:
+        raise lost
+
+
+async def _leave_quietly_async(leases: list[Lease]) -> None:
+    for lease in reversed(leases):
+        with contextlib.suppress(RedisError):
+            await leave_async(lease)

@@ -211,3 +211,14 @@ def test_sentinel_failover_then_new_acquisitions_succeed() -> None:
             finally:
                 for sentinel in sentinels:
                     sentinel.__exit__(None, None, None)
+
+
+def test_several_names_across_cluster_slots(cluster_client: redis.RedisCluster) -> None:
+    @locked("acct:{src}", "acct:{dst}", provider="cluster", ttl=5)
+    def transfer(src: str, dst: str) -> int:
+        return int(cluster_client.exists("lock:acct:1")) + int(cluster_client.exists("lock:acct:9"))
+
+    slots = {cluster_client.keyslot(f"lock:acct:{n}") for n in (1, 9)}
+    assert len(slots) == 2  # really two slots
+    assert transfer("9", "1") == 2
+    assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
