@@ -180,6 +180,7 @@ def locked(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    fencing: bool = False,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -195,6 +196,7 @@ def locked(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    fencing: bool = False,
 ) -> Any:
     """Let one caller at a time run the function, per rendered name, across all processes.
 
@@ -210,7 +212,9 @@ def locked(
     counts the attempt as failed (releasing it) if fewer acknowledge in time. ``on_lost`` is
     called with the lease as soon as renewal finds it gone (``"cancel"``, for async functions,
     cancels the call instead); ``max_hold`` stops renewal after that many seconds, so a stuck
-    call cannot hold the lock forever (it then ends in LockLost).
+    call cannot hold the lock forever (it then ends in LockLost). ``fencing=True`` gives each
+    acquisition a token strictly greater than every earlier one of that name
+    (``current_lease().fencing_token``), for a downstream store to reject stale writers.
 
     Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
     decorate; pass a name function as ``name=`` (a lambda works either way).
@@ -222,7 +226,7 @@ def locked(
     """
     options = build_options(
         ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-        replicas=replicas, on_lost=on_lost, max_hold=max_hold,
+        replicas=replicas, on_lost=on_lost, max_hold=max_hold, fencing=fencing,
     )  # fmt: skip
     busy = check_on_busy(on_busy)
     if name is not _UNSET:

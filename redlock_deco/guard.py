@@ -14,15 +14,16 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from . import drivers, ownership, providers, renewal
-from .errors import LockLost
+from .errors import LockLost, ProviderError
 from .lease import Lease
 from .options import LeaseOptions
 from .ownership import Holdings
-from .protocol import Claim, Keys, Kind
+from .protocol import Claim, Keys, Kind, SingleNode
 from .tokens import new_token
 
 
@@ -36,16 +37,38 @@ def add_note(error: BaseException, note: str) -> None:
 
 
 def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | None:
-    """The owner's lease on ``key`` if it already holds it (then counted once more)."""
+    """The owner's lease on ``key`` if it already holds it (then counted once more).
+
+    A lease the owner holds but knows to be over (lost, or past its lease without renewal)
+    cannot be re-entered: that call would run unprotected, so it fails loudly instead.
+    """
     lease = held.get((options.provider, key)) if held is not None else None
-    if lease is not None:
-        lease.count += 1
+    if lease is None:
+        return None
+    if lease.lost or lease.remaining() == 0:
+        raise LockLost(
+            f"re-entering {key!r}, but this owner's lease on it has ended (expired or taken "
+            "over): the outer holder no longer protects this call",
+            name=lease.name,
+            key=key,
+        )
+    lease.count += 1
     return lease
 
 
 def _claim(kind: Kind, options: LeaseOptions, key: str) -> Claim:
-    keys = Keys.for_key(key, kind)
+    keys = Keys.for_key(key, kind, options.fencing)
     return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas)
+
+
+def _check_fencing(options: LeaseOptions, target: Any) -> None:
+    if options.fencing and not isinstance(target.algorithms, SingleNode):
+        raise ProviderError(
+            f"fencing=True needs one Redis (a server, a cluster or a Sentinel primary): "
+            f"provider {options.provider!r} is a quorum of masters, which has no single "
+            "counter to draw strictly increasing tokens from",
+            provider=options.provider,
+        )
 
 
 def _new_lease(
@@ -56,9 +79,12 @@ def _new_lease(
     started: float,
     held: Holdings | None,
     owner_alive: Callable[[], bool],
+    granted: int,
 ) -> Lease:
     """Record a lease just acquired (by a request sent at ``started``) for its owner."""
     lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
+    if options.fencing:
+        lease.fencing_token = granted
     lease.owner_alive = owner_alive
     if options.max_hold is not None:
         lease.hold_until = started + options.max_hold
@@ -112,6 +138,7 @@ def enter(
     if lease is not None:
         return lease
     target = providers.sync_target(options.provider)
+    _check_fencing(options, target)
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
@@ -125,7 +152,7 @@ def enter(
     if not acquired:
         return None
     owner_alive = threading.current_thread().is_alive
-    lease = _new_lease(claim, name, options, target, started, held, owner_alive)
+    lease = _new_lease(claim, name, options, target, started, held, owner_alive, acquired)
     if options.auto_renew:
         renewal.renewer().add(lease)
     return lease
@@ -168,6 +195,7 @@ async def enter_async(
     if lease is not None:
         return lease
     target = providers.async_target(options.provider)
+    _check_fencing(options, target)
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
@@ -185,8 +213,9 @@ async def enter_async(
         return None
     task = asyncio.current_task()
     lease = _new_lease(
-        claim, name, options, target, started, held, lambda: task is None or not task.done()
-    )
+        claim, name, options, target, started, held,
+        lambda: task is None or not task.done(), acquired,
+    )  # fmt: skip
     if options.on_lost == "cancel" and task is not None:
         lease.on_lost = lambda _lease: task.cancel()  # runs in this loop, from its renewer
     if options.auto_renew:

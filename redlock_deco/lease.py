@@ -35,6 +35,7 @@ class Lease:
         "claim",
         "count",
         "expires_at",
+        "fencing_token",
         "hold_until",
         "lost",
         "name",
@@ -63,6 +64,7 @@ class Lease:
         self.abandoned = False  # an acquire cut short: only ever released, never renewed
         self.on_lost: Callable[[Lease], object] | None = None  # told when renewal finds it gone
         self.hold_until = math.inf  # max_hold: renewal stops at this instant
+        self.fencing_token: int | None = None  # fencing=True: above every earlier acquisition
         self.renewer: Any = None  # the renewer keeping this lease, if auto-renewed
         # Renewal must not outlive the owner: a thread or task that ended without releasing
         # stops being renewed, and its lease then expires within ttl.

@@ -22,10 +22,11 @@ class _LockOptions(Base):
         replicas: int = 0,
         on_lost: OnLost = None,
         max_hold: float | None = None,
+        fencing: bool = False,
     ) -> None:
         options = build_options(
             ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-            replicas=replicas, on_lost=on_lost, max_hold=max_hold,
+            replicas=replicas, on_lost=on_lost, max_hold=max_hold, fencing=fencing,
         )  # fmt: skip
         super().__init__(name, options)
 

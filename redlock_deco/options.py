@@ -30,6 +30,7 @@ class LeaseOptions:
     replicas: int = 0
     on_lost: OnLost = None
     max_hold: float | None = None
+    fencing: bool = False
 
     @property
     def ttl_ms(self) -> int:
@@ -98,6 +99,7 @@ def build_options(
     replicas: object = 0,
     on_lost: object = None,
     max_hold: object = None,
+    fencing: object = False,
 ) -> LeaseOptions:
     """Check every option and return them frozen; raises TypeError/ValueError naming it."""
     if not isinstance(provider, str) or not provider:
@@ -106,6 +108,8 @@ def build_options(
         raise TypeError(f"prefix must be a str, got {prefix!r}")
     if not isinstance(auto_renew, bool):
         raise TypeError(f"auto_renew must be True or False, got {auto_renew!r}")
+    if not isinstance(fencing, bool):
+        raise TypeError(f"fencing must be True or False, got {fencing!r}")
     return LeaseOptions(
         ttl=check_seconds("ttl", ttl),
         wait=check_wait(wait),
@@ -116,6 +120,7 @@ def build_options(
         replicas=check_replicas(replicas),
         on_lost=check_on_lost(on_lost),
         max_hold=None if max_hold is None else check_seconds("max_hold", max_hold),
+        fencing=fencing,
     )
 
 

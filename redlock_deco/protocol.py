@@ -79,6 +79,9 @@ MIN_BLOCK = 0.001
 EXPIRY_SLACK = 0.002
 # A waiter stays registered this much longer than its block, covering its round trips.
 WINDOW_SLACK = 1.0
+# A fencing counter is kept this long after the last acquisition of its name (7 days); past
+# that the server's clock (in microseconds) carries the sequence on.
+FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
 # Waiting for replicas (replicas=N): WAIT at least this long, at most this long, per attempt.
 REPLICA_WAIT_MIN = 0.05
 REPLICA_WAIT_MAX = 1.0
@@ -113,11 +116,13 @@ class Keys:
     waiters: str
     signal: str | None  # None: no signal list can be used here, wait with jittered backoff
     limit: str | None = None  # semaphores: where the limit is kept for `inspect`
+    fence: str | None = None  # fenced locks: the per-name fencing counter
 
     @classmethod
-    def for_key(cls, key: str, kind: Kind | None = None) -> Keys:
+    def for_key(cls, key: str, kind: Kind | None = None, fencing: bool = False) -> Keys:
         limit = sibling(key, "limit") if kind is not None and not kind.reentrant else None
-        return cls(key, sibling(key, "waiters"), sibling(key, "signal"), limit)
+        fence = sibling(key, "fence") if fencing else None
+        return cls(key, sibling(key, "waiters"), sibling(key, "signal"), limit, fence)
 
     def extra(self) -> tuple[str, ...]:
         return () if self.limit is None else (self.limit,)
@@ -170,7 +175,9 @@ class Claim:
     def acquire_step(self, window_ms: int) -> Eval:
         keys = self.keys
         waiting = (keys.key, keys.waiters, keys.signal or keys.waiters, *keys.extra())
-        args = (self.token, self.ttl_ms, window_ms, self.limit)
+        args: tuple[str | int, ...] = (self.token, self.ttl_ms, window_ms, self.limit)
+        if keys.fence is not None:
+            waiting, args = (*waiting, keys.fence), (*args, FENCE_KEEP_MS)
         return Eval(self.kind.acquire_script, waiting, args)
 
     def release_step(self) -> Eval:
@@ -208,7 +215,7 @@ class Algorithms(Protocol):
         max_block: float,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
-    ) -> Steps[bool]: ...
+    ) -> Steps[int]: ...
     def release(self, claim: Claim) -> Steps[bool]: ...
     def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]: ...
     def owned(self, claim: Claim) -> Steps[bool]: ...
@@ -226,15 +233,19 @@ class SingleNode:
         max_block: float,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
-    ) -> Steps[bool]:
-        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once)."""
+    ) -> Steps[int]:
+        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once).
+
+        Returns False (not acquired), True, or -- for a fenced lock -- its fencing token.
+        """
         deadline = math.inf if wait is None else clock() + wait
         # Only a waiter that will block on the signal list registers as one.
         blocks = wait != 0 and claim.keys.signal is not None
         window_ms = math.ceil((max_block + WINDOW_SLACK) * 1000) if blocks else 0
         failures = 0
         while True:
-            code, lease_ms = yield claim.acquire_step(window_ms)
+            reply = yield claim.acquire_step(window_ms)
+            code, lease_ms = reply[0], reply[1]
             acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
             if acquired and claim.replicas:
                 # Held on the primary only: wait until enough replicas have the write too, or
@@ -246,7 +257,7 @@ class SingleNode:
                     yield claim.release_step()  # too few copies: this attempt failed
                     acquired, lease_ms = False, -2
             if acquired:
-                return True
+                return int(reply[2]) if len(reply) > 2 else True
             remaining = deadline - clock()
             if remaining <= 0:
                 if window_ms:

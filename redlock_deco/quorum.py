@@ -81,7 +81,7 @@ class Quorum:
         max_block: float,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
-    ) -> Steps[bool]:
+    ) -> Steps[int]:
         deadline = math.inf if wait is None else clock() + wait
         needed = quorum(self.masters, claim.limit)
         failures = 0

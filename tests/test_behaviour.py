@@ -298,3 +298,22 @@ def test_context_manager_not_acquired_and_lost(api: Api, r: redis.Redis) -> None
                 r.delete("lock:gone")
 
     api.run(scenario)
+
+
+def test_reentering_a_lease_that_has_ended_is_lock_lost(api: Api, r: redis.Redis) -> None:
+    async def inner_body() -> str:
+        return "ran unprotected"
+
+    inner = api.decorate(locked("ended", ttl=5), inner_body)
+
+    async def scenario(api: Api) -> None:
+        lock = api.Lock("ended", ttl=0.1, auto_renew=False)
+        assert await lock.acquire()
+        await api.sleep(0.2)  # the outer lease has run out
+        with pytest.raises(LockLost, match="re-entering"):
+            await api.call(inner)
+        with pytest.raises(LockNotOwned):
+            await lock.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0

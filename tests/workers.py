@@ -157,3 +157,20 @@ def soak_worker(url: str, limit: int, ttl: float, stop_key: str, out: Any) -> No
     out.put({"pid": os.getpid(), "calls": calls, "renewers": renewers,
              "early_rss": early_rss, "late_rss": rss(),
              "lived": time.monotonic() - started})  # fmt: skip
+
+
+def fenced_appender(url: str, times: int) -> None:
+    """Take a fenced lock ``times`` times; inside, append the token to a list (in lock order)."""
+    from redlock_deco import current_lease
+
+    register_provider("default", url)
+    client = redis.Redis.from_url(url)
+
+    @locked("fenced", fencing=True, ttl=5, wait=30)
+    def write() -> None:
+        lease = current_lease()
+        assert lease is not None and lease.fencing_token is not None
+        client.rpush("fence-log", lease.fencing_token)
+
+    for _ in range(times):
+        write()
