@@ -11,6 +11,7 @@ from .errors import (
     ProviderNotFound,
     RedlockDecoError,
 )
+from .events import LockEvent, LoggingListener, add_listener, remove_listener
 from .lock import Lock
 from .ownership import current_lease
 from .providers import register_provider, unregister_provider
@@ -20,16 +21,20 @@ __all__ = [
     "KeyTemplateError",
     "Lock",
     "LockError",
+    "LockEvent",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LoggingListener",
     "ProviderError",
     "ProviderNotFound",
     "RedlockDecoError",
     "Semaphore",
+    "add_listener",
     "current_lease",
     "limited",
     "locked",
     "register_provider",
+    "remove_listener",
     "unregister_provider",
 ]

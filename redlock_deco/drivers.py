@@ -120,15 +120,22 @@ class QuorumSyncTarget:
         self.nodes = nodes
         self.node_timeout = node_timeout
         self.algorithms: Algorithms = Quorum(len(nodes))
-        # Spare workers: a thread stuck on a dead master must not starve the next round.
-        self._pool = ThreadPoolExecutor(len(nodes) * 4, thread_name_prefix="redlock-deco-quorum")
+        # One serial worker per master: a hung master blocks only its own queue (a shared
+        # pool would fill up with calls stuck on it), and its commands keep their order, so
+        # a late acquire there is always followed by the release queued after it.
+        self._workers = [
+            ThreadPoolExecutor(1, thread_name_prefix="redlock-deco-quorum") for _ in nodes
+        ]
 
     def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
         assert isinstance(step, Fanout), step
-        futures = [self._pool.submit(node.execute, step.step) for node in self.nodes]
+        futures = [
+            worker.submit(node.execute, step.step)
+            for worker, node in zip(self._workers, self.nodes, strict=True)
+        ]
         deadline = time.monotonic() + self.node_timeout
         replies: list[object] = []
         for future in futures:

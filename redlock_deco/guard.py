@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers, ownership, providers, renewal
+from . import drivers, events, ownership, providers, renewal
 from .errors import LockLost, ProviderError
 from .lease import Lease
 from .options import LeaseOptions
@@ -85,6 +85,8 @@ def _new_lease(
     lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
     if options.fencing:
         lease.fencing_token = granted
+    if events.listeners:
+        events.emit("acquired", name, claim.keys.key, lease.acquired_at - started)
     lease.owner_alive = owner_alive
     if options.max_hold is not None:
         lease.hold_until = started + options.max_hold
@@ -93,6 +95,13 @@ def _new_lease(
     if held is not None:
         held[(options.provider, lease.key)] = lease
     return lease
+
+
+def _released(lease: Lease, released: bool) -> None:
+    if events.listeners:
+        events.emit("released", lease.name, lease.key, time.monotonic() - lease.acquired_at)
+        if not released and not lease.lost:  # found at release (renewal reports its own)
+            events.emit("lost", lease.name, lease.key)
 
 
 def _last_exit(lease: Lease, held: Holdings | None) -> bool:
@@ -150,6 +159,8 @@ def enter(
             renewal.renewer().add(renewal.abandoned(claim, target, time.monotonic()))
         raise
     if not acquired:
+        if events.listeners:
+            events.emit("busy", name, key, time.monotonic() - started)
         return None
     owner_alive = threading.current_thread().is_alive
     lease = _new_lease(claim, name, options, target, started, held, owner_alive, acquired)
@@ -163,11 +174,14 @@ def leave(lease: Lease) -> bool:
     held = ownership.thread_holdings() if lease.claim.kind.reentrant else None
     if not _last_exit(lease, held):
         return not lease.lost
+    if lease.pid != os.getpid():
+        # A forked child holds nothing: the lease is its parent's, and so is the renewer
+        # (whose lock another thread may have held at fork time: touching it could hang).
+        return True
     if lease.renewer is not None:
         lease.renewer.remove(lease)
-    if lease.pid != os.getpid():
-        return True  # a forked child holds nothing: the lease is its parent's to release
     released = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
+    _released(lease, released)
     return released and not lease.lost
 
 
@@ -210,6 +224,8 @@ async def enter_async(
             renewal.async_renewer().add(renewal.abandoned(claim, target, time.monotonic()))
         raise
     if not acquired:
+        if events.listeners:
+            events.emit("busy", name, key, time.monotonic() - started)
         return None
     task = asyncio.current_task()
     lease = _new_lease(
@@ -231,10 +247,10 @@ async def leave_async(lease: Lease) -> bool:
     held = ownership.task_holdings() if lease.claim.kind.reentrant else None
     if not _last_exit(lease, held):
         return not lease.lost
-    if lease.renewer is not None:
-        lease.renewer.remove(lease)
     if lease.pid != os.getpid():
         return True
+    if lease.renewer is not None:
+        lease.renewer.remove(lease)
     try:
         released = await drivers.run_async(
             lease.target.algorithms.release(lease.claim), lease.target
@@ -247,6 +263,7 @@ async def leave_async(lease: Lease) -> bool:
             drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
         )
         raise
+    _released(lease, released)
     return released and not lease.lost
 
 
@@ -294,15 +311,16 @@ def enter_all(
 
 
 def finish_all(leases: list[Lease], error: BaseException | None) -> None:
-    """Finish every lease (reverse order); the first LockLost is raised after all are done."""
-    lost: LockLost | None = None
+    """Finish every lease (reverse order), whatever one of them raises -- a failed release
+    must not leave the others held and renewed -- then raise the first problem."""
+    first: BaseException | None = None
     for lease in reversed(leases):
         try:
             finish(lease, error)
-        except LockLost as exc:
-            lost = lost or exc
-    if lost is not None:
-        raise lost
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def _leave_quietly(leases: list[Lease]) -> None:
@@ -332,14 +350,14 @@ async def enter_all_async(
 
 
 async def finish_all_async(leases: list[Lease], error: BaseException | None) -> None:
-    lost: LockLost | None = None
+    first: BaseException | None = None
     for lease in reversed(leases):
         try:
             await finish_async(lease, error)
-        except LockLost as exc:
-            lost = lost or exc
-    if lost is not None:
-        raise lost
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 async def _leave_quietly_async(leases: list[Lease]) -> None:

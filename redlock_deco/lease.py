@@ -31,6 +31,7 @@ class Lease:
 
     __slots__ = (
         "abandoned",
+        "acquired_at",
         "active",
         "claim",
         "count",
@@ -45,6 +46,7 @@ class Lease:
         "pid",
         "provider",
         "renewer",
+        "renewing",
         "target",
         "ttl_ms",
     )
@@ -62,10 +64,12 @@ class Lease:
         self.active = True  # False once released (or lost): renewals then stop
         self.lost = False
         self.abandoned = False  # an acquire cut short: only ever released, never renewed
+        self.acquired_at = time.monotonic()
         self.on_lost: Callable[[Lease], object] | None = None  # told when renewal finds it gone
         self.hold_until = math.inf  # max_hold: renewal stops at this instant
         self.fencing_token: int | None = None  # fencing=True: above every earlier acquisition
         self.renewer: Any = None  # the renewer keeping this lease, if auto-renewed
+        self.renewing = False  # a renewal of it is in flight: never dispatch a second one
         # Renewal must not outlive the owner: a thread or task that ended without releasing
         # stops being renewed, and its lease then expires within ttl.
         self.owner_alive: Callable[[], bool] = _always

@@ -1,7 +1,8 @@
 """Who holds what, per owner: a thread for sync code, an asyncio task for async code.
 
-Locks are re-entrant: one lease per (provider, key) and owner, counted. Semaphores are not:
-each acquisition takes another slot, so an owner keeps a stack of them.
+Locks are re-entrant: one lease per (provider, key) and owner, counted. (Semaphores are not;
+which object took which slot is kept by the primitive objects themselves.) Each owner also has
+a stack of the protected sections it is inside, for ``current_lease()``.
 
 Async ownership is keyed by the task object itself, not by a context variable: a context is
 copied into child tasks, which would let a task spawned inside a locked section believe it
@@ -25,11 +26,10 @@ from .lease import Lease
 
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
 Holdings = dict[HoldingKey, Lease]
-Slots = dict[HoldingKey, list[Lease]]
 Calls = list[tuple[int, Lease]]  # protected sections entered, innermost last, with a sequence
 
 _local = threading.local()
-Tables = tuple[Holdings, Slots, Calls]
+Tables = tuple[Holdings, Calls]
 _tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], Tables] = weakref.WeakKeyDictionary()
 _sequence = itertools.count()
 
@@ -38,7 +38,7 @@ def _thread_tables() -> Tables:
     try:
         tables: Tables = _local.tables
     except AttributeError:
-        tables = _local.tables = ({}, {}, [])
+        tables = _local.tables = ({}, [])
     return tables
 
 
@@ -48,7 +48,7 @@ def _task_tables() -> Tables:
         raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
     tables = _tasks.get(task)
     if tables is None:
-        tables = _tasks[task] = ({}, {}, [])
+        tables = _tasks[task] = ({}, [])
     return tables
 
 
@@ -57,35 +57,25 @@ def thread_holdings() -> Holdings:
     return _thread_tables()[0]
 
 
-def thread_slots() -> Slots:
-    """The semaphore slots the current thread holds through Semaphore objects, newest last."""
-    return _thread_tables()[1]
-
-
 def task_holdings() -> Holdings:
     """The locks the current asyncio task holds (re-entrantly), by (provider, key)."""
     return _task_tables()[0]
 
 
-def task_slots() -> Slots:
-    """The semaphore slots the current asyncio task holds through Semaphore objects."""
-    return _task_tables()[1]
-
-
 def enter_call(lease: Lease, *, task: bool) -> Calls:
     """Record that the calling thread (or task) is inside a section protected by ``lease``;
     returns the stack to pop from when it leaves."""
-    calls = (_task_tables() if task else _thread_tables())[2]
+    calls = (_task_tables() if task else _thread_tables())[1]
     calls.append((next(_sequence), lease))
     return calls
 
 
 def thread_calls() -> Calls:
-    return _thread_tables()[2]
+    return _thread_tables()[1]
 
 
 def task_calls() -> Calls:
-    return _task_tables()[2]
+    return _task_tables()[1]
 
 
 def current_lease() -> Lease | None:
@@ -94,10 +84,10 @@ def current_lease() -> Lease | None:
     Sync code running inside a task and a task's loop running inside a locked sync call both
     happen: the most recently entered of the two stacks' tops is the innermost.
     """
-    candidates = [_thread_tables()[2]]
+    candidates = [_thread_tables()[1]]
     try:
         if asyncio.current_task() is not None:
-            candidates.append(_task_tables()[2])
+            candidates.append(_task_tables()[1])
     except RuntimeError:
         pass  # no running loop in this thread
     tops = [calls[-1] for calls in candidates if calls]

@@ -4,8 +4,11 @@ class and its asyncio twin, side by side so they cannot drift (a test compares t
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 import time
-from collections.abc import Callable
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -14,57 +17,54 @@ from .errors import LockNotAcquired, LockNotOwned
 from .lease import Lease
 from .naming import bounded
 from .options import LeaseOptions, check_seconds, check_wait, to_ms
-from .ownership import Holdings, Slots
 from .protocol import Kind
 
 DEFAULT: Any = object()
 
 
 class Base:
-    """Name, options and where the calling owner's leases are kept."""
+    """Name, options, and the leases this object took, per owner (thread or task)."""
 
     kind: Kind
     noun = "lock"
     is_async = False
-    _holdings: Callable[[], Holdings]
-    _slots: Callable[[], Slots]
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
-        if not isinstance(name, str):
-            raise TypeError(f"{self.noun} name must be a str, got {name!r}")
         if options.on_lost == "cancel" and not self.is_async:
-            raise ValueError("on_lost='cancel' needs the asyncio primitive: only a task can be "
-                             "cancelled; pass a callback instead")  # fmt: skip
+            raise ValueError(
+                "on_lost='cancel' needs the asyncio primitive: only a task can be "
+                "cancelled; pass a callback instead"
+            )
         self.name = bounded(name)
         self.key = options.prefix + self.name
         self.options = options
         self.limit = options.limit
+        # Ownership is per object *and* per owner: another object naming the same key does not
+        # own what this one took (API: "held by this object"), and another thread or task
+        # using this object does not either. Re-entrancy itself is the owner's (guard.py).
+        self._mine: weakref.WeakKeyDictionary[Any, list[Lease]] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__} {self.key!r}>"
 
-    @property
-    def _where(self) -> tuple[str, str]:
-        return (self.options.provider, self.key)
+    def _owner(self) -> Any:
+        return threading.current_thread()
 
     def _lease(self) -> Lease | None:
-        """The calling owner's (newest) lease, if it holds one."""
-        if self.kind.reentrant:  # guard.enter/leave keep re-entrant leases themselves
-            return type(self)._holdings().get(self._where)
-        stack = type(self)._slots().get(self._where)
-        return stack[-1] if stack else None
+        """The newest lease this object took for the calling owner, if any (never one taken
+        by the parent of a forked child, whose thread object the child inherits)."""
+        mine = self._mine.get(self._owner())
+        if not mine or mine[-1].pid != os.getpid():
+            return None
+        return mine[-1]
 
     def _keep(self, lease: Lease) -> None:
-        if not self.kind.reentrant:
-            type(self)._slots().setdefault(self._where, []).append(lease)
+        self._mine.setdefault(self._owner(), []).append(lease)
 
     def _forget(self, lease: Lease) -> None:
-        if not self.kind.reentrant:
-            slots = type(self)._slots()
-            stack = slots.get(self._where, [])
-            stack.remove(lease)
-            if not stack:
-                slots.pop(self._where, None)
+        mine = self._mine.get(self._owner(), [])
+        if lease in mine:
+            mine.remove(lease)
 
     def _owned_lease(self, action: str) -> Lease:
         lease = self._lease()
@@ -96,9 +96,6 @@ class Base:
 
 class Primitive(Base):
     """The sync API; ownership belongs to the calling thread."""
-
-    _holdings = staticmethod(ownership.thread_holdings)
-    _slots = staticmethod(ownership.thread_slots)
 
     def acquire(self, wait: float | None = DEFAULT) -> bool:
         """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
@@ -167,8 +164,11 @@ class AsyncPrimitive(Base):
 
     is_async = True
 
-    _holdings = staticmethod(ownership.task_holdings)
-    _slots = staticmethod(ownership.task_slots)
+    def _owner(self) -> Any:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("redlock_deco.asyncio primitives must be used inside a task")
+        return task
 
     async def acquire(self, wait: float | None = DEFAULT) -> bool:
         """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""

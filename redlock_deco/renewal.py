@@ -20,11 +20,12 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers
+from . import drivers, events
 from .lease import RETRY_DELAY, Lease
 from .loops import background
 from .protocol import Claim
@@ -40,6 +41,8 @@ def due(leases: Iterable[Lease], now: float) -> tuple[list[Lease], float]:
     """
     ready, upcoming = [], math.inf
     for lease in leases:
+        if lease.renewing:
+            continue  # its renewal is in flight; it will wake the renewer when done
         if lease.next_renew <= now or now >= lease.hold_until or not lease.owner_alive():
             ready.append(lease)
         else:
@@ -54,6 +57,8 @@ def settle(lease: Lease, started: float, extended: bool | None) -> bool:
         return False  # released while the renewal was in flight: nothing to record
     if extended:
         lease.renewed(started)
+        if events.listeners:
+            events.emit("renewed", lease.name, lease.key)
         return False
     if extended is False or lease.renewal_failed(started):
         lease.mark_lost()
@@ -74,6 +79,8 @@ def orphaned(lease: Lease, now: float) -> bool:
 
 def notify_lost(lease: Lease) -> None:
     """Run the lease's on_lost callback; its failure must never stop the renewer."""
+    if events.listeners:
+        events.emit("lost", lease.name, lease.key)
     if lease.on_lost is not None:
         try:
             lease.on_lost(lease)
@@ -101,13 +108,19 @@ def cleaned_up(lease: Lease, now: float, done: bool) -> bool:
 
 
 class Renewer:
-    """The renewer of sync leases: one daemon thread per process."""
+    """The renewer of sync leases: one scheduler thread per process.
+
+    It only decides what is due; each renewal runs on one worker thread per Redis target, so
+    a paused or unreachable server delays the renewals of its own leases, never those on
+    other servers. No exception of a renewal can stop it.
+    """
 
     def __init__(self) -> None:
         self._leases: dict[int, Lease] = {}
         self._wake = threading.Condition(threading.Lock())
         self._next_wake = math.inf
         self._thread: threading.Thread | None = None
+        self._workers: dict[int, ThreadPoolExecutor] = {}
 
     def add(self, lease: Lease) -> None:
         lease.renewer = self
@@ -115,12 +128,12 @@ class Renewer:
         # too, so a lease added in between can never be overlooked until a later wake-up.
         with self._wake:
             self._leases[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="redlock-deco-renewer", daemon=True
+                )
+                self._thread.start()
             if lease.next_renew < self._next_wake:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._loop, name="redlock-deco-renewer", daemon=True
-                    )
-                    self._thread.start()
                 self._next_wake = lease.next_renew
                 self._wake.notify()
 
@@ -142,9 +155,29 @@ class Renewer:
                     timeout = None if self._next_wake == math.inf else self._next_wake - now
                     self._wake.wait(timeout)
                     continue
-                self._next_wake = now  # new leases need no wake-up while this round runs
+                for lease in ready:
+                    lease.renewing = True
             for lease in ready:
-                self.renew(lease)
+                self._worker(lease.target).submit(self._renew_safely, lease)
+
+    def _worker(self, target: Any) -> ThreadPoolExecutor:
+        worker = self._workers.get(id(target))
+        if worker is None:
+            worker = self._workers[id(target)] = ThreadPoolExecutor(
+                1, thread_name_prefix="redlock-deco-renewal"
+            )
+        return worker
+
+    def _renew_safely(self, lease: Lease) -> None:
+        try:
+            self.renew(lease)
+        except Exception:  # a bug or an unexpected error must not end renewals
+            log.exception("renewing %r failed", lease.key)
+            lease.next_renew = time.monotonic() + RETRY_DELAY
+        finally:
+            lease.renewing = False
+            with self._wake:
+                self._wake.notify()
 
     def renew(self, lease: Lease) -> None:
         if lease.abandoned:
@@ -219,7 +252,18 @@ class AsyncRenewer:
                 continue
             self._next_wake = now
             for lease in ready:
-                await self.renew(lease)
+                lease.renewing = True
+                background(self._renew_safely(lease), name="redlock-deco-renewal")
+
+    async def _renew_safely(self, lease: Lease) -> None:
+        try:
+            await self.renew(lease)
+        except Exception:  # a bug or an unexpected error must not end renewals
+            log.exception("renewing %r failed", lease.key)
+            lease.next_renew = time.monotonic() + RETRY_DELAY
+        finally:
+            lease.renewing = False
+            self._wake.set()
 
     async def renew(self, lease: Lease) -> None:
         if lease.abandoned:

@@ -81,8 +81,9 @@ def test_interop_redis_py_lock_excludes_ours(r: redis.Redis, server: RedisServer
     with pytest.raises(LockNotAcquired):
         f()
     theirs.release()
-    assert Lock("shared", wait=0).acquire()
-    Lock("shared").release()
+    ours = Lock("shared", wait=0)
+    assert ours.acquire()
+    ours.release()
 
 
 @pytest.mark.usefixtures("decode")
@@ -118,3 +119,14 @@ def test_waiting_for_a_redis_py_holder_wakes_when_it_expires(server: RedisServer
 def test_bad_options(kwargs: dict[str, object], error: type[Exception]) -> None:
     with pytest.raises(error):
         Lock("x", **kwargs)  # type: ignore[arg-type]
+
+
+def test_ownership_is_per_object_as_well_as_per_thread(r: redis.Redis) -> None:
+    a, b = Lock("mine", ttl=5), Lock("mine", ttl=5)
+    assert a.acquire(wait=0)
+    assert a.owned() and not b.owned()  # held by this object, not by any object of that name
+    with pytest.raises(LockNotOwned):
+        b.release()
+    assert r.exists("lock:mine")  # b deleted nothing
+    a.release()
+    assert r.dbsize() == 0

@@ -80,7 +80,8 @@ def test_commands_per_contended_critical_section(r: redis.Redis, server: RedisSe
     holder.acquire()
     spy = server.client()
     spy.config_resetstat()
-    t = threading.Thread(target=lambda: Lock("cmd", wait=5).acquire() and Lock("cmd").release())
+    waiter = Lock("cmd", wait=5)
+    t = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
     t.start()
     while not r.exists("{lock:cmd}:waiters"):
         time.sleep(0.001)

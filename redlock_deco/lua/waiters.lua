@@ -38,7 +38,7 @@ local function wake(waiters, signal, count)
     redis.call('DEL', signal)
     return
   end
-  for _ = 1, math.min(count, live) - redis.call('LLEN', signal) do
+  for _ = 1, math.min(count, live - redis.call('LLEN', signal)) do
     redis.call('RPUSH', signal, '1')
   end
   -- The signal must stay until the last registered waiter's block has ended, no longer.
