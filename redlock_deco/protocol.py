@@ -18,12 +18,16 @@ holder's remaining lease (a crashed holder sends nothing) and by the client's so
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
+
+from redis.crc import key_slot
 
 from . import scripts
 from .scripts import Outcome, Script
@@ -103,9 +107,24 @@ def sibling(key: str, suffix: str) -> str:
     """A key for ``suffix`` that lands in the same cluster hash slot as ``key``.
 
     Keeps scripts that touch a lock and its waiter keys single-slot (cluster-safe). A key
-    with its own tag keeps it; otherwise the whole key becomes the tag.
+    with its own tag keeps it; otherwise the whole key becomes the tag -- unless it contains
+    a ``}``, which would end that tag early: then a short tag of the key's own slot is used.
     """
-    return f"{key}:{suffix}" if hash_tag(key) is not None else f"{{{key}}}:{suffix}"
+    if hash_tag(key) is not None:
+        return f"{key}:{suffix}"
+    if "}" not in key:
+        return f"{{{key}}}:{suffix}"
+    return f"{{{tag_for_slot(key_slot(key.encode()))}}}:{key}:{suffix}"
+
+
+@functools.lru_cache(maxsize=1024)
+def tag_for_slot(slot: int) -> str:
+    """A short hash tag whose cluster slot is ``slot`` (found by search once, then cached)."""
+    for n in itertools.count():
+        candidate = f"s{n}"
+        if key_slot(candidate.encode()) == slot:
+            return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,16 @@ def test_keys_share_the_lock_keys_hash_slot() -> None:
     assert protocol.hash_tag("a{}b") is None
 
 
+@pytest.mark.parametrize("key", ["lock:a}b", "lock:cfg:{}", "lock:}{", "lock:x{}y}"])
+def test_waiter_keys_share_the_slot_even_for_keys_with_a_stray_brace(key: str) -> None:
+    from redis.crc import key_slot
+
+    keys = Keys.for_key(key)
+    assert {key_slot(k.encode()) for k in (key, keys.waiters, keys.signal or "")} == {
+        key_slot(key.encode())
+    }
+
+
 def test_acquire_first_try() -> None:
     clock = Clock()
     steps, result = drive(protocol.SINGLE.acquire(claim(), 10, 2.0, clock), [[1, 30000]], clock, {})

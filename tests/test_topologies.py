@@ -222,3 +222,14 @@ def test_several_names_across_cluster_slots(cluster_client: redis.RedisCluster) 
     assert len(slots) == 2  # really two slots
     assert transfer("9", "1") == 2
     assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
+
+
+def test_names_with_a_stray_brace_work_on_a_cluster(cluster_client: redis.RedisCluster) -> None:
+    @locked("cfg:{opts}", provider="cluster", ttl=5)
+    def configure(opts: object) -> bool:
+        return bool(cluster_client.exists("lock:cfg:{}"))
+
+    assert configure({})  # renders "cfg:{}": an empty tag, so the whole key is hashed
+    with Lock("a}b", provider="cluster", ttl=5) as lock:
+        assert lock.owned()
+    assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0

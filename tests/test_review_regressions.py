@@ -1,0 +1,151 @@
+"""Regressions found in review, each reproduced on real servers before it was fixed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from redlock_deco import LockLost, Semaphore, locked, register_provider
+from redlock_deco import scripts as lua
+from redlock_deco.renewal import renewer
+from redlock_deco.testing import RedisServer
+
+NO_RETRY = Retry(NoBackoff(), 0)
+
+
+class FailingLater(redis.Redis):
+    """A real client that starts raising a non-Redis error after ``good`` commands: a stand-in
+    for a bug or an unexpected library error in the middle of renewals."""
+
+    def __init__(self, good: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.good = good
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.good -= 1
+        if self.good < 0:
+            raise RuntimeError("unexpected failure inside the client")
+        return super().execute_command(*args, **options)
+
+
+@pytest.mark.slow
+def test_a_failed_release_still_lets_go_of_every_name(r: redis.Redis) -> None:
+    with RedisServer() as own:
+        register_provider("flaky", own.client(socket_timeout=0.3, retry=NO_RETRY))
+
+        @locked("acct:{src}", "acct:{dst}", provider="flaky", ttl=1)
+        def transfer(src: str, dst: str) -> None:
+            own.pause()  # the releases below time out
+            threading.Timer(0.8, own.resume).start()
+
+        with pytest.raises(redis.exceptions.TimeoutError):
+            transfer("1", "2")
+        time.sleep(2.0)  # past the 1 s ttl: nothing may still be renewing them
+        assert own.client().exists("lock:acct:1", "lock:acct:2") == 0
+        assert len(renewer()) == 0
+
+
+@pytest.mark.slow
+def test_renewals_survive_an_unexpected_error_elsewhere(server: RedisServer) -> None:
+    register_provider("broken", FailingLater(2, host="127.0.0.1", port=server.port))
+
+    @locked("doomed", provider="broken", ttl=0.3)
+    def doomed() -> None:
+        time.sleep(0.5)  # its renewals raise RuntimeError
+
+    @locked("healthy", ttl=0.3)
+    def healthy() -> str:
+        time.sleep(1.0)  # must be renewed all along, by the same renewer
+        return "kept"
+
+    errors: list[BaseException] = []
+
+    def run_doomed() -> None:
+        try:
+            doomed()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run_doomed)
+    t.start()
+    assert healthy() == "kept"
+    t.join(10)
+    assert errors  # the broken provider's call failed, loudly
+    assert sum(x.name == "redlock-deco-renewer" for x in threading.enumerate()) == 1
+
+
+@pytest.mark.slow
+def test_a_paused_server_does_not_stall_renewals_on_another() -> None:
+    with ExitStack() as stack:
+        a, b = (stack.enter_context(RedisServer()) for _ in range(2))
+        register_provider("a", a.url)  # default client: a paused server blocks it ~seconds
+        register_provider("b", b.url)
+
+        @locked("x", provider="a", ttl=3)
+        def on_a() -> None:
+            a.pause()
+            time.sleep(4.0)
+            a.resume()
+
+        errors: list[BaseException] = []
+        t = threading.Thread(target=lambda: _capture(on_a, errors))
+        t.start()
+        time.sleep(0.3)
+
+        @locked("y", provider="b", ttl=3)
+        def on_b() -> str:
+            time.sleep(4.0)  # past its ttl: only renewals keep it
+            return "kept"
+
+        assert on_b() == "kept"  # no LockLost: b's renewals ran while a was paused
+        t.join(30)
+
+
+def _capture(fn: Any, errors: list[BaseException]) -> None:
+    try:
+        fn()
+    except BaseException as exc:
+        errors.append(exc)
+
+
+@pytest.mark.slow
+def test_quorum_keeps_working_with_a_hung_master() -> None:
+    with ExitStack() as stack:
+        masters = [stack.enter_context(RedisServer()) for _ in range(3)]
+        # User-supplied clients with default (long) timeouts: the driver must not run out of
+        # workers while one master hangs.
+        register_provider("q", [m.client() for m in masters])
+        masters[2].pause()
+        try:
+
+            @locked("hung", provider="q", ttl=5, wait=1)
+            def cycle() -> str:
+                return "ok"
+
+            assert [cycle() for _ in range(12)] == ["ok"] * 12
+        finally:
+            masters[2].resume()
+
+
+def test_every_freed_semaphore_slot_wakes_a_waiter(r: redis.Redis) -> None:
+    keys = ("sem:pair", "{sem:pair}:waiters", "{sem:pair}:signal", "{sem:pair}:limit")
+    acquire, release = lua.SEM_ACQUIRE.source, lua.SEM_RELEASE.source
+    for holder in ("h1", "h2"):
+        assert r.eval(acquire, 4, *keys, holder, 5000, 0, 2)[0] == 1
+    for waiter in ("w1", "w2"):
+        assert r.eval(acquire, 4, *keys, waiter, 5000, 3000, 2)[0] == 0
+    r.eval(release, 4, *keys, "h1")
+    r.eval(release, 4, *keys, "h2")
+    assert r.llen("{sem:pair}:signal") == 2  # two slots freed, two waiters woken
+
+
+def test_a_semaphore_lost_on_release_is_lock_lost(r: redis.Redis) -> None:
+    with pytest.raises(LockLost), Semaphore("gone", limit=1, ttl=5):
+        r.delete("sem:gone")
