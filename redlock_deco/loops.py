@@ -16,11 +16,23 @@ _running: set[asyncio.Task[Any]] = set()
 
 
 def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """Start ``coro`` on the running loop and keep it referenced until it is done."""
+    """Start ``coro`` on the running loop and keep it referenced until it is done.
+
+    Tasks of loops that were closed without cancelling them (``loop.close()`` rather than
+    ``asyncio.run``) will never finish: they are let go here, so their loops can be freed.
+    """
+    for stale in [t for t in _running if t.get_loop().is_closed()]:
+        _running.discard(stale)
     task = asyncio.get_running_loop().create_task(coro, name=name)
     _running.add(task)
     task.add_done_callback(_running.discard)
     return task
+
+
+def forget_closed(table: Any) -> None:
+    """Drop the entries of a per-loop table whose loop is closed (and so never runs again)."""
+    for loop in [loop for loop in list(table) if loop.is_closed()]:
+        table.pop(loop, None)
 
 
 def _after_fork_in_child() -> None:

@@ -29,7 +29,7 @@ from redis.retry import Retry
 
 from .drivers import AsyncTarget, QuorumAsyncTarget, QuorumSyncTarget, SyncTarget
 from .errors import ProviderError, ProviderNotFound
-from .loops import background
+from .loops import background, forget_closed
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
@@ -238,6 +238,8 @@ def async_target(name: str) -> AsyncTarget | QuorumAsyncTarget:
     with _lock:
         targets = _async_targets.get(loop)
         if targets is None:
+            forget_closed(_async_targets)  # loops closed without asyncio.run's clean-up
+            forget_closed(_reapers)
             targets = _async_targets[loop] = {}
             _reapers[loop] = []
             background(_reap(loop, _reapers[loop]), name="redlock-deco-loop-reaper")

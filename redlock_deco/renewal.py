@@ -27,7 +27,7 @@ from redis.exceptions import RedisError
 
 from . import drivers, events
 from .lease import RETRY_DELAY, Lease
-from .loops import background
+from .loops import background, forget_closed
 from .protocol import Claim
 
 log = logging.getLogger("redlock_deco")
@@ -306,6 +306,7 @@ def async_renewer() -> AsyncRenewer:
     loop = asyncio.get_running_loop()
     found = _async_renewers.get(loop)
     if found is None:
+        forget_closed(_async_renewers)
         found = _async_renewers[loop] = AsyncRenewer(loop)
     return found
 
