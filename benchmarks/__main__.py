@@ -40,6 +40,7 @@ def main() -> int:
         step("uncontended")
         results.uncontended = uncontended.measure(server.url, args.cycles, args.rounds)
         results.load = commands.per_cycle(server.url)
+        results.listeners = uncontended.listener_overhead(server.url, args.cycles, args.rounds)
         for processes in (8, args.many):
             results.contended[processes] = {}
             for library in LOCKS:

@@ -21,6 +21,7 @@ class Results:
     redis_binary: str
     seconds: float = 0.0
     rtt: float = 0.0  # median idle PING round trip, seconds
+    listeners: tuple[float, float] = (0.0, 0.0)  # @locked cycles/s without / with a listener
     uncontended: dict[str, float] = field(default_factory=dict)
     load: dict[str, tuple[float, float]] = field(default_factory=dict)
     contended: dict[int, dict[str, Contended]] = field(default_factory=dict)
@@ -70,7 +71,17 @@ def markdown(r: Results) -> str:
             f"| {name} | {rate:,.0f} | {rate / floor:.2f}x | {rate / anchor:.2f}x | "
             f"{_num(trips)} | {_num(commands)} |"
         )
-    out += ["", "Server commands count what Redis executed, script-internal calls included.", ""]
+    without, with_listener = r.listeners
+    out += [
+        "",
+        "Server commands count what Redis executed, script-internal calls included.",
+        "",
+        f"Events: uncontended `@locked` with a listener registered runs at "
+        f"{with_listener / without:.2f}x",
+        f"its speed with none ({with_listener:,.0f} vs {without:,.0f} cycles/s, interleaved "
+        "rounds).",
+        "",
+    ]
     for processes, runs in r.contended.items():
         out += [
             f"## One key, {processes} processes in a tight loop",

@@ -67,3 +67,35 @@ def measure(url: str, cycles: int = 2000, rounds: int = 7) -> dict[str, float]:
                 fn()
             samples[name].append(cycles / (time.perf_counter() - started))
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def listener_overhead(url: str, cycles: int = 1000, rounds: int = 7) -> tuple[float, float]:
+    """Uncontended @locked cycles/s with no listener and with one (counting events),
+    interleaved round by round. Returns (without, with)."""
+    from redlock_deco import add_listener, locked, register_provider, remove_listener
+
+    register_provider("default", url)
+
+    @locked("bench:listened", ttl=30)
+    def cycle() -> None: ...
+
+    counted = [0]
+
+    def count(event: object) -> None:
+        counted[0] += 1
+
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(200):
+        cycle()
+    for _ in range(rounds):
+        for listening in (False, True):
+            if listening:
+                add_listener(count)
+            started = time.perf_counter()
+            for _ in range(cycles):
+                cycle()
+            samples[listening].append(cycles / (time.perf_counter() - started))
+            if listening:
+                remove_listener(count)
+    assert counted[0] == 2 * cycles * rounds  # acquired + released, every cycle
+    return statistics.median(samples[False]), statistics.median(samples[True])
