@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from . import drivers, events
 from .lease import RETRY_DELAY, Lease
 from .loops import background, forget_closed
-from .protocol import Claim
+from .protocol import Algorithms, Claim, Steps
 
 log = logging.getLogger("redlock_deco")
 
@@ -107,6 +107,31 @@ def cleaned_up(lease: Lease, now: float, done: bool) -> bool:
     return False
 
 
+FAILED: Any = object()  # the renewal's round trip failed (connection trouble)
+
+
+def plan(lease: Lease, now: float) -> Steps[Any] | None:
+    """What one renewal round of ``lease`` runs: the clean-up of an abandoned claim, or an
+    extension; None when the lease is to be dropped without a word to Redis."""
+    algorithms: Algorithms = lease.target.algorithms
+    if lease.abandoned:
+        return algorithms.abandon(lease.claim)
+    if orphaned(lease, now):
+        return None
+    return algorithms.extend(lease.claim, lease.ttl_ms)
+
+
+def conclude(lease: Lease, started: float, outcome: Any) -> bool:
+    """Record what a round started at ``started`` got back (FAILED on connection trouble);
+    True when the renewer should drop the lease."""
+    if lease.abandoned:
+        return cleaned_up(lease, time.monotonic(), outcome is not FAILED)
+    if settle(lease, started, None if outcome is FAILED else bool(outcome)):
+        notify_lost(lease)
+        return True
+    return False
+
+
 class Renewer:
     """The renewer of sync leases: one scheduler thread per process.
 
@@ -158,7 +183,10 @@ class Renewer:
                 for lease in ready:
                     lease.renewing = True
             for lease in ready:
-                self._worker(lease.target).submit(self._renew_safely, lease)
+                try:
+                    self._worker(lease.target).submit(self._renew_safely, lease)
+                except RuntimeError:  # the interpreter is exiting: no new work, end quietly
+                    return
 
     def _worker(self, target: Any) -> ThreadPoolExecutor:
         worker = self._workers.get(id(target))
@@ -180,28 +208,15 @@ class Renewer:
                 self._wake.notify()
 
     def renew(self, lease: Lease) -> None:
-        if lease.abandoned:
-            try:
-                drivers.run(lease.target.algorithms.abandon(lease.claim), lease.target)
-                done = True
-            except RedisError:
-                done = False
-            if cleaned_up(lease, time.monotonic(), done):
-                self.remove(lease)
-            return
-        if orphaned(lease, time.monotonic()):
-            self.remove(lease)
-            return
         started = time.monotonic()
-        try:
-            extended: bool | None = drivers.run(
-                lease.target.algorithms.extend(lease.claim, lease.ttl_ms), lease.target
-            )
-        except RedisError:
-            extended = None
-        if settle(lease, started, extended):
+        steps = plan(lease, started)
+        if steps is not None:
+            try:
+                outcome = drivers.run(steps, lease.target)
+            except RedisError:
+                outcome = FAILED
+        if steps is None or conclude(lease, started, outcome):
             self.remove(lease)
-            notify_lost(lease)
 
 
 class AsyncRenewer:
@@ -266,28 +281,15 @@ class AsyncRenewer:
             self._wake.set()
 
     async def renew(self, lease: Lease) -> None:
-        if lease.abandoned:
-            try:
-                await drivers.run_async(lease.target.algorithms.abandon(lease.claim), lease.target)
-                done = True
-            except RedisError:
-                done = False
-            if cleaned_up(lease, time.monotonic(), done):
-                self.remove(lease)
-            return
-        if orphaned(lease, time.monotonic()):
-            self.remove(lease)
-            return
         started = time.monotonic()
-        try:
-            extended: bool | None = await drivers.run_async(
-                lease.target.algorithms.extend(lease.claim, lease.ttl_ms), lease.target
-            )
-        except RedisError:
-            extended = None
-        if settle(lease, started, extended):
+        steps = plan(lease, started)
+        if steps is not None:
+            try:
+                outcome = await drivers.run_async(steps, lease.target)
+            except RedisError:
+                outcome = FAILED
+        if steps is None or conclude(lease, started, outcome):
             self.remove(lease)
-            notify_lost(lease)
 
 
 _renewer = Renewer()
