@@ -7,6 +7,7 @@ from .errors import (
     LockLost,
     LockNotAcquired,
     LockNotOwned,
+    LockNotReplicated,
     ProviderError,
     ProviderNotFound,
     RedlockDecoError,
@@ -14,6 +15,7 @@ from .errors import (
 from .events import LockEvent, LoggingListener, add_listener, remove_listener
 from .lock import Lock
 from .ownership import current_lease
+from .process import aclose
 from .providers import register_provider, unregister_provider
 from .semaphore import Semaphore
 
@@ -25,11 +27,13 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockNotReplicated",
     "LoggingListener",
     "ProviderError",
     "ProviderNotFound",
     "RedlockDecoError",
     "Semaphore",
+    "aclose",
     "add_listener",
     "current_lease",
     "limited",

@@ -4,19 +4,29 @@ What a step means on the wire is decided once, by :func:`command` and :func:`fal
 sync and asyncio drivers below are the same dozen lines, one with ``await``. Scripts run with
 EVALSHA and fall back to EVAL on NOSCRIPT (a restarted or flushed server forgot the script;
 EVAL runs it and caches it again).
+
+Connection lanes (:func:`lane_sizes`): a client's pool has a fixed number of connections
+(redis-py 8: 100, and a full non-blocking pool *raises*). Waiters blocked in BLPOP and
+acquirers retrying hold pooled connections too, so 120 waiters once left a holder's release
+failing with "Too many connections" and the lock stuck for its ttl. Commands are therefore
+sorted into lanes, each with its own share of the pool: *holding* (release, extend, renew,
+owned: a reserve waiters can never take), *acquiring* (attempts, waiter bookkeeping) and
+*blocking* (BLPOP; a waiter that finds no free blocking place waits for one at most as long
+as its block would have lasted, then simply re-checks the lock, as after any wake-up).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError
 
 from .protocol import SINGLE, Algorithms, Block, Call, Eval, Fanout, Sleep, Step, Steps
 from .quorum import Quorum
+from .worker import SerialWorker
 
 T = TypeVar("T")
 Args = tuple[str | int, ...]
@@ -67,20 +77,83 @@ def routing(client: Any, step: Step) -> dict[str, Any]:
     return {}
 
 
+# Pools at least this large are treated as unbounded (redis-py 5's default is 2**31): no
+# lanes, and no per-command cost for them.
+UNBOUNDED_POOL = 10_000
+
+
+def pool_size(client: Any) -> int | None:
+    """How many connections ``client``'s pool may open, or None if practically unbounded."""
+    size = getattr(getattr(client, "connection_pool", None), "max_connections", None)
+    return size if isinstance(size, int) and 0 < size < UNBOUNDED_POOL else None
+
+
+def lane_sizes(pool: int) -> tuple[int, int, int]:
+    """(holding, acquiring, blocking) places of a pool of ``pool`` connections.
+
+    Together never more than the pool (at least one each, for absurdly small pools).
+    """
+    holding = max(1, min(16, pool // 4))
+    blocking = max(1, min(32, (pool - holding) // 2))
+    acquiring = max(1, pool - holding - blocking)
+    return holding, acquiring, blocking
+
+
+def make_lanes(pool: int | None, semaphore: Any) -> list[Any] | None:
+    """One ``semaphore(n)`` per lane (None for an unbounded pool). Pools too small for
+    three lanes share one between acquirers and blockers (and with a single connection,
+    everything: nothing can be reserved there)."""
+    if pool is None:
+        return None
+    if pool >= 3:
+        return [semaphore(n) for n in lane_sizes(pool)]
+    shared = semaphore(1)
+    return [semaphore(1) if pool == 2 else shared, shared, shared]
+
+
+def lane_of(step: Step) -> int:
+    """0 holding, 1 acquiring, 2 blocking."""
+    if type(step) is Block:
+        return 2
+    return 1 if type(step) is Eval and step.script.waiting else 0
+
+
 class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
-    __slots__ = ("client", "max_block")
+    __slots__ = ("checked", "client", "lanes", "max_block", "renewal_worker")
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.max_block = max_block_for(client)
+        self.lanes = make_lanes(pool_size(client), threading.BoundedSemaphore)
+        self.renewal_worker: SerialWorker | None = None  # renewal.py's, created on demand
+        self.checked = False  # the first-use server check (eviction policy) has run
+
+    def retire(self) -> None:
+        """This target was replaced (its provider registered again): let its thread go."""
+        if self.renewal_worker is not None:
+            self.renewal_worker.retire()
 
     def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
+        if self.lanes is None:
+            return self._send(step)
+        lane = self.lanes[lane_of(step)]
+        if type(step) is Block:
+            if not lane.acquire(timeout=step.timeout):
+                return None  # no place to block in: re-check the lock, as after a timeout
+        else:
+            lane.acquire()
+        try:
+            return self._send(step)
+        finally:
+            lane.release()
+
+    def _send(self, step: Step) -> Any:
         if type(step) is Call and step.route is not None:
             return self.client.execute_command(*step.args, **routing(self.client, step))
         try:
@@ -92,17 +165,35 @@ class SyncTarget:
 class AsyncTarget:
     """One ``redis.asyncio`` client (bound to one event loop) and what derives from it."""
 
-    __slots__ = ("client", "max_block")
+    __slots__ = ("checked", "client", "lanes", "max_block")
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.max_block = max_block_for(client)
+        self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
+        self.checked = False
 
     async def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
+        if self.lanes is None:
+            return await self._send(step)
+        lane = self.lanes[lane_of(step)]
+        if type(step) is Block and lane.locked():
+            try:
+                await asyncio.wait_for(lane.acquire(), step.timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                return None  # no place to block in: re-check the lock, as after a timeout
+        else:
+            await lane.acquire()
+        try:
+            return await self._send(step)
+        finally:
+            lane.release()
+
+    async def _send(self, step: Step) -> Any:
         if type(step) is Call and step.route is not None:
             return await self.client.execute_command(*step.args, **routing(self.client, step))
         try:
@@ -120,12 +211,19 @@ class QuorumSyncTarget:
         self.nodes = nodes
         self.node_timeout = node_timeout
         self.algorithms: Algorithms = Quorum(len(nodes))
+        self.renewal_worker: SerialWorker | None = None
+        self.checked = False
         # One serial worker per master: a hung master blocks only its own queue (a shared
         # pool would fill up with calls stuck on it), and its commands keep their order, so
-        # a late acquire there is always followed by the release queued after it.
-        self._workers = [
-            ThreadPoolExecutor(1, thread_name_prefix="redlock-deco-quorum") for _ in nodes
-        ]
+        # a late acquire there is always followed by the release queued after it. Idle
+        # workers end, so a replaced provider leaves no threads behind.
+        self._workers = [SerialWorker("redlock-deco-quorum") for _ in nodes]
+
+    def retire(self) -> None:
+        """This target was replaced (its provider registered again): let its threads go."""
+        for worker in [*self._workers, self.renewal_worker]:
+            if worker is not None:
+                worker.retire()
 
     def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):
@@ -155,6 +253,7 @@ class QuorumAsyncTarget:
         self.nodes = nodes
         self.node_timeout = node_timeout
         self.algorithms: Algorithms = Quorum(len(nodes))
+        self.checked = False
 
     async def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):

@@ -71,3 +71,27 @@ class LockNotOwned(LockError):
 
 class LockLost(LockError):
     """The lease ended (expired or taken over) while the protected call was running."""
+
+
+class LockNotReplicated(LockNotAcquired):
+    """The lock was granted, but fewer replicas than ``replicas=`` acknowledged it in time, so
+    it was given back: on failover it could have been granted to someone else as well.
+
+    Raised whatever ``on_busy`` says: a missing replica is a fault to see, not a busy lock.
+    """
+
+    def __init__(
+        self, *, name: str, key: str, waited: float, replicas: int, acknowledged: int
+    ) -> None:
+        LockError.__init__(
+            self,
+            f"acquired {key!r} on the primary, but only {acknowledged} of the {replicas} "
+            f"replica(s) required by replicas={replicas} acknowledged it (tried for "
+            f"{waited:.3f}s), so it was released; check that the replicas are attached and "
+            "in sync (INFO replication), or lower replicas=",
+            name=name,
+            key=key,
+        )
+        self.waited = waited
+        self.replicas = replicas
+        self.acknowledged = acknowledged

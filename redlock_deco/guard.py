@@ -18,12 +18,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers, events, ownership, providers, renewal
-from .errors import LockLost, ProviderError
-from .lease import Lease
+from . import drivers, events, eviction, ownership, process, providers, renewal
+from .errors import LockError, LockLost, LockNotReplicated, ProviderError
+from .lifecycle import Cleanup, Lease
 from .options import LeaseOptions
-from .ownership import Holdings
-from .protocol import Claim, Keys, Kind, SingleNode
+from .process import Holdings
+from .protocol import Claim, Granted, Keys, Kind, NotGranted, SingleNode
 from .tokens import new_token
 
 
@@ -37,22 +37,21 @@ def add_note(error: BaseException, note: str) -> None:
 
 
 def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | None:
-    """The owner's lease on ``key`` if it already holds it (then counted once more).
-
-    A lease the owner holds but knows to be over (lost, or past its lease without renewal)
-    cannot be re-entered: that call would run unprotected, so it fails loudly instead.
-    """
+    """The owner's lease on ``key`` if it already holds it (then counted once more)."""
     lease = held.get((options.provider, key)) if held is not None else None
     if lease is None:
         return None
-    if lease.lost or lease.remaining() == 0:
-        raise LockLost(
-            f"re-entering {key!r}, but this owner's lease on it has ended (expired or taken "
-            "over): the outer holder no longer protects this call",
+    if options.fencing and lease.fencing_token is None:
+        # Re-entering would hand the fenced call the outer holder's lease, which has no
+        # token: the store it protects could not tell this writer from a stale one.
+        raise LockError(
+            f"a fencing=True call re-enters {key!r}, which this owner already holds without "
+            "fencing, so there is no fencing token to give it; make the outer holder "
+            "fencing=True as well (one lock name, one fencing choice)",
             name=lease.name,
             key=key,
         )
-    lease.count += 1
+    lease.reenter()
     return lease
 
 
@@ -71,47 +70,53 @@ def _check_fencing(options: LeaseOptions, target: Any) -> None:
         )
 
 
+def _not_granted(
+    result: NotGranted, options: LeaseOptions, name: str, key: str, started: float
+) -> None:
+    """The wait ran out: raise if the reason was missing replicas, else report busy."""
+    waited = time.monotonic() - started
+    if result.acknowledged is not None:
+        raise LockNotReplicated(
+            name=name, key=key, waited=waited, replicas=options.replicas,
+            acknowledged=result.acknowledged,
+        )  # fmt: skip
+    if events.listeners:
+        events.emit("busy", name, key, waited)
+
+
 def _new_lease(
     claim: Claim,
     name: str,
     options: LeaseOptions,
     target: object,
     started: float,
-    held: Holdings | None,
-    owner_alive: Callable[[], bool],
-    granted: int,
+    granted: Granted,
+    io: Any,
+    alive: Callable[[], bool],
+    on_lost: Callable[[Lease], object] | None,
 ) -> Lease:
-    """Record a lease just acquired (by a request sent at ``started``) for its owner."""
-    lease = Lease(claim, name=name, provider=options.provider, target=target, started=started)
-    if options.fencing:
-        lease.fencing_token = granted
+    """A lease just acquired (by a request sent at ``started``), built complete."""
+    lease = Lease(
+        claim, name=name, provider=options.provider, target=target, started=started, io=io,
+        alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
+        on_lost=on_lost,
+    )  # fmt: skip
     if events.listeners:
         events.emit("acquired", name, claim.keys.key, lease.acquired_at - started)
-    lease.owner_alive = owner_alive
-    if options.max_hold is not None:
-        lease.hold_until = started + options.max_hold
-    if callable(options.on_lost):
-        lease.on_lost = options.on_lost
-    if held is not None:
-        held[(options.provider, lease.key)] = lease
     return lease
 
 
 def _released(lease: Lease, released: bool) -> None:
+    """Record the outermost release's answer (False: the lease had already ended)."""
+    was_lost = lease.lost
+    if released:
+        lease.release()
+    else:
+        lease.lose()
     if events.listeners:
         events.emit("released", lease.name, lease.key, time.monotonic() - lease.acquired_at)
-        if not released and not lease.lost:  # found at release (renewal reports its own)
+        if not released and not was_lost:  # found at release (renewal reports its own)
             events.emit("lost", lease.name, lease.key)
-
-
-def _last_exit(lease: Lease, held: Holdings | None) -> bool:
-    """Count an exit down; True when it is the outermost one, which must touch Redis."""
-    lease.count -= 1
-    if lease.count > 0:
-        return False
-    if held is not None:
-        held.pop((lease.provider, lease.key), None)
-    return True
 
 
 def _lost_lease(lease: Lease, error: BaseException | None, kept: bool) -> LockLost | None:
@@ -135,13 +140,19 @@ def _release_failed(lease: Lease, error: BaseException | None, exc: RedisError) 
     add_note(error, f"releasing {lease.key!r} failed too ({exc!r}); it expires within its ttl")
 
 
+def _forget_holding(lease: Lease, held: Holdings | None) -> None:
+    if held is not None and held.get((lease.provider, lease.key)) is lease:
+        del held[(lease.provider, lease.key)]
+
+
 # -- sync --------------------------------------------------------------------------------
 
 
 def enter(
     kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None
 ) -> Lease | None:
-    """Take the lease on ``key`` (or count a re-entry); None if ``wait`` ran out."""
+    """Take the lease on ``key`` for the calling thread (or count a re-entry); None if
+    ``wait`` ran out."""
     held = ownership.thread_holdings() if kind.reentrant else None
     lease = _reenter(held, options, key)
     if lease is not None:
@@ -151,38 +162,67 @@ def enter(
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
-        acquired = drivers.run(target.algorithms.acquire(claim, wait, target.max_block), target)
-    except BaseException:
-        try:
-            drivers.run(target.algorithms.abandon(claim), target)
-        except RedisError:  # the server is out of reach: keep trying in the background
-            renewal.renewer().add(renewal.abandoned(claim, target, time.monotonic()))
+        result = drivers.run(target.algorithms.acquire(claim, wait, target.max_block), target)
+    except BaseException as exc:
+        _cut_short(claim, target, exc)
         raise
-    if not acquired:
-        if events.listeners:
-            events.emit("busy", name, key, time.monotonic() - started)
+    if type(result) is NotGranted:
+        _not_granted(result, options, name, key, started)
         return None
-    owner_alive = threading.current_thread().is_alive
-    lease = _new_lease(claim, name, options, target, started, held, owner_alive, acquired)
+    assert type(result) is Granted
+    on_lost = options.on_lost if callable(options.on_lost) else None
+    alive = threading.current_thread().is_alive
+    lease = _new_lease(claim, name, options, target, started, result, threading.Lock(), alive,
+                       on_lost)  # fmt: skip
+    if held is not None:
+        held[(options.provider, key)] = lease
     if options.auto_renew:
         renewal.renewer().add(lease)
+    if not target.checked:
+        eviction.start_check(target)
     return lease
 
 
+def _cut_short(claim: Claim, target: Any, exc: BaseException) -> None:
+    """An acquire failed or was interrupted mid-flight: leave nothing of it behind.
+
+    Its SET may have landed without us hearing the reply. An unreachable server gets the
+    token-compared release retried in the background (retrying here would repeat the
+    client's own retries and double the time the caller waits); an error reply (READONLY,
+    NOPERM, OOM, WRONGTYPE) is an answer, raised at once, with one best-effort release for a
+    script that failed after its SET; anything else (KeyboardInterrupt, a bug) releases now.
+    """
+    if isinstance(exc, renewal.UNREACHABLE):
+        renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
+        return
+    try:
+        drivers.run(target.algorithms.abandon(claim), target)
+    except renewal.UNREACHABLE:
+        if not isinstance(exc, RedisError):
+            renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
+    except RedisError:
+        pass  # the server answered with an error again: nothing more to do
+
+
 def leave(lease: Lease) -> bool:
-    """Give the lease back (or count down a re-entry). True if it was ours to the end."""
-    held = ownership.thread_holdings() if lease.claim.kind.reentrant else None
-    if not _last_exit(lease, held):
-        return not lease.lost
+    """Give the lease back (or count down a re-entry). True unless the outermost exit found
+    the lease already ended; a nested exit never reports (the outermost one will)."""
+    if not lease.exit():
+        return True
+    _forget_holding(lease, ownership.thread_holdings() if lease.claim.kind.reentrant else None)
     if lease.pid != os.getpid():
         # A forked child holds nothing: the lease is its parent's, and so is the renewer
         # (whose lock another thread may have held at fork time: touching it could hang).
         return True
-    if lease.renewer is not None:
-        lease.renewer.remove(lease)
-    released = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
+    renewal.renewer().remove(lease)
+    was_lost = lease.lost
+    try:
+        released = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
+    except BaseException:
+        lease.release()  # not renewed any more either way: it expires within its ttl
+        raise
     _released(lease, released)
-    return released and not lease.lost
+    return released and not was_lost
 
 
 def finish(lease: Lease, error: BaseException | None) -> None:
@@ -200,11 +240,31 @@ def finish(lease: Lease, error: BaseException | None) -> None:
 # -- asyncio -----------------------------------------------------------------------------
 
 
+def task_owner() -> tuple[asyncio.Task[Any], Callable[[], bool]]:
+    """The calling task, and whether it is still running (renewal stops when it ends)."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
+    return task, lambda: not task.done()
+
+
 async def enter_async(
-    kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None
+    kind: Kind,
+    options: LeaseOptions,
+    name: str,
+    key: str,
+    wait: float | None,
+    *,
+    helper_of: Callable[[], bool] | None = None,
 ) -> Lease | None:
-    """Take the lease on ``key`` for the current task (or count a re-entry)."""
-    held = ownership.task_holdings() if kind.reentrant else None
+    """Take the lease on ``key`` for the current task (or count a re-entry).
+
+    ``helper_of``: the task only runs this acquire for someone else (``asyncio.gather``,
+    ``shield``, ``wait_for`` before 3.12), so the lease belongs to the object that asked
+    for it; renewal then goes on while ``helper_of()`` is true.
+    """
+    task, task_alive = task_owner()
+    held = ownership.task_holdings(task) if kind.reentrant and helper_of is None else None
     lease = _reenter(held, options, key)
     if lease is not None:
         return lease
@@ -213,58 +273,76 @@ async def enter_async(
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
-        acquired = await drivers.run_async(
+        result = await drivers.run_async(
             target.algorithms.acquire(claim, wait, target.max_block), target
         )
-    except BaseException:
-        # Cancelled (or timed out) while waiting: leave nothing held, even if cancelled again.
-        try:
-            await asyncio.shield(drivers.run_async(target.algorithms.abandon(claim), target))
-        except (RedisError, asyncio.CancelledError):  # out of reach: keep trying meanwhile
-            renewal.async_renewer().add(renewal.abandoned(claim, target, time.monotonic()))
+    except BaseException as exc:
+        await _cut_short_async(claim, target, exc)
         raise
-    if not acquired:
-        if events.listeners:
-            events.emit("busy", name, key, time.monotonic() - started)
+    if type(result) is NotGranted:
+        _not_granted(result, options, name, key, started)
         return None
-    task = asyncio.current_task()
-    lease = _new_lease(
-        claim, name, options, target, started, held,
-        lambda: task is None or not task.done(), acquired,
-    )  # fmt: skip
-    if options.on_lost == "cancel" and task is not None:
-        lease.on_lost = lambda _lease: task.cancel()  # runs in this loop, from its renewer
+    assert type(result) is Granted
+    on_lost = options.on_lost if callable(options.on_lost) else None
+    if options.on_lost == "cancel" and helper_of is None:
+        on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
+    alive = task_alive if helper_of is None else helper_of
+    lease = _new_lease(claim, name, options, target, started, result, asyncio.Lock(), alive,
+                       on_lost)  # fmt: skip
+    if held is not None:
+        held[(options.provider, key)] = lease
+    process.loop_state().leases.add(lease)  # released at the loop's shutdown if still held
     if options.auto_renew:
         renewal.async_renewer().add(lease)
+    if not target.checked:
+        eviction.start_check_async(target)
     return lease
 
 
-async def leave_async(lease: Lease) -> bool:
-    """Give the lease back (or count down a re-entry). True if it was ours to the end.
+async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> None:
+    """:func:`_cut_short` for asyncio; a task cancelled (again) meanwhile still cleans up."""
+    if isinstance(exc, renewal.UNREACHABLE):
+        renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
+        return
+    try:
+        await asyncio.shield(drivers.run_async(target.algorithms.abandon(claim), target))
+    except (*renewal.UNREACHABLE, asyncio.CancelledError):
+        if not isinstance(exc, RedisError):
+            renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
+    except RedisError:
+        pass
 
-    A task cancelled while releasing still releases.
-    """
-    held = ownership.task_holdings() if lease.claim.kind.reentrant else None
-    if not _last_exit(lease, held):
-        return not lease.lost
+
+async def leave_async(lease: Lease, held: Holdings | None = None) -> bool:
+    """Give the lease back (or count down a re-entry). True unless the outermost exit found
+    the lease already ended. A task cancelled while releasing still releases."""
+    if not lease.exit():
+        return True
+    if lease.claim.kind.reentrant:
+        _forget_holding(lease, held if held is not None else ownership.task_holdings())
     if lease.pid != os.getpid():
         return True
-    if lease.renewer is not None:
-        lease.renewer.remove(lease)
+    state = process.loop_state()
+    state.leases.discard(lease)
+    renewal.async_renewer().remove(lease)
+    was_lost = lease.lost
+    release = lease.target.algorithms.release
     try:
-        released = await drivers.run_async(
-            lease.target.algorithms.release(lease.claim), lease.target
-        )
+        released = await drivers.run_async(release(lease.claim), lease.target)
     except asyncio.CancelledError:
         # Cancelled mid-release: finish it shielded before the cancellation goes on (a second
         # release is harmless: it compares the token). Shielding only here keeps a Task per
         # call off the hot path.
-        await asyncio.shield(
-            drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
-        )
+        try:
+            await asyncio.shield(drivers.run_async(release(lease.claim), lease.target))
+        finally:
+            lease.release()
+        raise
+    except BaseException:
+        lease.release()
         raise
     _released(lease, released)
-    return released and not lease.lost
+    return released and not was_lost
 
 
 async def finish_async(lease: Lease, error: BaseException | None) -> None:

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 import weakref
-from types import TracebackType
+from collections.abc import Callable
+from types import FrameType, TracebackType
 from typing import Any
 
 from . import drivers, guard, ownership, providers
 from .errors import LockNotAcquired, LockNotOwned
-from .lease import Lease
+from .lifecycle import Lease
 from .naming import bounded
 from .options import LeaseOptions, check_seconds, check_wait, to_ms
 from .protocol import Kind
@@ -22,8 +24,35 @@ from .protocol import Kind
 DEFAULT: Any = object()
 
 
+class Holding:
+    """One acquisition by one primitive object, and the protected section it opened."""
+
+    __slots__ = ("lease", "section")
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.section: ownership.Section | None = None
+
+
+class ObjectOwner:
+    """Stands for "the object itself" as the owner of leases a helper task acquired."""
+
+    __slots__ = ("__weakref__",)
+
+
 class Base:
-    """Name, options, and the leases this object took, per owner (thread or task)."""
+    """Name, options, and the leases this object took, per owner (thread or task).
+
+    What owns a lease: the object *and* the owner that acquired it (a thread for ``Lock``, a
+    task for the asyncio ``Lock``). Another object naming the same key does not own it (API:
+    "held by this object"), and neither does another thread or task using this object, so
+    tasks sharing one object never release each other's lock. The one exception is an
+    acquire that runs as a task of its own -- ``asyncio.gather(lock.acquire(), ...)``,
+    ``asyncio.shield(lock.acquire())``, ``asyncio.wait_for(lock.acquire(), t)`` before Python
+    3.12: that task ends as soon as the lock is taken, so the lease belongs to the object
+    alone, is renewed while the object exists, and the first task that uses it (``release``,
+    ``extend``, ``owned``, ``lease``, ``async with``) adopts it.
+    """
 
     kind: Kind
     noun = "lock"
@@ -39,42 +68,51 @@ class Base:
         self.key = options.prefix + self.name
         self.options = options
         self.limit = options.limit
-        # Ownership is per object *and* per owner: another object naming the same key does not
-        # own what this one took (API: "held by this object"), and another thread or task
-        # using this object does not either. Re-entrancy itself is the owner's (guard.py).
-        self._mine: weakref.WeakKeyDictionary[Any, list[Lease]] = weakref.WeakKeyDictionary()
+        self._mine: weakref.WeakKeyDictionary[Any, list[Holding]] = weakref.WeakKeyDictionary()
+        self._object_owner = ObjectOwner()
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__} {self.key!r}>"
 
+    @property
+    def lease(self) -> Lease | None:
+        """The lease the calling owner holds through this object (``.fencing_token``,
+        ``.remaining()``, ``.lost``...), or None."""
+        holding = self._holding()
+        return None if holding is None else holding.lease
+
     def _owner(self) -> Any:
         return threading.current_thread()
 
-    def _lease(self) -> Lease | None:
-        """The newest lease this object took for the calling owner, if any (never one taken
+    def _adopt(self, owner: Any) -> list[Holding] | None:
+        return None  # only helper tasks leave leases to adopt (asyncio)
+
+    def _holding(self) -> Holding | None:
+        """This object's newest acquisition by the calling owner, if any (never one taken
         by the parent of a forked child, whose thread object the child inherits)."""
-        mine = self._mine.get(self._owner())
-        if not mine or mine[-1].pid != os.getpid():
+        owner = self._owner()
+        mine = self._mine.get(owner) or self._adopt(owner)
+        if not mine or mine[-1].lease.pid != os.getpid():
             return None
         return mine[-1]
 
-    def _keep(self, lease: Lease) -> None:
-        self._mine.setdefault(self._owner(), []).append(lease)
+    def _keep(self, lease: Lease, owner: Any = None) -> None:
+        self._mine.setdefault(owner or self._owner(), []).append(Holding(lease))
 
-    def _forget(self, lease: Lease) -> None:
+    def _forget(self, holding: Holding) -> None:
         mine = self._mine.get(self._owner(), [])
-        if lease in mine:
-            mine.remove(lease)
+        if holding in mine:
+            mine.remove(holding)
 
-    def _owned_lease(self, action: str) -> Lease:
-        lease = self._lease()
-        if lease is None:
+    def _owned_holding(self, action: str) -> Holding:
+        holding = self._holding()
+        if holding is None:
             raise LockNotOwned(
                 f"cannot {action} {self.key!r}: this owner (thread or task) does not hold it",
                 name=self.name,
                 key=self.key,
             )
-        return lease
+        return holding
 
     def _ended(self, action: str) -> LockNotOwned:
         return LockNotOwned(
@@ -106,24 +144,27 @@ class Primitive(Base):
 
     def release(self) -> None:
         """Give it back; LockNotOwned if this thread does not hold it (or its lease ended)."""
-        lease = self._owned_lease("release")
-        self._forget(lease)
-        if not guard.leave(lease):
+        holding = self._owned_holding("release")
+        self._forget(holding)
+        if not guard.leave(holding.lease):
             raise self._ended("release")
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
         ``ttl`` also becomes the length of later automatic renewals."""
         ttl_ms = self._ttl_ms(ttl)
-        lease = self._owned_lease("extend")
-        started = time.monotonic()
-        if not drivers.run(lease.target.algorithms.extend(lease.claim, ttl_ms), lease.target):
-            raise self._ended("extend")
-        lease.renewed(started, ttl_ms)
+        lease = self._owned_holding("extend").lease
+        with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed
+            started = time.monotonic()
+            extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
+            if not drivers.run(extend, lease.target):
+                lease.lose()
+                raise self._ended("extend")
+            lease.renewed(started, ttl_ms)
 
     def owned(self) -> bool:
         """True if this thread holds it, as confirmed by the server."""
-        lease = self._lease()
+        lease = self.lease
         return lease is not None and drivers.run(
             lease.target.algorithms.owned(lease.claim), lease.target
         )
@@ -131,7 +172,7 @@ class Primitive(Base):
     def holders(self) -> int:
         """How many hold it now (live leases, by the server's clock)."""
         target = providers.sync_target(self.options.provider)
-        return drivers.run(target.algorithms.holders(self.kind, self.key), target)
+        return drivers.run(target.algorithms.holders(self.kind, self.key, self.limit), target)
 
     def locked(self) -> bool:
         """True if it is fully taken now (an acquire would have to wait)."""
@@ -141,9 +182,8 @@ class Primitive(Base):
         started = time.monotonic()
         if not self.acquire():
             raise self._not_acquired(started)
-        lease = self._lease()
-        if lease is not None:
-            ownership.enter_call(lease, task=False)
+        holding = self._owned_holding("enter")
+        holding.section = ownership.enter_call(holding.lease, task=False)
         return self
 
     def __exit__(
@@ -152,15 +192,24 @@ class Primitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lease = self._lease()
-        if lease is not None:
-            _leave_call(ownership.thread_calls(), lease)
-            self._forget(lease)
-            guard.finish(lease, exc)
+        holding = self._holding()
+        if holding is not None:
+            if holding.section is not None:
+                ownership.leave_call(holding.section)
+            self._forget(holding)
+            guard.finish(holding.lease, exc)
+
+
+def _runs_alone(frame: FrameType | None) -> bool:
+    """True if the current task exists only to run the coroutine of ``frame`` (a helper
+    task of ``gather``, ``shield``, ``ensure_future`` or ``wait_for`` before 3.12)."""
+    task = asyncio.current_task()
+    coro = task.get_coro() if task is not None else None
+    return frame is not None and getattr(coro, "cr_frame", None) is frame
 
 
 class AsyncPrimitive(Base):
-    """The asyncio API; ownership belongs to the calling task."""
+    """The asyncio API; ownership belongs to the calling task (see :class:`Base`)."""
 
     is_async = True
 
@@ -170,37 +219,60 @@ class AsyncPrimitive(Base):
             raise RuntimeError("redlock_deco.asyncio primitives must be used inside a task")
         return task
 
+    def _adopt(self, owner: Any) -> list[Holding] | None:
+        """Hand the leases a helper task acquired to the first task that uses them."""
+        orphans = self._mine.pop(self._object_owner, None)
+        if not orphans:
+            return None
+        held = ownership.task_holdings(owner)
+        for holding in orphans:
+            holding.lease.adopt(lambda: not owner.done())
+            if holding.lease.claim.kind.reentrant:
+                held[(holding.lease.provider, holding.lease.key)] = holding.lease
+        mine = self._mine.setdefault(owner, [])
+        mine.extend(orphans)
+        return mine
+
     async def acquire(self, wait: float | None = DEFAULT) -> bool:
         """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
+        owner = self._owner()
+        helper_of: Callable[[], bool] | None = None
+        if _runs_alone(sys._getframe()):
+            ref = weakref.ref(self)
+            helper_of = lambda: ref() is not None  # noqa: E731
+            owner = self._object_owner
+        else:
+            self._adopt(owner)  # a lock taken by a helper task: re-entered, not waited for
         lease = await guard.enter_async(
-            self.kind, self.options, self.name, self.key, self._wait(wait)
+            self.kind, self.options, self.name, self.key, self._wait(wait), helper_of=helper_of
         )
         if lease is not None:
-            self._keep(lease)
+            self._keep(lease, owner)
         return lease is not None
 
     async def release(self) -> None:
         """Give it back; LockNotOwned if this task does not hold it (or its lease ended)."""
-        lease = self._owned_lease("release")
-        self._forget(lease)
-        if not await guard.leave_async(lease):
+        holding = self._owned_holding("release")
+        self._forget(holding)
+        if not await guard.leave_async(holding.lease):
             raise self._ended("release")
 
     async def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
         ``ttl`` also becomes the length of later automatic renewals."""
         ttl_ms = self._ttl_ms(ttl)
-        lease = self._owned_lease("extend")
-        started = time.monotonic()
-        if not await drivers.run_async(
-            lease.target.algorithms.extend(lease.claim, ttl_ms), lease.target
-        ):
-            raise self._ended("extend")
-        lease.renewed(started, ttl_ms)
+        lease = self._owned_holding("extend").lease
+        async with lease.io:  # ordered with this lease's renewals
+            started = time.monotonic()
+            extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
+            if not await drivers.run_async(extend, lease.target):
+                lease.lose()
+                raise self._ended("extend")
+            lease.renewed(started, ttl_ms)
 
     async def owned(self) -> bool:
         """True if this task holds it, as confirmed by the server."""
-        lease = self._lease()
+        lease = self.lease
         return lease is not None and await drivers.run_async(
             lease.target.algorithms.owned(lease.claim), lease.target
         )
@@ -208,7 +280,8 @@ class AsyncPrimitive(Base):
     async def holders(self) -> int:
         """How many hold it now (live leases, by the server's clock)."""
         target = providers.async_target(self.options.provider)
-        return await drivers.run_async(target.algorithms.holders(self.kind, self.key), target)
+        holders = target.algorithms.holders(self.kind, self.key, self.limit)
+        return await drivers.run_async(holders, target)
 
     async def locked(self) -> bool:
         """True if it is fully taken now (an acquire would have to wait)."""
@@ -218,9 +291,8 @@ class AsyncPrimitive(Base):
         started = time.monotonic()
         if not await self.acquire():
             raise self._not_acquired(started)
-        lease = self._lease()
-        if lease is not None:
-            ownership.enter_call(lease, task=True)
+        holding = self._owned_holding("enter")
+        holding.section = ownership.enter_call(holding.lease, task=True)
         return self
 
     async def __aexit__(
@@ -229,16 +301,9 @@ class AsyncPrimitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lease = self._lease()
-        if lease is not None:
-            _leave_call(ownership.task_calls(), lease)
-            self._forget(lease)
-            await guard.finish_async(lease, exc)
-
-
-def _leave_call(calls: ownership.Calls, lease: Lease) -> None:
-    """Pop the innermost entry of ``lease`` from an owner's stack of protected sections."""
-    for index in range(len(calls) - 1, -1, -1):
-        if calls[index][1] is lease:
-            del calls[index]
-            return
+        holding = self._holding()
+        if holding is not None:
+            if holding.section is not None:
+                ownership.leave_call(holding.section)
+            self._forget(holding)
+            await guard.finish_async(holding.lease, exc)

@@ -218,6 +218,24 @@ class Claim:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """An acquisition succeeded; a fenced lock's carries its fencing token."""
+
+    fencing_token: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotGranted:
+    """The wait ran out. ``acknowledged`` is set when the last attempt *was* granted but fewer
+    replicas than required acknowledged it (so it was given back): how many did."""
+
+    acknowledged: int | None = None
+
+
+Acquired: TypeAlias = Granted | NotGranted
+
+
 def backoff(failures: int, rand: Callable[[], float]) -> float:
     """Equal-jitter exponential backoff: half fixed, half random, capped."""
     ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(failures, 16))
@@ -234,11 +252,11 @@ class Algorithms(Protocol):
         max_block: float,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
-    ) -> Steps[int]: ...
+    ) -> Steps[Acquired]: ...
     def release(self, claim: Claim) -> Steps[bool]: ...
     def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]: ...
     def owned(self, claim: Claim) -> Steps[bool]: ...
-    def holders(self, kind: Kind, key: str) -> Steps[int]: ...
+    def holders(self, kind: Kind, key: str, limit: int = 1) -> Steps[int]: ...
     def abandon(self, claim: Claim) -> Steps[None]: ...
 
 
@@ -252,11 +270,8 @@ class SingleNode:
         max_block: float,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
-    ) -> Steps[int]:
-        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once).
-
-        Returns False (not acquired), True, or -- for a fenced lock -- its fencing token.
-        """
+    ) -> Steps[Acquired]:
+        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once)."""
         deadline = math.inf if wait is None else clock() + wait
         # Only a waiter that will block on the signal list registers as one.
         blocks = wait != 0 and claim.keys.signal is not None
@@ -266,6 +281,7 @@ class SingleNode:
             reply = yield claim.acquire_step(window_ms)
             code, lease_ms = reply[0], reply[1]
             acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
+            unreplicated: int | None = None
             if acquired and claim.replicas:
                 # Held on the primary only: wait until enough replicas have the write too, or
                 # a failover could hand the lock to someone else (Redisson's safe mode).
@@ -274,14 +290,14 @@ class SingleNode:
                 acked = yield Call(("WAIT", claim.replicas, wait_ms), route=claim.keys.key)
                 if int(acked) < claim.replicas:
                     yield claim.release_step()  # too few copies: this attempt failed
-                    acquired, lease_ms = False, -2
+                    acquired, lease_ms, unreplicated = False, -2, int(acked)
             if acquired:
-                return int(reply[2]) if len(reply) > 2 else True
+                return Granted(int(reply[2]) if len(reply) > 2 else None)
             remaining = deadline - clock()
             if remaining <= 0:
                 if window_ms:
                     yield claim.leave_step()  # leave no waiter entry behind
-                return False
+                return NotGranted(unreplicated)
             # A holder that crashed sends no release: wake when its lease must have ended.
             bound = remaining if lease_ms < 0 else min(remaining, lease_ms / 1000 + EXPIRY_SLACK)
             if claim.keys.signal is None or lease_ms == -2:
@@ -309,7 +325,7 @@ class SingleNode:
         code = yield claim.owned_step()
         return scripts.outcome("owned", code) is Outcome.OWNER
 
-    def holders(self, kind: Kind, key: str) -> Steps[int]:
+    def holders(self, kind: Kind, key: str, limit: int = 1) -> Steps[int]:
         """How many hold ``key`` (a lock: 0 or 1; a semaphore: live leases by server time)."""
         count = yield kind.count_step(key)
         return int(count)

@@ -12,11 +12,7 @@ and asyncio clients per event loop beside it, without reshaping the registry.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,26 +20,28 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import ConnectionError, TimeoutError
 from redis.retry import Retry
 
+from . import process
 from .drivers import AsyncTarget, QuorumAsyncTarget, QuorumSyncTarget, SyncTarget
 from .errors import ProviderError, ProviderNotFound
-from .loops import background, forget_closed
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
 _ASYNC_CLIENTS: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
 
 _sources: dict[str, object] = {}  # name -> what was registered
-_sync_targets: dict[
-    str, SyncTarget | QuorumSyncTarget
-] = {}  # name -> resolved target, this process only
-# asyncio clients belong to the loop that created them: one table per running loop.
-_async_targets: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[str, AsyncTarget | QuorumAsyncTarget]
-] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+
+# Clients built from URLs: a stalled server must not make a call with wait=W last as long as
+# the stall (redis-py 5 sets no socket timeout at all; 8 sets 5 s and retries 3 times). A
+# command fails after SOCKET_TIMEOUT and is retried once (a pooled connection the server
+# closed is reopened), so a call ends within wait + (1 + URL_RETRIES) * SOCKET_TIMEOUT plus a
+# short backoff, or raises redis' TimeoutError/ConnectionError. A URL's own query parameters
+# (``?socket_timeout=10``) override these.
+SOCKET_TIMEOUT = 2.0
+URL_RETRIES = 1
 
 
 def redact(url: str) -> str:
@@ -96,22 +94,24 @@ def register_provider(name: str, provider: object) -> None:
     if not isinstance(name, str) or not name:
         raise TypeError(f"provider name must be a non-empty str, got {name!r}")
     _check_source(name, provider)
-    with _lock:
+    with process.registry_lock:
         _sources[name] = provider
         _forget(name)
 
 
 def unregister_provider(name: str) -> None:
     """Forget the provider ``name`` (no error if it was not registered)."""
-    with _lock:
+    with process.registry_lock:
         _sources.pop(name, None)
         _forget(name)
 
 
 def _forget(name: str) -> None:
-    _sync_targets.pop(name, None)
-    for targets in list(_async_targets.values()):
-        targets.pop(name, None)
+    target = process.sync_targets.pop(name, None)
+    if target is not None:
+        target.retire()  # its worker threads end once their queued work is done
+    for state in process.loop_states():
+        state.targets.pop(name, None)
 
 
 def _source(name: str) -> object:
@@ -151,18 +151,7 @@ def _client(name: str, value: object, flavour: str, *, node: bool = False) -> An
         (_SYNC_CLIENTS, _ASYNC_CLIENTS) if flavour == "sync" else (_ASYNC_CLIENTS, _SYNC_CLIENTS)
     )
     if isinstance(value, str):
-        kwargs: dict[str, Any] = (
-            {"socket_timeout": 1.0, "socket_connect_timeout": 1.0, "retry": Retry(NoBackoff(), 0)}
-            if node
-            else {}
-        )
-        if flavour == "sync":
-            return redis.Redis.from_url(value, **kwargs)
-        if node:
-            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
-        client = redis.asyncio.Redis.from_url(value, **kwargs)
-        _reapers[asyncio.get_running_loop()].append(client)  # ours to close at shutdown
-        return client
+        return _from_url(value, flavour, node=node)
     if isinstance(value, wanted):
         return value
     if isinstance(value, other):
@@ -171,6 +160,27 @@ def _client(name: str, value: object, flavour: str, *, node: bool = False) -> An
         f"provider {name!r}: got {_describe(value)}, expected a redis client or a Redis URL",
         provider=name,
     )
+
+
+def _from_url(url: str, flavour: str, *, node: bool) -> Any:
+    timeout = 1.0 if node else SOCKET_TIMEOUT
+    retries = 0 if node else URL_RETRIES
+    on = (ConnectionError, TimeoutError)
+    retry: Any = (
+        Retry(ExponentialBackoff(cap=0.1, base=0.01), retries, supported_errors=on)
+        if flavour == "sync"
+        else AsyncRetry(ExponentialBackoff(cap=0.1, base=0.01), retries, supported_errors=on)
+    )
+    if retries == 0:
+        retry = Retry(NoBackoff(), 0) if flavour == "sync" else AsyncRetry(NoBackoff(), 0)
+    kwargs: dict[str, Any] = {
+        "socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry,
+    }  # fmt: skip
+    if flavour == "sync":
+        return redis.Redis.from_url(url, **kwargs)
+    client = redis.asyncio.Redis.from_url(url, **kwargs)
+    process.loop_state().clients.append(client)  # ours to close at the loop's shutdown
+    return client
 
 
 def _resolve(name: str, source: object) -> object:
@@ -212,14 +222,13 @@ def _async_target(name: str, source: object) -> AsyncTarget | QuorumAsyncTarget:
 
 def sync_target(name: str) -> SyncTarget | QuorumSyncTarget:
     """The sync target of provider ``name``, built on first use in this process."""
-    target = _sync_targets.get(name)
+    target: SyncTarget | QuorumSyncTarget | None = process.sync_targets.get(name)
     if target is not None:
         return target
-    with _lock:
-        target = _sync_targets.get(name)
+    with process.registry_lock:
+        target = process.sync_targets.get(name)
         if target is None:
-            target = _sync_target(name, _source(name))
-            _sync_targets[name] = target
+            target = process.sync_targets[name] = _sync_target(name, _source(name))
         return target
 
 
@@ -229,53 +238,8 @@ def async_target(name: str) -> AsyncTarget | QuorumAsyncTarget:
     URLs and factories are resolved once per loop (a client belongs to the loop that made
     it); a registered asyncio client instance is used as given.
     """
-    loop = asyncio.get_running_loop()
-    targets = _async_targets.get(loop)
-    if targets is not None:
-        target = targets.get(name)
-        if target is not None:
-            return target
-    with _lock:
-        targets = _async_targets.get(loop)
-        if targets is None:
-            forget_closed(_async_targets)  # loops closed without asyncio.run's clean-up
-            forget_closed(_reapers)
-            targets = _async_targets[loop] = {}
-            _reapers[loop] = []
-            background(_reap(loop, _reapers[loop]), name="redlock-deco-loop-reaper")
-        target = targets.get(name)
-        if target is None:
-            target = _async_target(name, _source(name))
-            targets[name] = target
-        return target
-
-
-_reapers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def _reap(loop: asyncio.AbstractEventLoop, clients: list[Any]) -> None:
-    """Wait for the loop to shut down (``asyncio.run`` cancels every task at exit), then
-    forget its tables and close the clients built for it: unclosed asyncio connections would
-    warn when collected, and the tables must not keep a closed loop alive."""
-    try:
-        await asyncio.Event().wait()
-    finally:
-        # Drop this loop's tables first: nothing may reach the closed clients afterwards.
-        _async_targets.pop(loop, None)
-        _reapers.pop(loop, None)
-        for client in clients:
-            with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
-                await client.aclose()
-
-
-def _after_fork_in_child() -> None:
-    # The child must not reuse sockets (or a lock another thread held at fork time).
-    global _lock
-    _lock = threading.Lock()
-    _sync_targets.clear()
-    _async_targets.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+    state = process.loop_state()
+    target: AsyncTarget | QuorumAsyncTarget | None = state.targets.get(name)
+    if target is None:
+        target = state.targets[name] = _async_target(name, _source(name))
+    return target

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 
 from . import scripts
-from .protocol import Claim, Fanout, Kind, Sleep, Steps, backoff
+from .protocol import Acquired, Claim, Fanout, Granted, Kind, NotGranted, Sleep, Steps, backoff
 from .scripts import Outcome
 
 # Redlock's allowance for clock drift between masters: 1% of the ttl plus 2 ms.
@@ -81,7 +81,7 @@ class Quorum:
         max_block: float,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
-    ) -> Steps[int]:
+    ) -> Steps[Acquired]:
         deadline = math.inf if wait is None else clock() + wait
         needed = quorum(self.masters, claim.limit)
         failures = 0
@@ -91,11 +91,11 @@ class Quorum:
             elapsed_ms = (clock() - started) * 1000
             won = _granted(replies, "acquire", Outcome.ACQUIRED)
             if won >= needed and validity_ms(claim.ttl_ms, elapsed_ms) > 0:
-                return True
+                return Granted()
             yield Fanout(claim.release_step())  # everywhere: a timed-out grant may exist
             remaining = deadline - clock()
             if remaining <= 0:
-                return False
+                return NotGranted()
             failures += 1
             yield Sleep(min(remaining, backoff(failures, rand)))
 
@@ -104,11 +104,13 @@ class Quorum:
         replies = yield Fanout(claim.release_step())
         return _granted(replies, "release", Outcome.RELEASED) >= quorum(self.masters, claim.limit)
 
-    def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]:
+    def extend(
+        self, claim: Claim, ttl_ms: int, clock: Callable[[], float] = time.monotonic
+    ) -> Steps[bool]:
         """Reset the lease on every master; it holds on only if a quorum extended it in time."""
-        started = time.monotonic()
+        started = clock()
         replies = yield Fanout(claim.extend_step(ttl_ms))
-        elapsed_ms = (time.monotonic() - started) * 1000
+        elapsed_ms = (clock() - started) * 1000
         extended = _granted(replies, "extend", Outcome.EXTENDED)
         return extended >= quorum(self.masters, claim.limit) and validity_ms(ttl_ms, elapsed_ms) > 0
 
@@ -116,15 +118,16 @@ class Quorum:
         replies = yield Fanout(claim.owned_step())
         return _granted(replies, "owned", Outcome.OWNER) >= quorum(self.masters, claim.limit)
 
-    def holders(self, kind: Kind, key: str) -> Steps[int]:
-        """The holder count that decides admission: an acquire with limit L succeeds only if
-        a quorum of masters count fewer than L, i.e. if the quorum-th smallest count is < L.
-        (The quorum of a lock is used: a semaphore's is at least as large.)"""
+    def holders(self, kind: Kind, key: str, limit: int = 1) -> Steps[int]:
+        """The holder count that decides admission: an acquire with ``limit`` L succeeds
+        only if ``quorum(N, L)`` masters count fewer than L, i.e. if that quorum-th smallest
+        count is < L. (A lock's quorum would understate a semaphore: with N=3, L=2 and counts
+        [0, 0, 2], every acquire is refused, yet the majority's count is 0.)"""
         replies = yield Fanout(kind.count_step(key))
         counts = sorted(
             math.inf if isinstance(reply, BaseException) else int(reply) for reply in replies
         )
-        found = counts[quorum(self.masters) - 1]
+        found = counts[quorum(self.masters, limit) - 1]
         return int(found) if found != math.inf else 2**31
 
     def abandon(self, claim: Claim) -> Steps[None]:

@@ -1,12 +1,15 @@
 """Automatic renewal: one renewer per process (a thread) and one per event loop (a task).
 
-Not a thread per lease: leases are kept in a dict (O(1) to add at acquire and to drop at
-release, so the hot path pays almost nothing), and the renewer sleeps until the earliest
-renewal is due; adding a lease wakes it only when that lease is due earlier. A renewal that
-finds the token gone marks the lease lost; connection errors are retried until the lease
-would have ended (see :meth:`Lease.renewal_failed`). What is due and what a renewal's outcome
-means is decided once, below; the two renewers only differ in how they wait and do I/O. A
-forked child starts with empty renewers.
+Not a thread per lease: jobs are kept in a dict (O(1) to add at acquire and to drop at
+release, so the hot path pays almost nothing), and the renewer sleeps until the earliest job
+is due; adding a job wakes it only when that job is due earlier. Jobs are leases to renew and
+:class:`~redlock_deco.lifecycle.Cleanup` jobs (acquires cut short whose release could not
+reach the server). What is due, what a round sends and what its outcome means is decided
+once, below; the two renewers only differ in how they wait and do I/O. Both end when they
+have nothing to do, and start again on the next job.
+
+A renewal round holds the lease's ``io`` lock, which ``extend()`` holds too: the two are
+ordered per lease, and each reply records the ttl its own request carried.
 """
 
 from __future__ import annotations
@@ -15,66 +18,92 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import threading
 import time
-import weakref
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Iterable
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
-from . import drivers, events
-from .lease import RETRY_DELAY, Lease
-from .loops import background, forget_closed
-from .protocol import Algorithms, Claim, Steps
+from . import drivers, events, process
+from .lifecycle import Cleanup, Lease
+from .protocol import Steps
+from .worker import SerialWorker
 
 log = logging.getLogger("redlock_deco")
 
+Job = Lease | Cleanup
+# At most this many clean-ups pending per renewer; past it the oldest is dropped (its claim
+# expires within its ttl anyway). Bounds the work a long outage can pile up.
+MAX_CLEANUPS = 1000
+# A renewer with nothing to do ends after this long.
+IDLE = 5.0
+UNREACHABLE = (ConnectionError, TimeoutError)  # redis-py's: worth retrying in the background
 
-def due(leases: Iterable[Lease], now: float) -> tuple[list[Lease], float]:
-    """The leases to renew now, and when the next one is due (inf if none).
 
-    A lease whose owner (thread or task) has ended is handed back as due too: renewing it
-    finds the owner gone and drops it instead.
+def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
+    """The jobs to run now, and when the next one is due (inf if none).
+
+    A lease whose owner (thread or task) has ended, that passed ``max_hold`` or is no longer
+    held is handed back as due too: its round drops it instead of renewing it.
     """
-    ready, upcoming = [], math.inf
-    for lease in leases:
-        if lease.renewing:
-            continue  # its renewal is in flight; it will wake the renewer when done
-        if lease.next_renew <= now or now >= lease.hold_until or not lease.owner_alive():
-            ready.append(lease)
+    ready: list[Job] = []
+    upcoming = math.inf
+    for job in jobs:
+        if job.renewing:
+            continue  # its round is in flight; it will wake the renewer when done
+        if job.next_renew <= now or (type(job) is Lease and _to_drop(job, now)):
+            ready.append(job)
         else:
-            upcoming = min(upcoming, lease.next_renew)
+            upcoming = min(upcoming, job.next_renew)
     return ready, upcoming
 
 
-def settle(lease: Lease, started: float, extended: bool | None) -> bool:
-    """Record a renewal sent at ``started``: True (extended), False (token gone) or None
-    (connection trouble). Returns True when the lease must now count as lost."""
-    if not lease.active:
-        return False  # released while the renewal was in flight: nothing to record
-    if extended:
-        lease.renewed(started)
-        if events.listeners:
-            events.emit("renewed", lease.name, lease.key)
-        return False
-    if extended is False or lease.renewal_failed(started):
-        lease.mark_lost()
-        return True
-    return False
+def _to_drop(lease: Lease, now: float) -> bool:
+    return not lease.held or now >= lease.hold_until or not lease.alive()
 
 
-def orphaned(lease: Lease, now: float) -> bool:
-    """True (and the lease is let go) if it must not be renewed any more: its owner ended
-    without releasing it (renewal must not outlive its owner), or it has been held for
-    ``max_hold`` (a stuck call must not hold a lock forever). It then expires within its ttl,
-    and a call still running ends in LockLost."""
-    if lease.owner_alive() and now < lease.hold_until:
-        return False
-    lease.active = False
-    return True
+FAILED: Any = object()  # the round trip failed (connection trouble)
+
+
+def plan(job: Job, now: float) -> tuple[Steps[Any], int] | None:
+    """What one round of ``job`` sends, and the ttl it carries; None when the job is to be
+    dropped without a word to Redis.
+
+    A lease whose owner ended without releasing it (renewal must not outlive its owner), or
+    that has been held for ``max_hold`` (a stuck call must not hold a lock forever), is
+    orphaned: it expires within its ttl, and a call still running ends in LockLost.
+    """
+    algorithms = job.target.algorithms
+    if type(job) is Cleanup:
+        return algorithms.abandon(job.claim), 0
+    assert type(job) is Lease
+    if not job.held:
+        return None
+    if now >= job.hold_until or not job.alive():
+        job.orphan()
+        return None
+    return algorithms.extend(job.claim, job.ttl_ms), job.ttl_ms
+
+
+def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
+    """Record what a round sent at ``started`` with ``ttl_ms`` got back (FAILED on connection
+    trouble); True when the renewer should drop the job."""
+    if type(job) is Cleanup:
+        return job.attempted(time.monotonic(), outcome is not FAILED)
+    assert type(job) is Lease
+    if outcome is FAILED:
+        lost = job.renewal_failed(started)
+    elif outcome:
+        job.renewed(started, ttl_ms)
+        if events.listeners and job.held:
+            events.emit("renewed", job.name, job.key)
+        return not job.held
+    else:
+        lost = job.lose()
+    if lost:
+        notify_lost(job)
+    return not job.held
 
 
 def notify_lost(lease: Lease) -> None:
@@ -88,235 +117,255 @@ def notify_lost(lease: Lease) -> None:
             log.exception("on_lost callback for %r failed", lease.key)
 
 
-def abandoned(claim: Claim, target: Any, started: float) -> Lease:
-    """A claim whose acquire was cut short (timeout, cancellation) and whose clean-up could
-    not reach the server: its SET may still land (a paused server runs buffered commands when
-    it resumes), leaving a lock nobody holds. The renewer retries the token-compared release
-    until it succeeds or the lease would have ended anyway."""
-    lease = Lease(claim, name="", provider="", target=target, started=started)
-    lease.abandoned = True
-    lease.next_renew = started  # try again at once
-    return lease
+def job_key(job: Job) -> Hashable:
+    """Jobs are deduplicated: a clean-up per (server, key, token), a lease per object."""
+    if type(job) is Cleanup:
+        return (id(job.target), job.claim.keys.key, job.claim.token)
+    return id(job)
 
 
-def cleaned_up(lease: Lease, now: float, done: bool) -> bool:
-    """After a clean-up attempt of an abandoned claim: True when there is nothing left to do."""
-    if done or now >= lease.expires_at:
+class _Jobs:
+    """The renewer's table of jobs, with the clean-up bound. Not thread-safe by itself."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[Hashable, Job] = {}
+        self.cleanups = 0
+
+    def add(self, job: Job) -> bool:
+        key = job_key(job)
+        if key in self.jobs:
+            return False
+        if type(job) is Cleanup:
+            if self.cleanups >= MAX_CLEANUPS:
+                self._drop_oldest_cleanup()
+            self.cleanups += 1
+        self.jobs[key] = job
         return True
-    lease.next_renew = now + RETRY_DELAY
-    return False
 
+    def remove(self, job: Job) -> None:
+        if self.jobs.pop(job_key(job), None) is not None and type(job) is Cleanup:
+            self.cleanups -= 1
 
-FAILED: Any = object()  # the renewal's round trip failed (connection trouble)
+    def _drop_oldest_cleanup(self) -> None:
+        for job in self.jobs.values():
+            if type(job) is Cleanup:
+                log.warning("too many pending clean-ups: dropping %r (it expires by itself)", job)
+                self.remove(job)
+                return
 
-
-def plan(lease: Lease, now: float) -> Steps[Any] | None:
-    """What one renewal round of ``lease`` runs: the clean-up of an abandoned claim, or an
-    extension; None when the lease is to be dropped without a word to Redis."""
-    algorithms: Algorithms = lease.target.algorithms
-    if lease.abandoned:
-        return algorithms.abandon(lease.claim)
-    if orphaned(lease, now):
-        return None
-    return algorithms.extend(lease.claim, lease.ttl_ms)
-
-
-def conclude(lease: Lease, started: float, outcome: Any) -> bool:
-    """Record what a round started at ``started`` got back (FAILED on connection trouble);
-    True when the renewer should drop the lease."""
-    if lease.abandoned:
-        return cleaned_up(lease, time.monotonic(), outcome is not FAILED)
-    if settle(lease, started, None if outcome is FAILED else bool(outcome)):
-        notify_lost(lease)
-        return True
-    return False
+    def leases(self) -> int:
+        return len(self.jobs) - self.cleanups
 
 
 class Renewer:
     """The renewer of sync leases: one scheduler thread per process.
 
-    It only decides what is due; each renewal runs on one worker thread per Redis target, so
+    It only decides what is due; each round runs on one serial worker per Redis target, so
     a paused or unreachable server delays the renewals of its own leases, never those on
-    other servers. No exception of a renewal can stop it.
+    other servers. No exception of a round can stop it.
     """
 
     def __init__(self) -> None:
-        self._leases: dict[int, Lease] = {}
+        self._table = _Jobs()
         self._wake = threading.Condition(threading.Lock())
         self._next_wake = math.inf
         self._thread: threading.Thread | None = None
-        self._workers: dict[int, ThreadPoolExecutor] = {}
 
-    def add(self, lease: Lease) -> None:
-        lease.renewer = self
-        # Under the lock: the thread snapshots the leases and picks its wake-up time under it
-        # too, so a lease added in between can never be overlooked until a later wake-up.
+    def add(self, job: Job) -> None:
+        # Under the lock: the thread snapshots the jobs and picks its wake-up time under it
+        # too, so a job added in between can never be overlooked until a later wake-up.
         with self._wake:
-            self._leases[id(lease)] = lease
-            if self._thread is None or not self._thread.is_alive():
+            if not self._table.add(job):
+                return
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="redlock-deco-renewer", daemon=True
                 )
                 self._thread.start()
-            if lease.next_renew < self._next_wake:
-                self._next_wake = lease.next_renew
+            if job.next_renew < self._next_wake:
+                self._next_wake = job.next_renew
                 self._wake.notify()
 
-    def remove(self, lease: Lease) -> None:
-        lease.active = False
+    def remove(self, job: Job) -> None:
         with self._wake:
-            self._leases.pop(id(lease), None)
+            self._table.remove(job)
 
     def __len__(self) -> int:
-        """How many leases it keeps alive (clean-ups of abandoned claims not counted)."""
-        return sum(not lease.abandoned for lease in list(self._leases.values()))
+        """How many leases it keeps alive (pending clean-ups not counted)."""
+        return self._table.leases()
+
+    @property
+    def pending_cleanups(self) -> int:
+        return self._table.cleanups
 
     def _loop(self) -> None:
         while True:
             with self._wake:
                 now = time.monotonic()
-                ready, self._next_wake = due(self._leases.values(), now)
+                ready, self._next_wake = due(self._table.jobs.values(), now)
                 if not ready:
+                    if not self._table.jobs:
+                        if not self._wake.wait(IDLE) and not self._table.jobs:
+                            self._thread = None  # under the lock: the next add starts one
+                            return
+                        continue
+                    # inf: only rounds in flight, and each wakes us when it is done
                     timeout = None if self._next_wake == math.inf else self._next_wake - now
                     self._wake.wait(timeout)
                     continue
-                for lease in ready:
-                    lease.renewing = True
-            for lease in ready:
+                for job in ready:
+                    job.renewing = True
+            for job in ready:
                 try:
-                    self._worker(lease.target).submit(self._renew_safely, lease)
+                    _worker(job.target).submit(self._run_safely, job)
                 except RuntimeError:  # the interpreter is exiting: no new work, end quietly
                     return
 
-    def _worker(self, target: Any) -> ThreadPoolExecutor:
-        worker = self._workers.get(id(target))
-        if worker is None:
-            worker = self._workers[id(target)] = ThreadPoolExecutor(
-                1, thread_name_prefix="redlock-deco-renewal"
-            )
-        return worker
-
-    def _renew_safely(self, lease: Lease) -> None:
+    def _run_safely(self, job: Job) -> None:
         try:
-            self.renew(lease)
+            if type(job) is Lease:
+                with job.io:  # ordered with extend() of the same lease
+                    self._run(job)
+            else:
+                self._run(job)
         except Exception:  # a bug or an unexpected error must not end renewals
-            log.exception("renewing %r failed", lease.key)
-            lease.next_renew = time.monotonic() + RETRY_DELAY
+            log.exception("renewing %r failed", job.key)
+            if type(job) is Lease:
+                job.retry_later(time.monotonic())
         finally:
-            lease.renewing = False
+            job.renewing = False
             with self._wake:
                 self._wake.notify()
 
-    def renew(self, lease: Lease) -> None:
+    def _run(self, job: Job) -> None:
         started = time.monotonic()
-        steps = plan(lease, started)
-        if steps is not None:
+        planned = plan(job, started)
+        if planned is not None:
+            steps, ttl_ms = planned
             try:
-                outcome = drivers.run(steps, lease.target)
-            except RedisError:
+                outcome = drivers.run(steps, job.target)
+            except UNREACHABLE:
                 outcome = FAILED
-        if steps is None or conclude(lease, started, outcome):
-            self.remove(lease)
+            except RedisError as exc:  # an error reply is an answer: the round failed
+                log.warning("renewing %r: the server answered %r", job.key, exc)
+                outcome = FAILED
+        if planned is None or conclude(job, started, ttl_ms, outcome):
+            self.remove(job)
+
+
+def _worker(target: Any) -> SerialWorker:
+    """The renewal worker of ``target``: kept on the target, so it goes with it (a replaced
+    provider's worker thread ends once idle instead of piling up)."""
+    worker: SerialWorker | None = target.renewal_worker
+    if worker is None:
+        worker = target.renewal_worker = SerialWorker("redlock-deco-renewal")
+    return worker
 
 
 class AsyncRenewer:
-    """The renewer of asyncio leases: one task per event loop, started on first use."""
+    """The renewer of one event loop's leases: a task, started when there is work."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._leases: dict[int, Lease] = {}
+    def __init__(self) -> None:
+        self._table = _Jobs()
         self._wake = asyncio.Event()
         self._next_wake = math.inf
-        self._started = False
-        self._loop_ref = weakref.ref(loop)
+        self._task: asyncio.Task[None] | None = None
 
-    def add(self, lease: Lease) -> None:
-        self._leases[id(lease)] = lease
-        lease.renewer = self
-        if lease.next_renew < self._next_wake:
-            if not self._started:
-                self._started = True
-                background(self._loop(), name="redlock-deco-renewer")
-            self._next_wake = lease.next_renew
+    def add(self, job: Job) -> None:
+        if not self._table.add(job):
+            return
+        if self._task is None:
+            self._task = process.background(self._loop(), name="redlock-deco-renewer")
+        if job.next_renew < self._next_wake:
+            self._next_wake = job.next_renew
             self._wake.set()
 
-    def remove(self, lease: Lease) -> None:
-        lease.active = False
-        self._leases.pop(id(lease), None)
+    def remove(self, job: Job) -> None:
+        self._table.remove(job)
+        if not self._table.jobs:
+            self._wake.set()  # let the task see it is idle and end
 
     def __len__(self) -> int:
-        """How many leases it keeps alive (clean-ups of abandoned claims not counted)."""
-        return sum(not lease.abandoned for lease in list(self._leases.values()))
+        """How many leases it keeps alive (pending clean-ups not counted)."""
+        return self._table.leases()
+
+    @property
+    def pending_cleanups(self) -> int:
+        return self._table.cleanups
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     async def _loop(self) -> None:
         try:
-            await self._run()
-        finally:  # the loop is shutting down: let it (and this renewer) be collected
-            loop = self._loop_ref()
-            if loop is not None:
-                _async_renewers.pop(loop, None)
+            await self._run_loop()
+        finally:
+            self._task = None
 
-    async def _run(self) -> None:
+    async def _run_loop(self) -> None:
         while True:
             now = time.monotonic()
-            ready, self._next_wake = due(self._leases.values(), now)
+            ready, self._next_wake = due(self._table.jobs.values(), now)
             if not ready:
+                if not self._table.jobs:
+                    return  # idle: end, so a loop closed by hand leaves no pending task
                 self._wake.clear()
                 timeout = None if self._next_wake == math.inf else self._next_wake - now
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 continue
             self._next_wake = now
-            for lease in ready:
-                lease.renewing = True
-                background(self._renew_safely(lease), name="redlock-deco-renewal")
+            for job in ready:
+                job.renewing = True
+                process.background(self._run_safely(job), name="redlock-deco-renewal")
 
-    async def _renew_safely(self, lease: Lease) -> None:
+    async def _run_safely(self, job: Job) -> None:
         try:
-            await self.renew(lease)
+            if type(job) is Lease:
+                async with job.io:  # ordered with extend() of the same lease
+                    await self._run(job)
+            else:
+                await self._run(job)
         except Exception:  # a bug or an unexpected error must not end renewals
-            log.exception("renewing %r failed", lease.key)
-            lease.next_renew = time.monotonic() + RETRY_DELAY
+            log.exception("renewing %r failed", job.key)
+            if type(job) is Lease:
+                job.retry_later(time.monotonic())
         finally:
-            lease.renewing = False
+            job.renewing = False
             self._wake.set()
 
-    async def renew(self, lease: Lease) -> None:
+    async def _run(self, job: Job) -> None:
         started = time.monotonic()
-        steps = plan(lease, started)
-        if steps is not None:
+        planned = plan(job, started)
+        if planned is not None:
+            steps, ttl_ms = planned
             try:
-                outcome = await drivers.run_async(steps, lease.target)
-            except RedisError:
+                outcome = await drivers.run_async(steps, job.target)
+            except UNREACHABLE:
                 outcome = FAILED
-        if steps is None or conclude(lease, started, outcome):
-            self.remove(lease)
-
-
-_renewer = Renewer()
-_async_renewers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRenewer] = (
-    weakref.WeakKeyDictionary()
-)
+            except RedisError as exc:  # an error reply is an answer: the round failed
+                log.warning("renewing %r: the server answered %r", job.key, exc)
+                outcome = FAILED
+        if planned is None or conclude(job, started, ttl_ms, outcome):
+            self.remove(job)
 
 
 def renewer() -> Renewer:
     """The renewer of this process's sync leases."""
-    return _renewer
+    if not process.sync_renewer:
+        with process.registry_lock:
+            if not process.sync_renewer:
+                process.sync_renewer.append(Renewer())
+    found: Renewer = process.sync_renewer[0]
+    return found
 
 
 def async_renewer() -> AsyncRenewer:
     """The renewer of the running event loop's leases."""
-    loop = asyncio.get_running_loop()
-    found = _async_renewers.get(loop)
-    if found is None:
-        forget_closed(_async_renewers)
-        found = _async_renewers[loop] = AsyncRenewer(loop)
+    state = process.loop_state()
+    if state.renewer is None:
+        state.renewer = AsyncRenewer()
+    found: AsyncRenewer = state.renewer
     return found
-
-
-def _after_fork_in_child() -> None:
-    global _renewer
-    _renewer = Renewer()
-    _async_renewers.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

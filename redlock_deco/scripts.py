@@ -21,29 +21,30 @@ class Script:
     name: str
     source: str
     sha: str
+    waiting: bool = False  # run by acquirers (and waiters), not by holders: see drivers.Lanes
 
 
 def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text("utf-8")
 
 
-def load(name: str) -> Script:
+def load(name: str, *, waiting: bool = False) -> Script:
     body = _read(name)
     parts: list[str] = []
     for line in body.splitlines():
         if line.startswith("-- include: "):
             parts.extend(_read(include.strip()) for include in line[12:].split(","))
     source = "\n".join([*parts, body])
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), waiting)
 
 
-LOCK_ACQUIRE = load("lock_acquire")
+LOCK_ACQUIRE = load("lock_acquire", waiting=True)
 LOCK_RELEASE = load("lock_release")
 LOCK_EXTEND = load("lock_extend")
 LOCK_OWNED = load("lock_owned")
 LOCK_COUNT = load("lock_count")
-WAITER_LEAVE = load("waiter_leave")
-SEM_ACQUIRE = load("sem_acquire")
+WAITER_LEAVE = load("waiter_leave", waiting=True)
+SEM_ACQUIRE = load("sem_acquire", waiting=True)
 SEM_RELEASE = load("sem_release")
 SEM_EXTEND = load("sem_extend")
 SEM_OWNED = load("sem_owned")

@@ -24,7 +24,9 @@ _prefix = ""
 _pool: deque[str] = deque()
 
 
-def _reset() -> None:
+def reset() -> None:
+    """Start afresh: a new pid in the prefix, no random bits shared with another process
+    (called again in a forked child by :mod:`redlock_deco.process`)."""
     global _prefix
     _prefix = f"{socket.gethostname()}:{os.getpid()}:"
     _pool.clear()
@@ -50,5 +52,4 @@ def holder_of(token: str) -> str:
     return token.rpartition(":")[0]
 
 
-_reset()
-os.register_at_fork(after_in_child=_reset)
+reset()

@@ -65,14 +65,14 @@ def test_waiter_keys_share_the_slot_even_for_keys_with_a_stray_brace(key: str) -
 def test_acquire_first_try() -> None:
     clock = Clock()
     steps, result = drive(protocol.SINGLE.acquire(claim(), 10, 2.0, clock), [[1, 30000]], clock, {})
-    assert result is True
+    assert result == protocol.Granted()
     assert isinstance(steps[0], Eval) and steps[0].args == ("tok", 30000, 3000, 1)
 
 
 def test_try_once_neither_registers_nor_blocks() -> None:
     clock = Clock()
     steps, result = drive(protocol.SINGLE.acquire(claim(), 0, 2.0, clock), [[0, 5000]], clock, {})
-    assert result is False
+    assert result == protocol.NotGranted()
     assert len(steps) == 1 and steps[0].args[2] == 0  # window 0: never joins the waiters
 
 
@@ -85,7 +85,7 @@ def test_block_is_bounded_by_lease_left_deadline_and_slice() -> None:
     assert blocks[0].timeout == pytest.approx(0.302)  # holder's lease ends in 300 ms
     assert blocks[1].timeout == pytest.approx(2.0)  # sliced below the socket timeout
     assert blocks[2].timeout == pytest.approx(1.0)  # what is left of the 5 s wait
-    assert result is False
+    assert result == protocol.NotGranted()
     assert steps[-1].script is scripts.WAITER_LEAVE  # gave up: leaves the waiter zset
 
 
@@ -94,7 +94,7 @@ def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
     replies = [[0, 20_000], None, [1, 30000]]
     _, result = drive(protocol.SINGLE.acquire(claim(), 1.0, 2.0, clock), replies, clock,
                           {Block: 1.0})  # fmt: skip
-    assert result is True
+    assert result == protocol.Granted()
 
 
 def test_never_expiring_holder_blocks_in_slices_forever_with_wait_none() -> None:
@@ -102,7 +102,7 @@ def test_never_expiring_holder_blocks_in_slices_forever_with_wait_none() -> None
     replies = [[0, -1], None] * 50 + [[1, 30000]]
     steps, result = drive(protocol.SINGLE.acquire(claim(), None, 2.0, clock), replies, clock,
                           {Block: 2.0})  # fmt: skip
-    assert result is True
+    assert result == protocol.Granted()
     assert {s.timeout for s in steps if isinstance(s, Block)} == {2.0}
 
 
@@ -114,7 +114,7 @@ def test_backoff_fallback_without_a_signal_list() -> None:
         replies, clock, {Sleep: 0.0},
     )  # fmt: skip
     sleeps = [s.seconds for s in steps if isinstance(s, Sleep)]
-    assert result is True and sleeps == [0.01, 0.02, 0.04]  # growing, jittered (rand=1)
+    assert result == protocol.Granted() and sleeps == [0.01, 0.02, 0.04]  # growing, jittered (rand=1)
     assert all(s.args[2] == 0 for s in steps if isinstance(s, Eval))  # no waiter entries
 
 

@@ -99,8 +99,12 @@ def test_renewed_by_quorum_and_exclusive_meanwhile(masters: list[RedisServer]) -
 
 
 def test_a_lease_too_short_for_the_round_is_never_granted(masters: list[RedisServer]) -> None:
-    # ttl 2 ms: the drift allowance alone (1% + 2 ms) exceeds it, so validity is negative.
-    assert not Lock("tiny", provider="q", ttl=0.002, wait=0).acquire()
+    # ttl 10 ms (the shortest allowed) with a master answering 20 ms late: the round takes
+    # longer than the lease, so validity is negative although a quorum granted it.
+    masters[0].client().execute_command("CLIENT", "PAUSE", 20, "WRITE")
+    masters[1].client().execute_command("CLIENT", "PAUSE", 20, "WRITE")
+    assert not Lock("tiny", provider="q", ttl=0.01, wait=0).acquire()
+    time.sleep(0.05)
     assert on_masters(masters, "lock:tiny") == [False] * 3  # released on every master
 
 

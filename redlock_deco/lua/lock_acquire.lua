@@ -9,7 +9,14 @@
 -- returns {1, ttl ms[, fencing token]} acquired
 --       | {0, ms until the holder's lease ends, or -1 if it never ends}
 local window = tonumber(ARGV[3])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not mine and redis.call('GET', KEYS[1]) == ARGV[1] then
+  -- This very attempt already landed once: the client re-sent it after losing the reply (a
+  -- retry policy does that after a timeout). Without this the caller would wait for itself.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  mine = true
+end
+if mine then
   if window > 0 then
     waiter_leave(KEYS[2], KEYS[3], ARGV[1])
   end

@@ -12,7 +12,8 @@ local window = tonumber(ARGV[3])
 local now = now_ms()
 -- Holders whose lease has ended (crashed, or never renewed) give their slot back here.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4]) then
+-- A token already among the holders is this very attempt, re-sent after a lost reply.
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4]) or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   if redis.call('PTTL', KEYS[1]) < ttl then
     -- The zset lives exactly as long as its longest lease: no key outlives its holders.

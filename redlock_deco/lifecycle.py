@@ -1,0 +1,245 @@
+"""A lease's lifecycle: everything that changes what a holder knows about its lease is here.
+
+The rule: only the transition methods below write a lease's state, and every other module
+reads it. (Before this module, ~19 slots were written by the guard, the renewer and the
+primitives from threads and tasks, and bugs lived in the gaps between them.)
+
+States and transitions::
+
+    HELD --release()--> RELEASED          the owner gave it back (outermost exit)
+    HELD --lose()-----> LOST              renewal, extend or release found it gone
+    HELD --orphan()---> ORPHANED          its owner ended without releasing, or max_hold
+                                          passed: no longer renewed, expires within ttl
+    ORPHANED --lose()/release()--> LOST / RELEASED
+
+RELEASED and LOST are final. Times are local ``time.monotonic()`` readings, used only to
+schedule renewals and to decide when a lease that could not be renewed must be presumed
+gone; they are measured from *before* the request that set the expiry was sent, so they
+err on the early side. The lease's real end is the Redis server's expiry.
+
+An acquire that was cut short (timeout, cancellation, lost connection) is not a lease at all:
+it is a :class:`Cleanup` job, which the renewer retries until the token-compared release
+lands or the claim's ttl has passed.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import LockLost
+from .protocol import Claim
+
+# Renew when a third of the lease has passed: two more attempts fit before it would expire.
+RENEW_FRACTION = 1 / 3
+# After a failed renewal or clean-up (connection trouble), try again after at most this long.
+RETRY_DELAY = 0.5
+
+
+class State(enum.Enum):
+    HELD = "held"
+    RELEASED = "released"
+    LOST = "lost"
+    ORPHANED = "orphaned"
+
+
+class Lease:
+    """One held lease: its claim (key, token, ttl), where it lives, and what we know of it.
+
+    Built complete by the guard once the server granted it. ``io`` is a lock (a
+    ``threading.Lock`` for sync leases, an ``asyncio.Lock`` for asyncio ones) that every
+    extension and renewal of this lease holds around its round trip, so they reach the server
+    in the order the holder believes they did.
+    """
+
+    __slots__ = (
+        "acquired_at",
+        "alive",
+        "claim",
+        "count",
+        "expires_at",
+        "fencing_token",
+        "hold_until",
+        "io",
+        "name",
+        "next_renew",
+        "on_lost",
+        "pid",
+        "provider",
+        "recorded_at",
+        "renewing",
+        "state",
+        "target",
+        "ttl_ms",
+    )
+
+    def __init__(
+        self,
+        claim: Claim,
+        *,
+        name: str,
+        provider: str,
+        target: Any,
+        started: float,
+        io: Any,
+        alive: Callable[[], bool],
+        fencing_token: int | None = None,
+        max_hold: float | None = None,
+        on_lost: Callable[[Lease], object] | None = None,
+    ) -> None:
+        self.claim = claim
+        self.name = name
+        self.provider = provider
+        self.target = target
+        self.io = io
+        # Renewal must not outlive the owner: a thread or task that ended without releasing
+        # stops being renewed, and its lease then expires within ttl.
+        self.alive = alive
+        self.fencing_token = fencing_token
+        self.on_lost = on_lost  # told when renewal finds the lease gone
+        self.hold_until = started + max_hold if max_hold is not None else float("inf")
+        self.pid = os.getpid()  # a forked child must never release its parent's lease
+        self.acquired_at = time.monotonic()
+        self.state = State.HELD
+        self.count = 1  # re-entrant depth of the owner
+        self.renewing = False  # the renewer dispatched a round: never dispatch a second one
+        self.ttl_ms = claim.ttl_ms
+        self.recorded_at = started  # when the request behind the recorded expiry was sent
+        self.expires_at = started + claim.ttl_ms / 1000
+        self.next_renew = started + claim.ttl_ms / 1000 * RENEW_FRACTION
+
+    def __repr__(self) -> str:
+        return f"<Lease {self.key!r} {self.state.value}>"
+
+    # -- what the rest of the library reads ---------------------------------------------
+
+    @property
+    def key(self) -> str:
+        return self.claim.keys.key
+
+    @property
+    def token(self) -> str:
+        return self.claim.token
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known to have ended while held (expired or taken over)."""
+        return self.state is State.LOST
+
+    @property
+    def held(self) -> bool:
+        """True while the lease is to be renewed (held, and its owner still running)."""
+        return self.state is State.HELD
+
+    def remaining(self, now: float | None = None) -> float:
+        """Seconds left on the lease as far as this holder knows (0 if it ended)."""
+        if self.state is State.LOST or self.state is State.RELEASED:
+            return 0.0
+        return max(0.0, self.expires_at - (time.monotonic() if now is None else now))
+
+    # -- transitions --------------------------------------------------------------------
+
+    def reenter(self) -> None:
+        """The owner enters again (re-entrant locks). A lease it knows to be over cannot be
+        re-entered: that call would run unprotected, so it fails loudly instead."""
+        if self.state is not State.HELD or self.remaining() == 0:
+            raise LockLost(
+                f"re-entering {self.key!r}, but this owner's lease on it has ended (expired "
+                "or taken over): the outer holder no longer protects this call",
+                name=self.name,
+                key=self.key,
+            )
+        self.count += 1
+
+    def exit(self) -> bool:
+        """Count an exit down; True when it is the outermost one, which must touch Redis."""
+        self.count -= 1
+        return self.count <= 0
+
+    def renewed(self, started: float, ttl_ms: int) -> None:
+        """The server set the lease to ``ttl_ms`` by a request sent at ``started``.
+
+        ``ttl_ms`` is what that request carried, never the current setting: a reply records
+        what the server was told, so an ``extend(60)`` overtaken by a renewal to the old ttl
+        cannot leave the holder believing in 60 s the server never kept.
+        """
+        if self.state is not State.HELD:
+            return  # released or given up while the request was in flight: nothing to record
+        if started < self.recorded_at:
+            return  # older than what is recorded: that request was overtaken (io prevents it)
+        self.recorded_at = started
+        self.ttl_ms = ttl_ms
+        ttl = ttl_ms / 1000
+        self.expires_at = started + ttl
+        self.next_renew = started + ttl * RENEW_FRACTION
+
+    def renewal_failed(self, started: float) -> bool:
+        """A renewal sent at ``started`` got no answer. True if the lease is now lost.
+
+        Transient failures are retried until the lease would have ended anyway.
+        """
+        if self.state is not State.HELD:
+            return False
+        left = self.expires_at - started
+        if left <= 0:
+            return self.lose()
+        self.next_renew = started + min(RETRY_DELAY, left / 4)
+        return False
+
+    def retry_later(self, now: float) -> None:
+        """A renewal round failed unexpectedly (a bug, not the network): try again soon."""
+        self.next_renew = now + RETRY_DELAY
+
+    def lose(self) -> bool:
+        """The lease is gone. True if this is news (so it is reported once)."""
+        if self.state is State.HELD or self.state is State.ORPHANED:
+            self.state = State.LOST
+            return True
+        return False
+
+    def orphan(self) -> None:
+        """Stop renewing: the owner ended without releasing, or ``max_hold`` passed."""
+        if self.state is State.HELD:
+            self.state = State.ORPHANED
+
+    def release(self) -> None:
+        """The owner gave it back (whatever the server said: a lost lease stays LOST)."""
+        if self.state is not State.LOST:
+            self.state = State.RELEASED
+
+    def adopt(self, alive: Callable[[], bool]) -> None:
+        """A new owner takes over (a lease a helper task acquired, adopted by its user)."""
+        self.alive = alive
+
+
+class Cleanup:
+    """The clean-up of a claim whose acquire was cut short and whose token-compared release
+    could not reach the server: its SET may still land (a paused server runs buffered
+    commands when it resumes), leaving a lock nobody holds. Retried until the release lands
+    or the claim's ttl has passed (after which the server has dropped it anyway)."""
+
+    __slots__ = ("claim", "next_renew", "renewing", "target", "until")
+
+    def __init__(self, claim: Claim, target: Any, started: float) -> None:
+        self.claim = claim
+        self.target = target
+        self.until = started + claim.ttl_ms / 1000
+        self.next_renew = started  # try at once
+        self.renewing = False
+
+    def __repr__(self) -> str:
+        return f"<Cleanup {self.claim.keys.key!r}>"
+
+    @property
+    def key(self) -> str:
+        return self.claim.keys.key
+
+    def attempted(self, now: float, done: bool) -> bool:
+        """After one attempt: True when there is nothing left to do."""
+        if done or now >= self.until:
+            return True
+        self.next_renew = now + RETRY_DELAY
+        return False

@@ -1,0 +1,208 @@
+"""Process-wide state, all of it: what a forked child must not inherit, and what is kept per
+event loop. One fork hook, one per-loop table with one clean-up path.
+
+- Per thread and per asyncio task: the locks held (re-entrancy) and the stack of protected
+  sections entered (``current_lease()``), see :mod:`redlock_deco.ownership`.
+- Per process: the sync targets built from providers, the sync renewer.
+- Per event loop (:class:`LoopState`): the asyncio targets and the clients built for that
+  loop, its renewer, and the leases acquired in it.
+
+A loop's state is cleaned up on one path, :meth:`LoopState.aclose`: it releases whatever the
+loop still holds, then closes the clients built for it. ``asyncio.run`` reaches it through
+the loop's async-generator shutdown, which runs *after* every task has been cancelled and has
+finished -- so holders cancelled at shutdown release their locks on clients that are still
+open (a task-based reaper was cancelled together with them and closed the clients under their
+releases). Code that manages loops by hand calls ``await redlock_deco.aclose()``. A loop
+closed without either is forgotten at the next loop's first use, with no pending task left
+behind to be destroyed noisily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Coroutine
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from . import drivers, tokens
+from .lifecycle import Lease
+
+log = logging.getLogger("redlock_deco")
+
+HoldingKey = tuple[str, str]  # (provider name, Redis key)
+Holdings = dict[HoldingKey, Lease]
+Calls = list[tuple[int, Lease]]  # protected sections entered, innermost last, with a sequence
+Tables = tuple[Holdings, Calls]
+
+
+class LoopState:
+    """Everything redlock-deco keeps for one event loop."""
+
+    __slots__ = ("__weakref__", "_closer", "clients", "leases", "loop", "renewer", "targets")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)  # a strong one would keep a closed loop alive
+        self.targets: dict[str, Any] = {}  # provider name -> AsyncTarget | QuorumAsyncTarget
+        self.clients: list[Any] = []  # clients built here from URLs: ours to close
+        self.renewer: Any = None  # the loop's AsyncRenewer, once needed
+        self.leases: set[Lease] = set()  # acquired in this loop and not yet released
+        self._closer: AsyncGenerator[None, None] | None = None
+
+    def watch_shutdown(self) -> None:
+        """Arrange for :meth:`aclose` to run at ``asyncio.run``'s shutdown.
+
+        An async generator iterated once in the running loop is registered with it, and the
+        loop's ``shutdown_asyncgens()`` closes it after all tasks have finished. Driven by
+        hand to its first ``yield`` (nothing in it awaits before), so no task is created.
+        """
+        closer = _until_shutdown(self)
+        step = closer.asend(None)
+        with contextlib.suppress(StopIteration):
+            step.send(None)
+        self._closer = closer  # a strong reference: the loop keeps only a weak one
+
+    async def aclose(self) -> None:
+        """Release what this loop still holds, stop its renewer, close its clients."""
+        loop = self.loop()
+        if loop is not None and _loops.get(loop) is self:
+            del _loops[loop]  # first: nothing may reach the clients being closed
+        for lease in list(self.leases):
+            await release_at_shutdown(lease)
+        self.leases.clear()
+        if self.renewer is not None:
+            self.renewer.stop()
+        for client in self.clients:
+            with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
+                await client.aclose()
+        self.clients.clear()
+        self.targets.clear()
+
+
+async def release_at_shutdown(lease: Lease) -> None:
+    """Give back a lease whose loop is ending: nothing could renew or release it later."""
+    lease.release()
+    if lease.pid != os.getpid():
+        return
+    try:
+        await drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
+    except (RedisError, OSError) as exc:
+        log.warning("releasing %r at loop shutdown failed (%r); it expires within its ttl",
+                    lease.key, exc)  # fmt: skip
+
+
+async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        try:
+            running = asyncio.get_running_loop() is state.loop()
+        except RuntimeError:
+            running = False
+        # Closed by the loop's shutdown (or aclose): clean up in it. Collected without a
+        # running loop: there is nothing to await with, so only forget.
+        if running:
+            await state.aclose()
+
+
+_loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopState] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_state() -> LoopState:
+    """The state of the running event loop, created on its first use."""
+    loop = asyncio.get_running_loop()
+    state = _loops.get(loop)
+    if state is None:
+        for closed in [known for known in list(_loops) if known.is_closed()]:
+            _loops.pop(closed, None)  # closed without asyncio.run or aclose(): forget
+        state = _loops[loop] = LoopState(loop)
+        state.watch_shutdown()
+    return state
+
+
+def loop_states() -> list[LoopState]:
+    """The states of every event loop known in this process."""
+    return list(_loops.values())
+
+
+async def aclose() -> None:
+    """Release what the running event loop still holds and close the clients redlock-deco
+    built for it. ``asyncio.run`` does this by itself at shutdown; call it before closing a
+    loop you manage by hand (``run_until_complete`` + ``close``)."""
+    state = _loops.get(asyncio.get_running_loop())
+    if state is not None:
+        await state.aclose()
+
+
+# -- per thread and per task -----------------------------------------------------------
+
+_local = threading.local()
+_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], Tables] = weakref.WeakKeyDictionary()
+
+
+def thread_tables() -> Tables:
+    try:
+        tables: Tables = _local.tables
+    except AttributeError:
+        tables = _local.tables = ({}, [])
+    return tables
+
+
+def task_tables(task: asyncio.Task[Any] | None = None) -> Tables:
+    task = task or asyncio.current_task()
+    if task is None:
+        raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
+    tables = _tasks.get(task)
+    if tables is None:
+        tables = _tasks[task] = ({}, [])
+    return tables
+
+
+# -- per process -----------------------------------------------------------------------
+
+#: Sync targets built from providers in this process (name -> SyncTarget | QuorumSyncTarget).
+sync_targets: dict[str, Any] = {}
+#: Guards building targets and the loop tables' registry (not the lock-free cached reads).
+registry_lock = threading.Lock()
+#: The sync renewer, created on first use (see renewal.renewer()).
+sync_renewer: list[Any] = []
+_running: set[asyncio.Task[Any]] = set()
+
+
+def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """Start ``coro`` on the running loop and keep it referenced until it is done.
+
+    asyncio holds only weak references to tasks: one nobody references can be collected
+    while pending, its coroutine closed mid-flight.
+    """
+    for stale in [t for t in _running if t.get_loop().is_closed()]:
+        _running.discard(stale)
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+    return task
+
+
+def _after_fork_in_child() -> None:
+    """A child is a different process: it takes its own locks, builds its own clients and
+    renewers, and never touches its parent's (whose threads do not exist here, and whose
+    locks another thread may have held at fork time)."""
+    global _local, registry_lock
+    tokens.reset()  # a child must never repeat its parent's tokens
+    _local = threading.local()
+    _tasks.clear()
+    registry_lock = threading.Lock()
+    sync_targets.clear()
+    sync_renewer.clear()
+    _loops.clear()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,69 @@
+"""A serial worker thread that ends when idle.
+
+Used wherever work for one Redis target must run in order on a thread of its own (renewals
+per target, requests per quorum master). ``ThreadPoolExecutor`` threads never end while their
+executor lives, so every target that was replaced (a provider registered again, per test or
+per tenant) used to leave its threads behind for good. This worker's thread ends after
+``idle`` seconds without work and starts again on the next submission, and a dropped worker
+costs nothing once its thread has ended.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+IDLE = 5.0
+
+
+class SerialWorker:
+    """Run submitted calls one at a time, in order, on one daemon thread."""
+
+    def __init__(self, name: str, idle: float = IDLE) -> None:
+        self.name = name
+        self.idle = idle
+        self._queue: collections.deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._queue = collections.deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._ready:
+            self._queue.append((future, fn, args))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            else:
+                self._ready.notify()
+        return future
+
+    def retire(self) -> None:
+        """End the thread as soon as the queued work is done (its target was replaced)."""
+        with self._ready:
+            self.idle = 0.0
+            self._ready.notify()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                if not self._queue and self.idle > 0:
+                    self._ready.wait(self.idle)
+                if not self._queue:
+                    self._thread = None  # under the lock: a submit now starts a new thread
+                    return
+                future, fn, args = self._queue.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # handed to whoever waits on the future
+                    future.set_exception(exc)

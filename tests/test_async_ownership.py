@@ -1,0 +1,103 @@
+"""Who owns an asyncio lease when acquire() runs in a task of its own (gather, shield,
+wait_for before 3.12): the object, adopted by the first task that uses it. Renewal goes on,
+``owned()`` is true and ``release()`` works, while tasks that share an object still cannot
+release each other's lock."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+import redis
+
+from redlock_deco import LockNotOwned
+from redlock_deco.asyncio import Lock, Semaphore
+
+
+def test_gather_acquires_leave_the_locks_to_the_caller(r: redis.Redis) -> None:
+    async def main() -> None:
+        a, b = Lock("gather:a", ttl=0.6), Lock("gather:b", ttl=0.6)
+        assert await asyncio.gather(a.acquire(), b.acquire()) == [True, True]
+        await asyncio.sleep(1.0)  # past the ttl: renewed all along
+        assert r.exists("gather:a", "lock:gather:a", "lock:gather:b") == 2
+        assert await a.owned() and await b.owned()
+        await a.release()
+        await b.release()
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+def test_wait_for_and_shield_acquires_belong_to_the_awaiting_task(r: redis.Redis) -> None:
+    async def main() -> None:
+        lock = Lock("wf", ttl=0.6)
+        assert await asyncio.wait_for(lock.acquire(), timeout=5)
+        assert await lock.owned()
+        await lock.extend(0.6)
+        await asyncio.sleep(0.9)
+        assert r.exists("lock:wf")
+        await lock.release()
+        shielded = Lock("shielded", ttl=0.6)
+        assert await asyncio.shield(shielded.acquire())
+        async with shielded:  # re-enters what the helper task took, no self-deadlock
+            assert await shielded.owned()
+        assert await shielded.owned()
+        await shielded.release()
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+def test_a_lease_adopted_by_one_task_is_not_another_tasks(r: redis.Redis) -> None:
+    async def main() -> None:
+        lock = Lock("adopted", ttl=5)
+        (ok,) = await asyncio.gather(lock.acquire())
+        assert ok and await lock.owned()  # adopted by this task
+
+        async def intruder() -> None:
+            with pytest.raises(LockNotOwned):
+                await lock.release()
+
+        await asyncio.create_task(intruder())
+        await lock.release()
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+def test_a_helper_acquired_lease_is_renewed_only_while_its_object_lives(
+    r: redis.Redis,
+) -> None:
+    async def main() -> None:
+        lock = Lock("dropped", ttl=0.5)
+        await asyncio.gather(lock.acquire())
+        del lock  # nobody can ever release it now: renewal must stop
+        gc.collect()
+        await asyncio.sleep(1.2)
+        assert not r.exists("lock:dropped")
+
+    asyncio.run(main())
+
+
+def test_tasks_sharing_an_object_do_not_release_each_others_slots(r: redis.Redis) -> None:
+    async def main() -> None:
+        sem = Semaphore("shared", limit=2, ttl=5)
+        held = asyncio.Event()
+        done = asyncio.Event()
+
+        async def holder() -> None:
+            async with sem:
+                held.set()
+                await done.wait()
+
+        task = asyncio.create_task(holder())
+        await held.wait()
+        with pytest.raises(LockNotOwned):
+            await sem.release()
+        assert await sem.holders() == 1
+        done.set()
+        await task
+
+    asyncio.run(main())
+    assert r.dbsize() == 0

@@ -1,0 +1,157 @@
+"""What a holder believes about its lease, against what the server was told: extend() and
+renewal ordering, nested exits, current_lease() with sections ending out of order, fencing
+when re-entering, and the public ``lock.lease``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redlock_deco import Lock, LockError, LockLost, current_lease, locked
+
+
+def _stall_writes(r: redis.Redis, ms: int) -> None:
+    """CLIENT PAUSE WRITE: the server queues every write for ``ms`` (a short server stall)."""
+    r.execute_command("CLIENT", "PAUSE", ms, "WRITE")
+
+
+@pytest.mark.slow
+def test_extend_and_a_renewal_in_flight_are_ordered(r: redis.Redis) -> None:
+    lock = Lock("ordered", ttl=0.6)  # renewed to 0.6 s every 0.2 s
+    lock.acquire()
+    try:
+        time.sleep(0.1)
+        _stall_writes(r, 300)  # the renewal due at 0.2 s and extend(60) queue up together
+        lock.extend(60)
+        lease = lock.lease
+        assert lease is not None
+        time.sleep(1.0)  # past the old 0.6 s ttl
+        # The holder's belief and the server agree, whichever request reached it last.
+        believed = lease.remaining()
+        pttl = r.pttl("lock:ordered") / 1000
+        assert not lease.lost and pttl > 50 and abs(believed - pttl) < 2.0
+        other: list[bool] = []  # another thread (this one would re-enter) cannot get in
+        thread = threading.Thread(target=lambda: other.append(Lock("ordered", wait=0).acquire()))
+        thread.start()
+        thread.join()
+        assert other == [False]
+    finally:
+        lock.release()
+
+
+@pytest.mark.slow
+def test_a_reply_records_the_ttl_its_own_request_carried(r: redis.Redis) -> None:
+    """extend(0.5) right after a renewal to 60 s was sent: the holder must not believe 60 s
+    while the server has 0.5 s, nor the reverse."""
+    lock = Lock("carried", ttl=60)
+    lock.acquire()
+    try:
+        for ttl in (0.5, 60.0, 0.5):
+            _stall_writes(r, 100)
+            lock.extend(ttl)
+            lease = lock.lease
+            assert lease is not None
+            pttl = r.pttl("lock:carried") / 1000
+            assert abs(lease.remaining() - pttl) < 0.3, (ttl, lease.remaining(), pttl)
+    finally:
+        lock.release()
+
+
+def test_only_the_outermost_exit_reports_a_lost_lease(r: redis.Redis) -> None:
+    seen: list[str] = []
+
+    @locked("nested", ttl=0.6)
+    def inner() -> None:
+        r.delete("lock:nested")  # taken away (expiry, takeover)
+        time.sleep(0.5)  # the renewer (every 0.2 s) finds it gone
+
+    @locked("nested", ttl=0.6)
+    def outer() -> None:
+        inner()  # a nested exit: says nothing
+        seen.append("outer body went on")
+
+    with pytest.raises(LockLost):
+        outer()
+    assert seen == ["outer body went on"]
+
+
+def _rows() -> Iterator[int]:
+    with Lock("export"):
+        yield 1
+        yield 2
+
+
+def test_current_lease_when_sections_end_out_of_order() -> None:
+    @locked("job")
+    def start() -> Iterator[int]:
+        rows = _rows()
+        next(rows)  # suspended inside `with Lock("export")`, which outlives this call
+        return rows
+
+    rows = start()
+    lease = current_lease()
+    assert lease is not None and lease.key == "lock:export"  # still inside that block
+    assert list(rows) == [2]
+    assert current_lease() is None
+
+
+def test_current_lease_after_a_with_block_ends_inside_a_call() -> None:
+    @locked("outer-call")
+    def call() -> tuple[str | None, str | None]:
+        with Lock("inner-block"):
+            inside = current_lease()
+        after = current_lease()
+        return inside and inside.key, after and after.key
+
+    assert call() == ("lock:inner-block", "lock:outer-call")
+    assert current_lease() is None
+
+
+def test_fenced_call_nested_in_an_unfenced_holder_raises_clearly() -> None:
+    @locked("invoice:{id}", fencing=True)
+    def settle(id: int) -> int | None:
+        lease = current_lease()
+        return lease.fencing_token if lease else None
+
+    @locked("invoice:{id}")
+    def batch(id: int) -> int | None:
+        return settle(id)
+
+    token = settle(1)
+    assert isinstance(token, int)
+    with pytest.raises(LockError, match="fencing=True"):
+        batch(1)
+    assert settle(1) > token  # type: ignore[operator]
+
+
+def test_unfenced_call_nested_in_a_fenced_holder_keeps_its_token() -> None:
+    @locked("ledger", fencing=True)
+    def outer() -> tuple[int | None, int | None]:
+        return current_lease().fencing_token, inner()  # type: ignore[union-attr]
+
+    @locked("ledger")
+    def inner() -> int | None:
+        return current_lease().fencing_token  # type: ignore[union-attr]
+
+    first, nested = outer()
+    assert first is not None and nested == first
+
+
+def test_lock_lease_is_public_after_acquire() -> None:
+    lock = Lock("public", fencing=True)
+    assert lock.lease is None
+    assert lock.acquire()
+    lease = lock.lease
+    assert lease is not None and isinstance(lease.fencing_token, int)
+    assert lease.key == "lock:public" and 0 < lease.remaining() <= 30
+    other: list[object] = []
+    thread = threading.Thread(target=lambda: other.append(lock.lease))
+    thread.start()
+    thread.join()
+    assert other == [None]  # another thread does not hold it through this object
+    lock.release()
+    assert lock.lease is None
