@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import wrapt
 
-from . import guard, ownership
+from . import guard, ownership, targets
 from .errors import LockNotAcquired
 from .naming import check_name, compile_name, describe
 from .options import LeaseOptions, OnBusy, OnLost, build_options, check_on_busy
@@ -36,6 +36,17 @@ def _is_bare_target(name: object) -> bool:
     return inspect.isfunction(name) and name.__name__ != "<lambda>"
 
 
+def _not_callable(decorator: str, func: object, names: tuple[NameArg, ...]) -> str:
+    message = f"@{decorator} decorates functions and methods, got {func!r:.80}"
+    if callable(names[0]):
+        # locked(obj.meth)(42): the callable in the name slot was taken as the name function.
+        message += (
+            f"; {describe(names[0])}, given first, was taken as the lock name callable: to "
+            f"decorate it with the default name, write {decorator}()(it)"
+        )
+    return message
+
+
 def _decorate(
     decorator: str,
     kind: Kind,
@@ -46,8 +57,8 @@ def _decorate(
 ) -> Any:
     underlying = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
     if not callable(underlying):
-        raise TypeError(f"@{decorator} decorates functions and methods, got {func!r}")
-    if inspect.isgeneratorfunction(underlying) or inspect.isasyncgenfunction(underlying):
+        raise TypeError(_not_callable(decorator, func, names))
+    if targets.is_generator(underlying):
         raise TypeError(
             f"@{decorator} cannot protect generator {describe(underlying)}: the lease would be "
             "released at the first yield, not when iteration ends; hold it inside the generator"
@@ -55,6 +66,9 @@ def _decorate(
         )
     renders = [compile_name(name, underlying) for name in names]
     render = renders[0]
+    # Seen through partials, callable objects and __wrapped__: an async def in disguise on the
+    # sync path would get its lease back before its body ran, leaving the body unprotected.
+    run_async = targets.is_async(underlying)
     prefix = options.prefix
     skip = on_busy == "skip"
 
@@ -69,14 +83,16 @@ def _decorate(
         lease = guard.enter(kind, options, lock_name, key, options.wait)
         if lease is None:
             return busy(lock_name, key, started)
-        calls = ownership.enter_call(lease, task=False)
+        section = ownership.enter_call(lease, task=False)
         try:
             result = wrapped(*args, **kwargs)
+            if targets.returned_awaitable(result):  # closed unrun, raised once given back
+                targets.refuse_awaitable(decorator, underlying, result)
         except BaseException as exc:
-            calls.pop()
+            ownership.leave_call(section)
             guard.finish(lease, exc)
             raise
-        calls.pop()
+        ownership.leave_call(section)
         guard.finish(lease, None)
         return result
 
@@ -89,14 +105,14 @@ def _decorate(
         lease = await guard.enter_async(kind, options, lock_name, key, options.wait)
         if lease is None:
             return busy(lock_name, key, started)
-        calls = ownership.enter_call(lease, task=True)
+        section = ownership.enter_call(lease, task=True)
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:  # CancelledError too: release (shielded), then propagate
-            calls.pop()
+            ownership.leave_call(section)
             await guard.finish_async(lease, exc)
             raise
-        calls.pop()
+        ownership.leave_call(section)
         await guard.finish_async(lease, None)
         return result
 
@@ -114,15 +130,16 @@ def _decorate(
         if leases is None:
             key = ", ".join(sorted(names_by_key))
             return busy(", ".join(names_by_key.values()), key, started)
-        for lease in leases:
-            calls = ownership.enter_call(lease, task=False)
+        sections = [ownership.enter_call(lease, task=False) for lease in leases]
         try:
             result = wrapped(*args, **kwargs)
+            if targets.returned_awaitable(result):  # closed unrun, raised once given back
+                targets.refuse_awaitable(decorator, underlying, result)
         except BaseException as exc:
-            del calls[-len(leases) :]
+            ownership.leave_calls(sections)
             guard.finish_all(leases, exc)
             raise
-        del calls[-len(leases) :]
+        ownership.leave_calls(sections)
         guard.finish_all(leases, None)
         return result
 
@@ -135,20 +152,19 @@ def _decorate(
         if leases is None:
             key = ", ".join(sorted(names_by_key))
             return busy(", ".join(names_by_key.values()), key, started)
-        for lease in leases:
-            calls = ownership.enter_call(lease, task=True)
+        sections = [ownership.enter_call(lease, task=True) for lease in leases]
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
-            del calls[-len(leases) :]
+            ownership.leave_calls(sections)
             await guard.finish_all_async(leases, exc)
             raise
-        del calls[-len(leases) :]
+        ownership.leave_calls(sections)
         await guard.finish_all_async(leases, None)
         return result
 
     # The flavour (and single or several names) is chosen once, here, not per call.
-    if inspect.iscoroutinefunction(underlying):
+    if run_async:
         return wrapt.FunctionWrapper(
             func, call_all_async if len(renders) > 1 else call_locked_async
         )
@@ -218,6 +234,17 @@ def locked(
 
     Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
     decorate; pass a name function as ``name=`` (a lambda works either way).
+
+    Bound methods (``locked("order:{order_id}")(obj.charge)``), ``functools.partial`` objects
+    and callable objects can be decorated too: template fields (and a name callable's
+    arguments) are the parameters as the caller passes them, so a bound method's ``self`` is
+    not one. An ``async def`` in any of these forms, or under a sync ``functools.wraps``
+    decorator, takes the async path. ``name=None`` names the code the call runs, the same in
+    every process: ``"<module>.<Class>.<method>"`` for a bound method (one lock shared by all
+    instances, as when decorated in the class body), the wrapped function's name for a
+    partial, ``"<module>.<Class>.__call__"`` for a callable object. A name that would hold an
+    object's default repr (``<... at 0x...>``) raises KeyTemplateError instead. Bounds, checked
+    at decoration: ``ttl`` from 0.01 to 1e9 seconds, ``wait`` and ``max_hold`` up to 1e9.
 
     Several names (``@locked("acct:{src}", "acct:{dst}")``) are taken all or nothing, in
     sorted key order (so callers naming them in opposite orders cannot deadlock), within one

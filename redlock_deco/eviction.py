@@ -5,8 +5,9 @@ key with an expiry -- every lock key has one -- so a held lock can vanish and a 
 get in, with nothing to tell the first. Only ``noeviction`` (or a dedicated instance that
 never fills up) keeps locks safe; see GUARANTEES.md. The check runs once per target, after
 its first successful acquisition, in the background (so it never delays a lock call, nor a
-failure), and logs one warning per server when the policy evicts. Servers that refuse CONFIG (managed Redis, restrictive ACLs) are left
-alone: nothing can be learnt there, and a lock call must not fail for it.
+failure), and logs one warning per server when the policy evicts. Servers that refuse CONFIG
+(managed Redis, restrictive ACLs) are left alone: nothing can be learnt there, and a lock
+call must not fail for it.
 """
 
 from __future__ import annotations

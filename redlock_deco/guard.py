@@ -313,13 +313,13 @@ async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> Non
         pass
 
 
-async def leave_async(lease: Lease, held: Holdings | None = None) -> bool:
+async def leave_async(lease: Lease) -> bool:
     """Give the lease back (or count down a re-entry). True unless the outermost exit found
     the lease already ended. A task cancelled while releasing still releases."""
     if not lease.exit():
         return True
     if lease.claim.kind.reentrant:
-        _forget_holding(lease, held if held is not None else ownership.task_holdings())
+        _forget_holding(lease, ownership.task_holdings())
     if lease.pid != os.getpid():
         return True
     state = process.loop_state()

@@ -5,23 +5,35 @@ naming no parameter raises :class:`KeyTemplateError` there, not on the first pro
 and each call only picks the named arguments out of ``args``/``kwargs`` -- no per-call
 ``Signature.bind`` -- and formats them with :meth:`str.format_map`, which supplies attribute and
 index access (``{user.org.id}``, ``{items[0]}``), conversions and format specs.
+
+Fields are the parameters of the callable as its caller calls it (see :mod:`.targets`): a
+bound method's ``self`` is not one. A rendered name never holds an object's default repr
+(``<Account object at 0x7f...>``): it differs per object and per process, so callers meaning
+the same name would never exclude each other; that is a KeyTemplateError naming the field.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import re
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import KeyTemplateError
+from .targets import binds_instance, default_name
+from .targets import describe as describe  # re-exported: the decorators' messages use it
 
 #: ``render(instance, args, kwargs) -> name``; ``instance`` is wrapt's (self/cls or None).
 Renderer = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], str]
 _Getter = Callable[[tuple[Any, ...], Mapping[str, Any]], Any]
 
 _MISSING = object()
+
+#: An object's default repr, as ``object.__repr__`` (and functions, methods...) write it.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_ADDRESS_HINT = " at 0x"  # a plain substring test first: the regex runs only on a likely hit
 
 #: Longest lock name kept as is, in UTF-8 bytes. A longer one keeps a readable prefix and
 #: ends in the SHA-256 of the whole name, so distinct names stay distinct and every key stays
@@ -46,19 +58,33 @@ def bounded(name: str) -> str:
     return f"{prefix}~sha256:{hashlib.sha256(encoded).hexdigest()}"
 
 
-def describe(func: Callable[..., Any]) -> str:
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+def has_address(text: str) -> bool:
+    """Does ``text`` hold an object's default repr (``<... at 0x7f...>``)?"""
+    return _ADDRESS_HINT in text and _ADDRESS.search(text) is not None
 
 
 def full_args(instance: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Put back the ``self``/``cls`` that wrapt hands over separately as ``instance``.
 
     wrapt passes ``instance`` (the object, or the class for classmethods) apart from ``args``
-    for methods and classmethods, and ``None`` for plain functions and staticmethods; so the
-    signature of the underlying function always lines up with ``(instance, *args)`` when
+    for methods and classmethods bound in a class body, and ``None`` for plain functions and
+    staticmethods; so a function's signature lines up with ``(instance, *args)`` when
     ``instance`` is set.
     """
     return args if instance is None else (instance, *args)
+
+
+def own_args(instance: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments as given, for callables whose ``self`` is not in their signature.
+
+    wrapt passes a bound method's ``__self__`` as ``instance``; putting it back would shift
+    every field by one (``{order_id}`` would render the object).
+    """
+    return args
+
+
+def _call_args(func: Callable[..., Any]) -> Callable[[Any, tuple[Any, ...]], tuple[Any, ...]]:
+    return full_args if binds_instance(func) else own_args
 
 
 def template_roots(template: str) -> list[tuple[str, str]]:
@@ -112,56 +138,102 @@ def check_name(name: object) -> None:
 
 
 def compile_name(name: str | Callable[..., Any] | None, func: Callable[..., Any]) -> Renderer:
-    """Compile ``name`` for ``func`` (the undecorated function, ``self``/``cls`` included)."""
+    """Compile ``name`` for ``func``, the undecorated callable (see :mod:`.targets`)."""
     if name is None:
-        fixed = bounded(describe(func))
+        fixed = bounded(_fixed(default_name(func), None, func))
         return lambda instance, args, kwargs: fixed
     check_name(name)
     if isinstance(name, str):
         return _compile_template(name, func)
-    return _compile_callable(name)
+    return _compile_callable(name, func)
 
 
-def _compile_callable(name_fn: Callable[..., Any]) -> Renderer:
+def _fixed(name: str, template: str | None, func: Callable[..., Any]) -> str:
+    """A name known at decoration time, checked there."""
+    if has_address(name):
+        raise KeyTemplateError(
+            f"lock name {name!r} of {describe(func)} holds an object's default repr, which "
+            "differs per object and per process; pass name='...' with a stable name",
+            template=template,
+        )
+    return name
+
+
+def _compile_callable(name_fn: Callable[..., Any], func: Callable[..., Any]) -> Renderer:
+    call_args = _call_args(func)
+
     def render(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        result = name_fn(*full_args(instance, args), **kwargs)
+        result = name_fn(*call_args(instance, args), **kwargs)
         if not isinstance(result, str):
             raise KeyTemplateError(
                 f"lock name callable {describe(name_fn)} returned {type(result).__name__}; "
                 "it must return a str"
+            )
+        if has_address(result):
+            raise KeyTemplateError(
+                f"lock name callable {describe(name_fn)} returned {_short(result)!r}, which "
+                "holds an object's default repr: it differs per object and per process, so "
+                "callers would never exclude each other; build the name from identifying "
+                "values (an id, a key), not from the object itself"
             )
         return bounded(result)
 
     return render
 
 
+def _parameters(func: Callable[..., Any], template: str) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError) as exc:  # some builtins and C callables have none
+        raise TypeError(
+            f"cannot read the parameters of {describe(func)} ({exc}), so the lock name "
+            f"template {template!r} cannot be checked against them; pass a name callable "
+            "taking the same arguments, or a fixed name"
+        ) from None
+
+
+def _unknown_field(
+    template: str, func: Callable[..., Any], field: str, root: str, available: list[str]
+) -> KeyTemplateError:
+    message = (
+        f"lock name template {template!r} of {describe(func)} uses {{{field}}}, but "
+        f"{root!r} is not a parameter; parameters are: {', '.join(available) or 'none'}"
+    )
+    if inspect.ismethod(func) and root in ("self", "cls"):
+        # locked(...)(obj.meth): the object is bound already, the caller never passes it.
+        message += (
+            f". {describe(func)} is a bound method, so its {root!r} is not an argument: "
+            "decorate the method in the class body to use {self...}, or put the object's "
+            "value into the template text"
+        )
+    return KeyTemplateError(message, template=template, field=field)
+
+
 def _compile_template(template: str, func: Callable[..., Any]) -> Renderer:
-    params = list(inspect.signature(func).parameters.values())
+    roots = template_roots(template)
+    if not roots:  # a fixed name: no parameters to read (a builtin may not expose them)
+        fixed = bounded(_fixed(template.format(), template, func))
+        return lambda instance, args, kwargs: fixed
+    _fixed(_literal_text(template), template, func)
+    params = _parameters(func, template)
     available = [p.name for p in params]
     getters: dict[str, _Getter] = {}
-    for field, root in template_roots(template):
+    for field, root in roots:
         if root not in available:
-            raise KeyTemplateError(
-                f"lock name template {template!r} of {describe(func)} uses {{{field}}}, but "
-                f"{root!r} is not a parameter; parameters are: {', '.join(available) or 'none'}",
-                template=template,
-                field=field,
-            )
+            raise _unknown_field(template, func, field, root, available)
         getters.setdefault(root, _getter(params, root))
-    if not getters:
-        fixed = bounded(template.format())
-        return lambda instance, args, kwargs: fixed
 
     items = tuple(getters.items())
+    positional = _call_args(func)
 
     def render(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        call_args = full_args(instance, args)
+        call_args = positional(instance, args)
         values = {root: get(call_args, kwargs) for root, get in items}
         if any(value is _MISSING for value in values.values()):
             # The call itself is malformed: let Python word the error exactly as it would.
             inspect.signature(func).bind(*call_args, **kwargs)
         try:
-            return bounded(template.format_map(values))
+            rendered = template.format_map(values)
         except Exception as exc:
             field = _failing_field(template, values)
             raise KeyTemplateError(
@@ -170,16 +242,50 @@ def _compile_template(template: str, func: Callable[..., Any]) -> Renderer:
                 template=template,
                 field=field,
             ) from exc
+        if has_address(rendered):
+            raise _address_error(template, values, func)
+        return bounded(rendered)
 
     return render
 
 
+def _address_error(
+    template: str, values: Mapping[str, Any], func: Callable[..., Any]
+) -> KeyTemplateError:
+    field, text = _address_field(template, values)
+    return KeyTemplateError(
+        f"lock name {template!r} of {describe(func)}: field {{{field}}} renders as "
+        f"{_short(text)!r}, an object's default repr; it differs per object and per process, "
+        "so callers meaning the same name would never exclude each other. Name an attribute "
+        f"that identifies it (e.g. {{{field}.id}}), or give its class a __str__",
+        template=template,
+        field=field,
+    )
+
+
+def _literal_text(template: str) -> str:
+    return "".join(literal for literal, *_ in string.Formatter().parse(template))
+
+
+def _fields(template: str) -> Iterator[tuple[str, str]]:
+    """``(field, template of that field alone)`` for each replacement field."""
+    for _literal, field, spec, conversion in string.Formatter().parse(template):
+        if field is not None:
+            yield field, "{" + field + (f"!{conversion}" if conversion else "") + f":{spec or ''}}}"
+
+
+def _address_field(template: str, values: Mapping[str, Any]) -> tuple[str, str]:
+    """The first field of ``template`` rendering an object's default repr, and its text."""
+    for field, alone in _fields(template):
+        text = alone.format_map(values)
+        if has_address(text):
+            return field, text
+    return "?", ""
+
+
 def _failing_field(template: str, values: Mapping[str, Any]) -> str:
     """The first replacement field of ``template`` that cannot be formatted alone."""
-    for _literal, field, spec, conversion in string.Formatter().parse(template):
-        if field is None:
-            continue
-        alone = "{" + field + (f"!{conversion}" if conversion else "") + f":{spec or ''}}}"
+    for field, alone in _fields(template):
         try:
             alone.format_map(values)
         except Exception:
@@ -187,10 +293,10 @@ def _failing_field(template: str, values: Mapping[str, Any]) -> str:
     return "?"
 
 
-def _short(exc: BaseException) -> str:
-    """An exception's text, kept short: it may quote a huge or hostile argument."""
+def _short(value: object) -> str:
+    """An exception's (or a name's) text, kept short: it may quote a huge or hostile argument."""
     try:
-        text = str(exc)
+        text = str(value)
     except Exception:
         text = "(unprintable)"
     return text if len(text) <= 200 else text[:200] + "..."

@@ -42,12 +42,33 @@ def to_ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
+#: Shortest ttl, in seconds. A shorter lease can end before its holder even hears it was
+#: granted (one round trip on a loaded network), and renewal could never keep up with it.
+MIN_TTL = 0.01
+#: Longest ttl, wait or max_hold, in seconds (about 31.7 years). Far larger values overflow
+#: Redis's 64-bit millisecond expiries ("value is not an integer or out of range" on the first
+#: call, not at decoration); below it every millisecond count stays exact in a double (2**53),
+#: as the Lua scripts and sorted-set scores hold them.
+MAX_SECONDS = 10**9
+#: The least value of each seconds option beyond "more than 0".
+_MINIMUM = {"ttl": MIN_TTL}
+#: What None means, for the seconds options that accept it (named in the error message).
+_NONE_MEANS = {"max_hold": "no limit"}
+
+
 def check_seconds(option: str, value: object) -> float:
-    """A finite number of seconds > 0 (ttl and the like)."""
+    """Seconds in ``option``'s range: ``ttl`` from MIN_TTL, others above 0; up to MAX_SECONDS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{option} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{option} must be a finite number of seconds > 0, got {value!r}")
+    minimum = _MINIMUM.get(option, 0)
+    # Compared, not converted first: NaN fails every comparison, and a huge int has no float.
+    if not (value > 0 and minimum <= value <= MAX_SECONDS):
+        lowest = f"from {minimum} ({minimum * 1000:g} ms)" if minimum else "above 0"
+        none = f", or None for {_NONE_MEANS[option]}" if option in _NONE_MEANS else ""
+        raise ValueError(
+            f"{option} must be a number of seconds {lowest} up to {MAX_SECONDS:.0e} (about 31 "
+            f"years){none}, got {value!r:.40}"
+        )
     return float(value)
 
 
@@ -57,9 +78,14 @@ def check_wait(value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"wait must be >= 0 seconds (0 = try once, None = forever), got {value!r}")
-    return None if math.isinf(value) else float(value)
+    if value == math.inf:
+        return None
+    if not 0 <= value <= MAX_SECONDS:  # NaN fails the comparison too
+        raise ValueError(
+            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or None to wait "
+            f"forever, got {value!r:.40}"
+        )
+    return float(value)
 
 
 def check_on_busy(value: object) -> OnBusy:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -89,6 +90,12 @@ class SyncApi(Api):
         def sync_body(*args: Any, **kwargs: Any) -> Any:
             return drive(body(*args, **kwargs))  # type: ignore[arg-type]
 
+        # sync_body runs the coroutine to completion: a sync function. Left in place, the
+        # __wrapped__ that functools.wraps sets would make the decorators take it for a
+        # pass-through wrapper of an async def, and give it the async path. The signature
+        # (which templates are checked against) is kept by hand instead.
+        del sync_body.__wrapped__
+        sync_body.__signature__ = inspect.signature(body)  # type: ignore[attr-defined]  # read by inspect.signature
         return decorator(sync_body)
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:

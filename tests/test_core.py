@@ -114,7 +114,11 @@ def test_backoff_fallback_without_a_signal_list() -> None:
         replies, clock, {Sleep: 0.0},
     )  # fmt: skip
     sleeps = [s.seconds for s in steps if isinstance(s, Sleep)]
-    assert result == protocol.Granted() and sleeps == [0.01, 0.02, 0.04]  # growing, jittered (rand=1)
+    assert result == protocol.Granted() and sleeps == [
+        0.01,
+        0.02,
+        0.04,
+    ]  # growing, jittered (rand=1)
     assert all(s.args[2] == 0 for s in steps if isinstance(s, Eval))  # no waiter entries
 
 

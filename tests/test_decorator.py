@@ -141,3 +141,81 @@ def test_provider_is_resolved_lazily_at_call_time() -> None:
 
     register_provider("later", providers._sources["default"])
     assert f() == "ok"
+
+
+# -- option bounds: a value that cannot work fails at decoration, naming the allowed range --
+
+OUT_OF_RANGE = [
+    ({"ttl": 0.009}, r"ttl must be .* from 0\.01 \(10 ms\) up to 1e\+09"),
+    ({"ttl": 1e9 + 1}, r"ttl .* up to 1e\+09 \(about 31 years\), got 1000000001\.0"),
+    ({"ttl": 1e16}, "ttl"),  # used to fail at the first call: Redis's ms expiry overflowed
+    ({"ttl": 10**400}, "ttl"),  # an int no float can hold: compared, never converted
+    ({"ttl": float("nan")}, "ttl"),
+    ({"ttl": float("inf")}, "ttl"),
+    ({"wait": 1e9 + 1}, r"wait must be from 0 \(try once\) up to 1e\+09 .* None to wait forever"),
+    ({"wait": float("nan")}, "wait"),
+    ({"wait": -0.5}, "wait"),
+    ({"max_hold": 1e10}, r"max_hold .* above 0 up to 1e\+09 .* None for no limit"),
+    ({"max_hold": float("inf")}, "max_hold"),
+    ({"max_hold": -1}, "max_hold"),
+]
+
+
+def every_constructor() -> list[Any]:
+    import redlock_deco.asyncio as aio
+    from redlock_deco import Lock, Semaphore, limited
+
+    return [
+        lambda **kw: locked("x", **kw),
+        lambda **kw: limited("x", limit=2, **kw),
+        lambda **kw: Lock("x", **kw),
+        lambda **kw: Semaphore("x", limit=2, **kw),
+        lambda **kw: aio.Lock("x", **kw),
+        lambda **kw: aio.Semaphore("x", limit=2, **kw),
+    ]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), OUT_OF_RANGE)
+def test_out_of_range_seconds_fail_at_decoration_and_construction(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    for build in every_constructor():
+        with pytest.raises(ValueError, match=message):
+            build(**kwargs)
+
+
+def test_extend_checks_the_ttl_bounds_too(r: redis.Redis) -> None:
+    from redlock_deco import Lock
+
+    with Lock("ext", ttl=5) as lock:
+        for ttl in (0.001, 2e9):
+            with pytest.raises(ValueError, match="ttl"):
+                lock.extend(ttl)
+        lock.extend(0.01)  # the bounds themselves are allowed
+        lock.extend(1e9)
+        assert r.pttl("lock:ext") > 1e12 - 60_000
+    assert r.dbsize() == 0
+
+
+def test_the_largest_ttl_and_wait_work_against_the_server(r: redis.Redis) -> None:
+    from redlock_deco import limited
+
+    @locked("big", ttl=1e9, wait=1e9)
+    def lock_body() -> int:
+        return int(r.pttl("lock:big"))
+
+    @limited("big", limit=2, ttl=1e9, wait=1e9, max_hold=1e9)
+    def slot_body() -> int:
+        return int(r.pttl("sem:big"))
+
+    # 1e12 ms, exactly as sent (no overflow, no rounding), less the time since it was set.
+    assert 1e12 - 60_000 < lock_body() <= 1e12
+    assert 1e12 - 60_000 < slot_body() <= 1e12
+    assert r.dbsize() == 0
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    # Not called: a 10 ms lease on a loaded machine may end before a call returns.
+    for build in every_constructor():
+        build(ttl=0.01, wait=0, max_hold=1e-3)
+        build(ttl=1e9, wait=1e9, max_hold=1e9)

@@ -3,6 +3,7 @@ and every bad template rejected at decoration time."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,3 +202,128 @@ def test_missing_argument_is_pythons_own_type_error() -> None:
 
     with pytest.raises(TypeError, match="missing a required argument: 'a'"):
         f()  # type: ignore[call-arg]
+
+
+# -- bound methods, partials, callable objects: the parameters as the caller passes them --
+
+
+class Ledger:
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+
+    def post(self, order_id: int, currency: str = "EUR") -> list[str]:
+        return keys_during(self.r)
+
+    def __call__(self, order_id: int, *, currency: str = "EUR") -> list[str]:
+        return keys_during(self.r)
+
+    @classmethod
+    def find(cls, r: redis.Redis, key: str) -> list[str]:
+        return keys_during(r)
+
+
+def post_order(r: redis.Redis, order_id: int, currency: str = "EUR") -> list[str]:
+    return keys_during(r)
+
+
+def test_bound_method_fields_are_its_own_parameters(r: redis.Redis) -> None:
+    # wrapt hands a bound method's __self__ over as `instance`; it must not shift the fields.
+    post = locked("order:{order_id}:{currency}")(Ledger(r).post)
+    assert post(7) == ["lock:order:7:EUR"]
+    assert post(8, currency="USD") == ["lock:order:8:USD"]
+    assert post(order_id=9) == ["lock:order:9:EUR"]
+    by_callable = locked(lambda order_id, currency="EUR": f"cb:{order_id}")(Ledger(r).post)
+    assert by_callable(5) == ["lock:cb:5"]  # the name callable gets no self either
+
+
+def test_bound_classmethod_fields_are_its_own_parameters(r: redis.Redis) -> None:
+    # Ledger.find is bound to the class: wrapt passes the class as `instance`, not a field.
+    assert locked("find:{key}")(Ledger.find)(r, "k") == ["lock:find:k"]
+
+
+def test_partial_fields_are_the_parameters_left_to_pass(r: redis.Redis) -> None:
+    post = locked("order:{order_id}:{currency}")(functools.partial(post_order, r))
+    assert post(7) == ["lock:order:7:EUR"]
+    usd = locked("order:{order_id}:{currency}")(functools.partial(post_order, r, currency="USD"))
+    assert usd(8) == ["lock:order:8:USD"]  # a pre-filled keyword renders its value
+    assert usd(8, currency="GBP") == ["lock:order:8:GBP"]  # and the caller may override it
+    with pytest.raises(KeyTemplateError, match="'r' is not a parameter"):
+        locked("{r}")(functools.partial(post_order, r))  # pre-filled positionally: not a field
+
+
+def test_callable_object_fields_are_its_call_parameters(r: redis.Redis) -> None:
+    ledger = locked("order:{order_id}:{currency}")(Ledger(r))
+    assert ledger(7) == ["lock:order:7:EUR"]
+    assert ledger(8, currency="USD") == ["lock:order:8:USD"]
+
+
+def test_default_names_of_bound_methods_partials_and_callable_objects(r: redis.Redis) -> None:
+    # Deterministic and the same in every process (see test_callable_forms for two processes).
+    assert locked()(Ledger(r).post)(1) == ["lock:test_naming.Ledger.post"]
+    assert locked(name=None)(functools.partial(post_order, r))(1) == ["lock:test_naming.post_order"]
+    assert locked()(Ledger(r))(1) == ["lock:test_naming.Ledger.__call__"]
+    assert locked()(Ledger(r).__call__)(1) == ["lock:test_naming.Ledger.__call__"]
+
+
+class Opaque:
+    """No __str__: formats as its default repr, ``<test_naming.Opaque object at 0x...>``."""
+
+
+@dataclass
+class Holder:
+    org: Any
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        ("u:{user}", "user"),
+        ("u:{user!r}", "user"),
+        ("u:{user!s:>5}", "user"),
+        ("u:{holder.org}", "holder.org"),
+        ("u:{items[0]}", "items[0]"),
+        ("u:{fn}", "fn"),  # <function ... at 0x...> is a default repr too
+    ],
+)
+def test_default_repr_in_a_field_is_refused_naming_it(
+    template: str, field: str, r: redis.Redis
+) -> None:
+    ran = []
+
+    @locked(template)
+    def f(user: Any, holder: Holder, items: list[Any], fn: Any) -> None:
+        ran.append(1)
+
+    with pytest.raises(KeyTemplateError, match="default repr") as info:
+        f(Opaque(), Holder(Opaque()), [Opaque()], f.__wrapped__)
+    assert info.value.field == field and info.value.template == template
+    assert f"{{{field}}}" in str(info.value)
+    assert ran == [] and r.dbsize() == 0  # refused before taking any lease
+
+
+def test_objects_with_their_own_str_render_fine(r: redis.Redis) -> None:
+    class Org:
+        def __str__(self) -> str:
+            return "acme"
+
+    @locked("org:{org}")
+    def f(org: Org) -> list[str]:
+        return keys_during(r)
+
+    assert f(Org()) == ["lock:org:acme"]
+
+
+def test_name_callable_returning_a_default_repr_is_refused() -> None:
+    @locked(lambda user: f"u:{user}")
+    def f(user: Any) -> None: ...
+
+    with pytest.raises(KeyTemplateError, match="default repr"):
+        f(Opaque())
+
+
+def test_fixed_name_holding_a_default_repr_is_refused_at_decoration() -> None:
+    for template in ("stuck <Opaque object at 0x7f00aa>", "{n}:<Opaque object at 0x7f00aa>"):
+        with pytest.raises(KeyTemplateError, match="default repr"):
+
+            @locked(template)
+            def f(n: int) -> None: ...

@@ -60,9 +60,7 @@ def test_a_read_only_replica_raises_at_once_and_queues_nothing(server: RedisServ
 
 
 def test_no_permission_raises_at_once(server: RedisServer, r: redis.Redis) -> None:
-    r.execute_command(
-        "ACL", "SETUSER", "narrow", "on", ">pw", "resetkeys", "~other:*", "+@all"
-    )
+    r.execute_command("ACL", "SETUSER", "narrow", "on", ">pw", "resetkeys", "~other:*", "+@all")
     try:
         register_provider("narrow", f"redis://narrow:pw@127.0.0.1:{server.port}/0")
 

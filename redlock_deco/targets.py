@@ -1,0 +1,158 @@
+"""What a decorator was handed: the callable as its caller calls it.
+
+``@locked`` takes functions and methods in a class body, but also bound methods
+(``locked(...)(obj.meth)``), ``functools.partial`` objects, callable objects and functions under
+other decorators. Three things differ between them, each decided once at decoration time:
+
+- Whether wrapt's ``instance`` is a parameter of the signature the name is built from. It is
+  for a function bound by wrapt in a class body; it is not for a bound method, whose ``self``
+  wrapt still passes as ``instance`` although the caller never names it (prepending it shifted
+  every field by one: ``order:{order_id}`` rendered the object's repr, so two callers with the
+  same order id never excluded each other).
+- Whether a call returns a coroutine: an ``async def`` inside a callable object, a partial or
+  a sync ``functools.wraps`` decorator must take the async path, or the lease would be given
+  back before the body ran.
+- The ``name=None`` lock name, which must be the same in every process (never a repr).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+# Layers followed at most: a ``__wrapped__`` cycle must not hang decoration.
+_MAX_LAYERS = 64
+
+
+def binds_instance(func: Callable[..., Any]) -> bool:
+    """True when wrapt's ``instance`` is the first parameter of ``func``'s signature.
+
+    Only a plain function (a method or the function of a classmethod, bound by wrapt as a
+    descriptor) lists ``self``/``cls`` in its signature; for anything else, wrapt's
+    ``instance`` is either None or the ``__self__`` of a bound method, already bound.
+    """
+    return inspect.isfunction(func)
+
+
+def is_async(func: Callable[..., Any]) -> bool:
+    """Does calling ``func`` return a coroutine?
+
+    Sees through partials, bound methods, callable objects (``async def __call__``) and
+    ``__wrapped__`` chains (an ``async def`` under a sync ``functools.wraps`` decorator, which
+    returns the coroutine it is handed). A sync wrapper that instead runs the coroutine to
+    completion itself (``asyncio.run``) but keeps ``__wrapped__`` is taken for a pass-through
+    one, and its decorated form becomes async: decorate beneath such a wrapper instead.
+    """
+    return any(inspect.iscoroutinefunction(layer) for layer in _layers(func, wrapped=True))
+
+
+def is_generator(func: Callable[..., Any]) -> bool:
+    """Does calling ``func`` return a generator (sync or async)?
+
+    ``__wrapped__`` is not followed here: ``contextlib.contextmanager`` wraps a generator
+    function into a plain one, and that is not a generator to refuse.
+    """
+    return any(
+        inspect.isgeneratorfunction(layer) or inspect.isasyncgenfunction(layer)
+        for layer in _layers(func, wrapped=False)
+    )
+
+
+def default_name(func: Callable[..., Any]) -> str:
+    """The ``name=None`` lock name: ``"<module>.<qualname>"`` of the code the call runs.
+
+    A function, or a method bound or not: its own (``mod.Class.method``, one lock shared by
+    every instance, as when the method is decorated in the class body). A partial: the
+    function it wraps (pre-filled arguments are not part of the name). A callable object:
+    its class's ``__call__`` (``mod.Class.__call__``). Raises TypeError when there is no
+    qualified name to use.
+    """
+    target = _named_target(func)
+    qualname = getattr(target, "__qualname__", None)
+    if not isinstance(qualname, str):
+        raise TypeError(
+            f"cannot derive a lock name from {type(func).__name__} object {func!r}: it has "
+            "no __qualname__; pass name='...' (a template) or a name callable"
+        )
+    module = getattr(target, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
+
+
+def describe(func: Callable[..., Any]) -> str:
+    """``func`` for messages: its qualified name where it has one, else its repr."""
+    try:
+        return default_name(func)
+    except TypeError:
+        return repr(func)
+
+
+# Results a sync call commonly returns, known not to be awaitable: checked first, so the
+# per-call test costs a set lookup rather than an ABC check (~0.3 us) for them.
+_PLAIN_RESULTS = frozenset({type(None), bool, int, float, str, bytes, list, tuple, dict, set})
+
+
+def returned_awaitable(result: object) -> bool:
+    """Is a sync-path call's ``result`` awaitable (an async body the lease would not cover)?"""
+    return type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result)
+
+
+def refuse_awaitable(decorator: str, func: Callable[..., Any], result: object) -> NoReturn:
+    """A sync-path call returned an awaitable: close it unrun and say how to decorate it.
+
+    Awaited by the caller, its body would run after the lease was given back: unprotected,
+    while another caller holds the lock. Closing a coroutine makes sure it never runs (a
+    Future or Task, already scheduled, cannot be recalled: the caller still hears of it).
+    """
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()
+    raise TypeError(
+        f"@{decorator}: {describe(func)} returned {type(result).__name__}, an awaitable, "
+        "although it looked like a sync function: the lock would have been released before "
+        "its body ran, so it was closed unrun. Decorate the `async def` itself, make the "
+        "wrapper around it `async def`, or keep its __wrapped__ (functools.wraps) so the "
+        "coroutine function can be seen"
+    )
+
+
+def _named_target(func: Any) -> Any:
+    """What ``name=None`` names: the innermost function behind partials, bound methods and
+    wrappers, or the ``__call__`` of a callable object's class."""
+    for layer in _layers(func, wrapped=True):
+        func = layer
+    return func
+
+
+def _layers(func: Any, *, wrapped: bool) -> Iterator[Any]:
+    """``func``, then each callable it delegates to, outermost first."""
+    seen: set[int] = set()
+    current = func
+    while current is not None and id(current) not in seen and len(seen) < _MAX_LAYERS:
+        seen.add(id(current))
+        yield current
+        current = _inner(current, wrapped)
+
+
+def _inner(func: Any, wrapped: bool) -> Any:
+    """The callable ``func`` delegates to, or None."""
+    if isinstance(func, functools.partial):
+        return func.func
+    if inspect.ismethod(func) or isinstance(func, (classmethod, staticmethod)):
+        return func.__func__
+    if wrapped and callable(inner := getattr(func, "__wrapped__", None)):
+        return inner
+    if inspect.isroutine(func) or inspect.isclass(func):
+        return None
+    return _call_method(func)
+
+
+def _call_method(obj: Any) -> Any:
+    """A callable object's ``__call__`` as its class defines it (None for a plain object)."""
+    try:
+        # ``__class__``, not type(): it sees through a proxy (a wrapt wrapper of the object).
+        call = obj.__class__.__call__
+    except AttributeError:
+        return None
+    return call if inspect.isfunction(call) or inspect.ismethod(call) else None
