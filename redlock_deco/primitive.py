@@ -15,9 +15,9 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from . import drivers, guard, ownership, providers
-from .errors import LockNotAcquired, LockNotOwned
+from .errors import KeyTemplateError, LockNotAcquired, LockNotOwned
 from .lifecycle import Lease
-from .naming import bounded
+from .naming import bounded, has_address
 from .options import LeaseOptions, check_seconds, check_wait, to_ms
 from .protocol import Kind
 
@@ -63,6 +63,13 @@ class Base:
             raise ValueError(
                 "on_lost='cancel' needs the asyncio primitive: only a task can be "
                 "cancelled; pass a callback instead"
+            )
+        if has_address(name):
+            raise KeyTemplateError(
+                f"lock name {name!r} holds an object's default repr (<... at 0x...>), which "
+                "differs per object and per process, so it would exclude nobody; build the "
+                "name from a stable attribute (an id) instead",
+                template=name,
             )
         self.name = bounded(name)
         self.key = options.prefix + self.name

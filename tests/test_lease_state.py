@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from redlock_deco import Lock, LockError, LockLost, current_lease, locked
+from redlock_deco import KeyTemplateError, Lock, LockError, LockLost, current_lease, locked
 
 
 def _stall_writes(r: redis.Redis, ms: int) -> None:
@@ -155,3 +155,8 @@ def test_lock_lease_is_public_after_acquire() -> None:
     assert other == [None]  # another thread does not hold it through this object
     lock.release()
     assert lock.lease is None
+
+
+def test_a_primitive_name_holding_a_default_repr_is_refused() -> None:
+    with pytest.raises(KeyTemplateError, match="default repr"):
+        Lock(f"order:{object()}")
