@@ -95,7 +95,10 @@ def _new_lease(
     alive: Callable[[], bool],
     on_lost: Callable[[Lease], object] | None,
 ) -> Lease:
-    """A lease just acquired (by a request sent at ``started``), built complete."""
+    """A lease just acquired, built complete; measured from when the winning attempt was
+    sent (``started``, the start of the whole acquire, if the algorithm did not say)."""
+    if granted.sent_at is not None:
+        started = granted.sent_at
     lease = Lease(
         claim, name=name, provider=options.provider, target=target, started=started, io=io,
         alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
@@ -135,9 +138,22 @@ def _lost_lease(lease: Lease, error: BaseException | None, kept: bool) -> LockLo
 
 
 def _release_failed(lease: Lease, error: BaseException | None, exc: RedisError) -> None:
-    if error is None:
-        raise exc
-    add_note(error, f"releasing {lease.key!r} failed too ({exc!r}); it expires within its ttl")
+    """The outermost release raised. A lease already known lost is reported as lost (the
+    call ran unprotected: a connection error alone would hide that); otherwise the error
+    itself, or a note on the call's own exception."""
+    if error is not None:
+        lost = " The lease had also been lost while the call ran." if lease.lost else ""
+        add_note(error, f"releasing {lease.key!r} failed too ({exc!r}); it expires within its "
+                 f"ttl.{lost}")  # fmt: skip
+        return
+    if lease.lost:
+        raise LockLost(
+            f"the lease on {lease.key!r} ended while the protected call ran (renewal found it "
+            f"gone), and releasing it failed too ({exc!r})",
+            name=lease.name,
+            key=lease.key,
+        ) from exc
+    raise exc
 
 
 def _forget_holding(lease: Lease, held: Holdings | None) -> None:

@@ -24,7 +24,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 from redis.crc import key_slot
@@ -220,9 +220,12 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class Granted:
-    """An acquisition succeeded; a fenced lock's carries its fencing token."""
+    """An acquisition succeeded; a fenced lock's carries its fencing token. ``sent_at`` is
+    when the attempt that won was sent (the lease is measured from there, not from the
+    start of a long wait: that would make a fresh lease look expired)."""
 
     fencing_token: int | None = None
+    sent_at: float | None = field(default=None, compare=False)  # timing, not the outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +281,7 @@ class SingleNode:
         window_ms = math.ceil((max_block + WINDOW_SLACK) * 1000) if blocks else 0
         failures = 0
         while True:
+            sent_at = clock()
             reply = yield claim.acquire_step(window_ms)
             code, lease_ms = reply[0], reply[1]
             acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
@@ -292,7 +296,7 @@ class SingleNode:
                     yield claim.release_step()  # too few copies: this attempt failed
                     acquired, lease_ms, unreplicated = False, -2, int(acked)
             if acquired:
-                return Granted(int(reply[2]) if len(reply) > 2 else None)
+                return Granted(int(reply[2]) if len(reply) > 2 else None, sent_at)
             remaining = deadline - clock()
             if remaining <= 0:
                 if window_ms:

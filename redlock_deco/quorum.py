@@ -91,7 +91,7 @@ class Quorum:
             elapsed_ms = (clock() - started) * 1000
             won = _granted(replies, "acquire", Outcome.ACQUIRED)
             if won >= needed and validity_ms(claim.ttl_ms, elapsed_ms) > 0:
-                return Granted()
+                return Granted(sent_at=started)
             yield Fanout(claim.release_step())  # everywhere: a timed-out grant may exist
             remaining = deadline - clock()
             if remaining <= 0:

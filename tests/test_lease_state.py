@@ -160,3 +160,51 @@ def test_lock_lease_is_public_after_acquire() -> None:
 def test_a_primitive_name_holding_a_default_repr_is_refused() -> None:
     with pytest.raises(KeyTemplateError, match="default repr"):
         Lock(f"order:{object()}")
+
+
+@pytest.mark.slow
+def test_a_lease_known_lost_is_reported_lost_when_its_release_fails_too() -> None:
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from redlock_deco import register_provider
+    from redlock_deco.testing import RedisServer
+
+    with RedisServer() as own:
+        client = own.client(socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+        register_provider("partitioned", client)
+
+        @locked("lost-then-unreachable", provider="partitioned", ttl=0.5)
+        def section() -> None:
+            own.client().delete("lock:lost-then-unreachable")  # taken away...
+            time.sleep(0.4)  # ...the renewer finds it gone...
+            own.pause()  # ...and the server stops answering before the release
+
+        try:
+            with pytest.raises(LockLost) as info:
+                section()
+        finally:
+            own.resume()
+        assert isinstance(info.value.__cause__, redis.exceptions.TimeoutError)
+
+
+@pytest.mark.slow
+def test_a_lease_won_after_a_long_wait_is_measured_from_its_own_attempt() -> None:
+    holder = Lock("long-wait", ttl=0.4, auto_renew=False)
+    holder.acquire()
+    waiter = Lock("long-wait", ttl=0.4, wait=5)
+    got: list[float] = []
+
+    def wait_then_look() -> None:
+        assert waiter.acquire()  # granted after ~0.4 s of waiting, longer than its own ttl
+        lease = waiter.lease
+        assert lease is not None
+        got.append(lease.remaining())
+        with Lock("long-wait", wait=0):  # re-entry must not see the fresh lease as over
+            pass
+        waiter.release()
+
+    thread = threading.Thread(target=wait_then_look)
+    thread.start()
+    thread.join(10)
+    assert got and got[0] > 0.2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -174,3 +175,119 @@ def fenced_appender(url: str, times: int) -> None:
 
     for _ in range(times):
         write()
+
+
+# -- the exclusion checker under network faults (test_fault_proxy.py) ----------------------
+
+
+def guarded_sections(spec: dict[str, Any], role: dict[str, Any]) -> dict[str, Any]:
+    """Run ``spec``'s @locked/@limited section until ``spec["stop"]`` appears; report how
+    each call ended.
+
+    The lock goes through ``role["url"]`` (maybe a faulty proxy) with ``role["timeout"]`` as
+    socket timeout and ``role["retries"]`` redis-py retries (a retried command may follow one
+    that ran unheard, which a retry-free client never sends), sync or ``role["async"]``.
+    The section logs ``+id`` on entry and ``-id`` on exit to ``spec["events"]`` through
+    ``spec["checker"]``, a direct connection no fault touches, so the log's order is the
+    server's own. Outcomes per section id: ``clean`` (returned), ``lost`` (LockLost) or
+    ``error`` (a connection error after the section ran: its release failed, validity
+    unknown); calls that never entered count as ``busy`` or ``failed``.
+    """
+    import asyncio
+    import random
+
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from redlock_deco import LockLost, LockNotAcquired
+
+    checker = redis.Redis.from_url(spec["checker"])
+    worker, url, retries = role["name"], role["url"], role["retries"]
+    rand = random.Random(worker)
+    result: dict[str, Any] = {"worker": worker, "sections": {}, "busy": 0, "failed": 0}
+    kwargs = {"socket_timeout": role["timeout"], "socket_connect_timeout": role["timeout"]}
+    options = {"ttl": spec["ttl"], "wait": 2.0}
+    guard = (
+        locked("shared", **options)
+        if spec["limit"] == 1
+        else limited("shared", limit=spec["limit"], **options)
+    )
+
+    def enter(sid: str) -> float:
+        checker.rpush(spec["events"], f"+{sid}")
+        result["sections"][sid] = "error"  # until the call's outcome is known
+        # Mostly short sections; some outlast the ttl, so renewals must carry them and a
+        # fault can end their lease while they run.
+        if rand.random() < role["long"]:
+            return float(spec["ttl"] * rand.choice([1.5, 3.0]))
+        return rand.uniform(0.001, 0.02)
+
+    def leave(sid: str) -> None:
+        checker.rpush(spec["events"], f"-{sid}")
+
+    def record(sid: str, outcome: BaseException | None) -> None:
+        entered = sid in result["sections"]
+        if isinstance(outcome, LockNotAcquired):
+            result["busy"] += 1
+        elif isinstance(outcome, LockLost):
+            result["sections"][sid] = "lost"
+        elif isinstance(outcome, redis.RedisError):
+            result["failed"] += not entered
+        elif outcome is None:
+            result["sections"][sid] = "clean"
+        else:
+            raise outcome
+
+    def run_sync() -> None:
+        client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), retries), **kwargs)
+        register_provider("default", client)
+
+        @guard
+        def section(sid: str) -> None:
+            time.sleep(enter(sid))
+            leave(sid)
+
+        for n in itertools.count():
+            if checker.exists(spec["stop"]):
+                break
+            sid = f"{worker}.{n}"
+            try:
+                section(sid)
+            except Exception as exc:
+                record(sid, exc)
+            else:
+                record(sid, None)
+        # The client stays open: the library may still be cleaning up an acquire cut short
+        # (a background release by token), and closing would pull its connection away.
+
+    async def run_async() -> None:
+        import redis.asyncio
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        client = redis.asyncio.Redis.from_url(url, retry=AsyncRetry(NoBackoff(), retries), **kwargs)
+        register_provider("default", client)
+
+        @guard
+        async def section(sid: str) -> None:
+            await asyncio.sleep(enter(sid))
+            leave(sid)
+
+        for n in itertools.count():
+            if checker.exists(spec["stop"]):
+                break
+            sid = f"{worker}.{n}"
+            try:
+                await section(sid)
+            except Exception as exc:
+                record(sid, exc)
+            else:
+                record(sid, None)
+        await client.aclose()
+
+    checker.incr(spec["ready"])
+    if role["async"]:
+        asyncio.run(run_async())
+    else:
+        run_sync()
+    checker.close()
+    return result
