@@ -76,6 +76,7 @@ class LoopState:
             await release_at_shutdown(lease)
         self.leases.clear()
         if self.renewer is not None:
+            await self.renewer.last_cleanups()
             self.renewer.stop()
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown

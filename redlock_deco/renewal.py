@@ -39,6 +39,8 @@ MAX_CLEANUPS = 1000
 # A renewer with nothing to do ends after this long.
 IDLE = 5.0
 UNREACHABLE = (ConnectionError, TimeoutError)  # redis-py's: worth retrying in the background
+# At a loop's shutdown, each pending clean-up gets one more try of at most this long.
+CLOSING_TIMEOUT = 1.0
 
 
 def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
@@ -292,6 +294,15 @@ class AsyncRenewer:
     @property
     def pending_cleanups(self) -> int:
         return self._table.cleanups
+
+    async def last_cleanups(self, timeout: float = CLOSING_TIMEOUT) -> None:
+        """Try every pending clean-up once more before the loop's clients close (nothing
+        would try them afterwards, leaving a lock nobody holds for its whole ttl)."""
+        for job in [job for job in self._table.jobs.values() if type(job) is Cleanup]:
+            abandon = job.target.algorithms.abandon(job.claim)
+            with contextlib.suppress(RedisError, OSError, TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(drivers.run_async(abandon, job.target), timeout)
+            self.remove(job)
 
     def stop(self) -> None:
         if self._task is not None:

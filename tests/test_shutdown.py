@@ -1,0 +1,321 @@
+"""The end of an event loop: what it still holds is released and its clients are closed.
+
+``asyncio.run`` cancels the tasks still running when ``main()`` returns; their locks must be
+given back there and then, not left to expire after ttl (a task-based reaper was once
+cancelled together with them and closed the clients under their releases). A loop closed by
+hand (``run_until_complete`` + ``close``) must leave no pending task of ours to be destroyed
+noisily, and ``await redlock_deco.aclose()`` cleans such a loop up before it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import redis
+
+import redlock_deco
+import redlock_deco.asyncio
+import redlock_deco.process
+from redlock_deco import limited, locked
+from redlock_deco.testing import RedisServer
+
+TRIALS = 50
+LOOPS = 30
+TTL = 30  # far longer than any test here: a key gone at once was released, not expired
+
+NOISE = ("Task was destroyed but it is pending", "ignored GeneratorExit")
+
+
+@locked("bg:lock", ttl=TTL)
+async def hold_lock(entered: asyncio.Event) -> None:
+    entered.set()
+    await asyncio.sleep(3600)
+
+
+@limited("bg:sem", limit=2, ttl=TTL)
+async def hold_slot(entered: asyncio.Event) -> None:
+    entered.set()
+    await asyncio.sleep(3600)
+
+
+@locked("bg:renewed", ttl=0.3)
+async def hold_renewed(entered: asyncio.Event) -> None:
+    """Renewed every 0.1 s: a renewal may be in flight when the loop ends."""
+    entered.set()
+    await asyncio.sleep(3600)
+
+
+async def hold_explicitly(entered: asyncio.Event) -> None:
+    """A lock acquired by hand and never released."""
+    assert await redlock_deco.asyncio.Lock("bg:explicit", ttl=TTL).acquire(wait=0)
+    entered.set()
+    await asyncio.sleep(3600)
+
+
+async def start_holders() -> list[asyncio.Task[None]]:
+    """Start tasks that hold a lock, both slots of a semaphore, a renewed lock and an
+    explicit lock, and tasks waiting for the lock and for a slot; return once all hold."""
+    events = [asyncio.Event() for _ in range(5)]
+    tasks = [
+        asyncio.create_task(hold_lock(events[0])),
+        asyncio.create_task(hold_slot(events[1])),
+        asyncio.create_task(hold_slot(events[2])),
+        asyncio.create_task(hold_renewed(events[3])),
+        asyncio.create_task(hold_explicitly(events[4])),
+    ]
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in events)), 10)
+    never = asyncio.Event()
+    tasks += [asyncio.create_task(hold_lock(never)), asyncio.create_task(hold_slot(never))]
+    await asyncio.sleep(0.01)  # the waiters are waiting
+    return tasks
+
+
+async def return_while_holding(
+    r: redis.Redis, tasks: list[asyncio.Task[None]], linger: float
+) -> None:
+    """An ``asyncio.run`` main that returns while its tasks, and itself, hold locks."""
+    tasks.extend(await start_holders())
+    assert await redlock_deco.asyncio.Lock("main:explicit", ttl=TTL).acquire(wait=0)
+    assert r.dbsize() >= 5
+    await asyncio.sleep(linger)  # varies where the renewals are when the loop ends
+    # main returns; asyncio.run cancels the tasks, still holding or waiting
+
+
+def test_asyncio_run_releases_what_its_cancelled_tasks_held(r: redis.Redis) -> None:
+    for trial in range(TRIALS):
+        tasks: list[asyncio.Task[None]] = []
+        asyncio.run(return_while_holding(r, tasks, linger=trial % 6 * 0.02))
+        left = sorted(r.keys("*"))
+        assert left == [], f"trial {trial}: left after asyncio.run returned: {left}"
+        assert all(task.cancelled() for task in tasks), [
+            task.exception() for task in tasks if not task.cancelled()
+        ]
+
+
+def test_asyncio_run_releases_a_lock_entered_with_async_with(r: redis.Redis) -> None:
+    async def main() -> None:
+        entered = asyncio.Event()
+
+        async def inside() -> None:
+            async with redlock_deco.asyncio.Lock("cm", ttl=TTL):
+                entered.set()
+                await asyncio.sleep(3600)
+
+        asyncio.create_task(inside())  # noqa: RUF006  # left running on purpose
+        await asyncio.wait_for(entered.wait(), 10)
+        assert r.exists("lock:cm")
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+def run_script(server: RedisServer, *parts: str) -> subprocess.CompletedProcess[str]:
+    """Run ``parts`` in a fresh interpreter with the default provider on ``server``."""
+    prelude = textwrap.dedent(
+        f"""
+        import asyncio, gc, sys, redis
+        import redlock_deco, redlock_deco.asyncio, redlock_deco.process
+        from redlock_deco import limited, locked
+        redlock_deco.register_provider("default", {server.url!r})
+        r = redis.Redis(port={server.port})
+        """
+    )
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", "".join(map(textwrap.dedent, (prelude, *parts)))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# What each hand-managed loop runs: every kind of primitive, and a lease held across a
+# renewal (so the loop's renewer and a renewal round have run in it).
+JOB = """
+@locked("job:lock", ttl=5)
+async def guarded():
+    return 1
+
+@limited("job:sem", limit=2, ttl=5)
+async def limited_job():
+    return 2
+
+async def job():
+    assert await guarded() == 1
+    assert await limited_job() == 2
+    async with redlock_deco.asyncio.Semaphore("job:cm", limit=1, ttl=5):
+        pass
+    lock = redlock_deco.asyncio.Lock("job:renewed", ttl=0.15)
+    assert await lock.acquire(wait=1)
+    await asyncio.sleep(0.1)  # renewed at 0.05 s
+    await lock.release()
+"""
+
+
+@pytest.mark.slow
+def test_loops_closed_by_hand_leave_no_pending_task_behind(server: RedisServer) -> None:
+    done = run_script(
+        server,
+        JOB,
+        f"""
+        for _ in range({LOOPS}):
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(job())
+            loop.close()
+            gc.collect()
+        gc.collect()
+        print("keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["keys", "0"]
+    for noise in NOISE:
+        assert noise not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_loops_closed_by_hand_after_aclose_leave_nothing_behind(server: RedisServer) -> None:
+    done = run_script(
+        server,
+        JOB,
+        f"""
+        base = len(r.client_list())
+        for _ in range({LOOPS}):
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(job())
+            loop.run_until_complete(redlock_deco.aclose())
+            loop.close()
+            gc.collect()
+        print("keys", r.dbsize(), "extra-clients", len(r.client_list()) - base)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["keys", "0", "extra-clients", "0"], done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.slow
+def test_loops_shut_down_by_hand_like_asyncio_run_leave_nothing_behind(
+    server: RedisServer,
+) -> None:
+    """``shutdown_asyncgens()`` before ``close()`` (what asyncio.run does) cleans up too."""
+    done = run_script(
+        server,
+        JOB,
+        f"""
+        async def keep_holding():
+            assert await redlock_deco.asyncio.Lock("kept", ttl=30).acquire(wait=0)
+
+        base = len(r.client_list())
+        for _ in range({LOOPS}):
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(job())
+            loop.run_until_complete(keep_holding())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            gc.collect()
+        print("keys", r.dbsize(), "extra-clients", len(r.client_list()) - base)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["keys", "0", "extra-clients", "0"], done.stdout
+    assert done.stderr == ""
+
+
+def wait_for_clients(r: redis.Redis, count: int, timeout: float = 5.0) -> int:
+    """The server's client count once it is ``count`` (or when ``timeout`` runs out): a
+    closed connection reaches the server a moment after the client let go of it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = len(r.client_list())
+        if now == count or time.monotonic() > deadline:
+            return now
+        time.sleep(0.02)
+
+
+def test_aclose_releases_what_a_hand_managed_loop_holds_and_closes_its_clients(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert redlock_deco.aclose is redlock_deco.process.aclose
+    base = len(r.client_list())
+    loop = asyncio.new_event_loop()
+    try:
+        tasks = loop.run_until_complete(start_holders())
+        for task in tasks:  # the holders end without releasing
+            task.cancel()
+        loop.run_until_complete(asyncio.wait(tasks))
+
+        async def hold_more() -> None:
+            assert await redlock_deco.asyncio.Lock("more", ttl=TTL).acquire(wait=0)
+            assert await redlock_deco.asyncio.Semaphore("more", limit=2, ttl=TTL).acquire(wait=0)
+
+        loop.run_until_complete(hold_more())
+        assert r.exists("lock:more")
+        assert len(r.client_list()) > base  # the loop's client is connected
+        loop.run_until_complete(redlock_deco.aclose())
+        assert r.dbsize() == 0  # released at once, not after ttl
+        assert wait_for_clients(r, base) == base
+        loop.run_until_complete(redlock_deco.aclose())  # a second call is harmless
+    finally:
+        loop.close()
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        gc.collect()
+    assert not [rec for rec in caplog.records if rec.name == "asyncio"], caplog.text
+
+
+def test_a_loop_used_again_after_aclose_builds_new_clients(r: redis.Redis) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def use() -> None:
+            async with redlock_deco.asyncio.Lock("again", ttl=TTL):
+                assert r.exists("lock:again")
+
+        loop.run_until_complete(use())
+        loop.run_until_complete(redlock_deco.aclose())
+        loop.run_until_complete(use())
+        loop.run_until_complete(redlock_deco.aclose())
+    finally:
+        loop.close()
+    assert r.dbsize() == 0
+
+
+@pytest.mark.slow
+def test_asyncio_run_finishes_a_clean_up_still_pending_at_shutdown() -> None:
+    """An acquire cut short by a stall leaves a clean-up to the loop's renewer (its write may
+    land when the server comes back). If the loop ends first, nothing would ever retry it:
+    the loop's shutdown must run it, or the name stays locked by nobody for the whole ttl."""
+    with RedisServer() as own:
+        redlock_deco.register_provider("own", own.url)
+        own_client = own.client()
+
+        @locked("cut-short", wait=0.5, ttl=TTL, provider="own")
+        async def call() -> str:
+            return "ran"
+
+        async def main() -> None:
+            assert await call() == "ran"  # connected
+            own.pause()
+            try:
+                with pytest.raises(redis.exceptions.TimeoutError):
+                    await call()
+            finally:
+                own.resume()
+            deadline = time.monotonic() + 5
+            while not own_client.exists("lock:cut-short"):  # the stalled write lands now
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            # main returns with the clean-up still due (it is retried every 0.5 s)
+
+        try:
+            asyncio.run(main())
+            assert own_client.keys("*") == []
+        finally:
+            own_client.close()
