@@ -7,7 +7,9 @@ take the lease, call, give it back, and raise LockLost if the lease ended meanwh
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
@@ -165,15 +167,56 @@ def _decorate(
 
     # The flavour (and single or several names) is chosen once, here, not per call.
     if run_async:
-        return wrapt.FunctionWrapper(
-            func, call_all_async if len(renders) > 1 else call_locked_async
-        )
+        return Protected(func, call_all_async if len(renders) > 1 else call_locked_async)
     if options.on_lost == "cancel":
         raise ValueError(
             f"on_lost='cancel' needs an async function ({describe(underlying)} is sync): only "
             "a task can be cancelled; pass a callback instead"
         )
-    return wrapt.FunctionWrapper(func, call_all if len(renders) > 1 else call_locked)
+    return Protected(func, call_all if len(renders) > 1 else call_locked)
+
+
+def _by_reference(module: str, qualname: str) -> Any:
+    """What ``module.qualname`` names now (unpickling a decorated function)."""
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+class ProtectedMethod(wrapt.BoundFunctionWrapper):  # type: ignore[type-arg]  # as below
+    """A decorated method as seen through its class or an instance: pickles as that
+    attribute of that object (an instance pickles itself), the way a bound method does."""
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        instance = self._self_instance
+        if instance is None:  # through the class: the function itself
+            reduced: tuple[Any, ...] = self._self_parent.__reduce_ex__(protocol)
+            return reduced
+        return getattr, (instance, self.__name__)
+
+
+class Protected(wrapt.FunctionWrapper):  # type: ignore[type-arg]  # wrapt declares it generic only in its stubs
+    """A decorated function or method. Pickles by reference, as the plain function would, so
+    ``ProcessPoolExecutor``, ``multiprocessing`` (spawn) and Celery can take it: the other
+    process imports the module and finds the same decorated function there."""
+
+    __bound_function_wrapper__ = ProtectedMethod
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, tuple[str, str]]:
+        module = getattr(self, "__module__", None)
+        qualname = getattr(self, "__qualname__", None)
+        try:
+            found = _by_reference(module, qualname) if module and qualname else None
+        except (ImportError, AttributeError):
+            found = None
+        if found is not self and getattr(found, "_self_parent", None) is not self:
+            raise pickle.PicklingError(
+                f"cannot pickle {module}.{qualname}: a decorated function pickles by reference, "
+                "so it must be reachable by that name at module level (not a local function, "
+                "nor decorated without being assigned to its name)"
+            )
+        return _by_reference, (str(module), str(qualname))
 
 
 _UNSET: Any = object()

@@ -6,9 +6,27 @@ Connection failures are deliberately absent: redis-py's own ``ConnectionError`` 
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def _rebuild(
+    cls: type[RedlockDecoError], args: tuple[object, ...], state: dict[str, object]
+) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class RedlockDecoError(Exception):
-    """Base class of every error raised by redlock-deco itself."""
+    """Base class of every error raised by redlock-deco itself.
+
+    Pickles with its type, message and attributes (Celery stores task errors that way): the
+    subclasses take keyword-only context, which the default pickling cannot pass back.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
 
 
 class ProviderError(RedlockDecoError):
