@@ -178,20 +178,30 @@ class AsyncTarget:
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
+        if type(step) is Block:
+            return await self._block(step)
         if self.lanes is None:
             return await self._send(step)
         lane = self.lanes[lane_of(step)]
-        if type(step) is Block and lane.locked():
-            try:
-                await asyncio.wait_for(lane.acquire(), step.timeout)
-            except (TimeoutError, asyncio.TimeoutError):
-                return None  # no place to block in: re-check the lock, as after a timeout
-        else:
-            await lane.acquire()
+        await lane.acquire()
         try:
             return await self._send(step)
         finally:
             lane.release()
+
+    async def _block(self, step: Block) -> Any:
+        """BLPOP within the blocking lane (or without one, on an unbounded pool)."""
+        lane = self.lanes[2] if self.lanes is not None else None
+        if lane is not None:
+            try:
+                await asyncio.wait_for(lane.acquire(), step.timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                return None  # no place to block in: re-check the lock, as after a timeout
+        try:
+            return await self._send(step)
+        finally:
+            if lane is not None:
+                lane.release()
 
     async def _send(self, step: Step) -> Any:
         if type(step) is Call and step.route is not None:
@@ -280,11 +290,22 @@ def run(steps: Steps[T], target: SyncTarget | QuorumSyncTarget) -> T:
 
 
 async def run_async(steps: Steps[T], target: AsyncTarget | QuorumAsyncTarget) -> T:
-    """Drive an algorithm to its result on an asyncio client."""
+    """Drive an algorithm to its result on an asyncio client.
+
+    A task cancelled during a step stops at the next step: redis-py (8.x) sometimes completes
+    a command whose task was cancelled meanwhile instead of raising CancelledError, and a
+    waiter told to stop would otherwise wait on until ``wait`` ran out (seen: 30 s).
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+; 3.10 relies on redis-py
+    before = cancelling() if cancelling is not None else 0
     try:
         step = next(steps)
         while True:
-            step = steps.send(await target.execute(step))
+            reply = await target.execute(step)
+            if cancelling is not None and cancelling() > before:
+                raise asyncio.CancelledError
+            step = steps.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result

@@ -16,8 +16,6 @@ import logging
 import threading
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from . import process
 
 log = logging.getLogger("redlock_deco")
@@ -72,8 +70,8 @@ def check(target: Any) -> None:
     for client in _clients(target):
         try:
             reply = client.config_get("maxmemory-policy")
-        except RedisError:
-            continue  # CONFIG refused or unreachable: say nothing
+        except Exception:  # refused, unreachable, or the client closed under it: say nothing
+            continue
         _warn(_policy(reply), client)
 
 
@@ -82,7 +80,7 @@ async def check_async(target: Any) -> None:
     for client in _clients(target):
         try:
             reply = await client.config_get("maxmemory-policy")
-        except RedisError:
+        except Exception:  # a best-effort warning must never fail anything
             continue
         _warn(_policy(reply), client)
 
