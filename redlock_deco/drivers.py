@@ -99,16 +99,21 @@ def lane_sizes(pool: int) -> tuple[int, int, int]:
     return holding, acquiring, blocking
 
 
+# Waiters on a pool too small for a blocking lane poll at this interval instead of blocking.
+SMALL_POOL_POLL = 0.05
+
+
 def make_lanes(pool: int | None, semaphore: Any) -> list[Any] | None:
-    """One ``semaphore(n)`` per lane (None for an unbounded pool). Pools too small for
-    three lanes share one between acquirers and blockers (and with a single connection,
-    everything: nothing can be reserved there)."""
+    """One ``semaphore(n)`` per lane (None for an unbounded pool). A pool of 1 or 2 has no
+    blocking lane (None): a waiter blocked in BLPOP there would hold the only connection
+    acquirers or the holder need while the lock may already be free, so waiters poll every
+    SMALL_POOL_POLL instead. A single connection is shared by holders and acquirers."""
     if pool is None:
         return None
     if pool >= 3:
         return [semaphore(n) for n in lane_sizes(pool)]
     shared = semaphore(1)
-    return [semaphore(1) if pool == 2 else shared, shared, shared]
+    return [semaphore(1) if pool == 2 else shared, shared, None]
 
 
 def lane_of(step: Step) -> int:
@@ -144,6 +149,9 @@ class SyncTarget:
             return self._send(step)
         lane = self.lanes[lane_of(step)]
         if type(step) is Block:
+            if lane is None:  # a pool too small to block in: poll
+                time.sleep(min(step.timeout, SMALL_POOL_POLL))
+                return None
             if not lane.acquire(timeout=step.timeout):
                 return None  # no place to block in: re-check the lock, as after a timeout
         else:
@@ -192,6 +200,9 @@ class AsyncTarget:
     async def _block(self, step: Block) -> Any:
         """BLPOP within the blocking lane (or without one, on an unbounded pool)."""
         lane = self.lanes[2] if self.lanes is not None else None
+        if self.lanes is not None and lane is None:  # a pool too small to block in: poll
+            await asyncio.sleep(min(step.timeout, SMALL_POOL_POLL))
+            return None
         if lane is not None:
             try:
                 await asyncio.wait_for(lane.acquire(), step.timeout)

@@ -94,6 +94,7 @@ def _new_lease(
     io: Any,
     alive: Callable[[], bool],
     on_lost: Callable[[Lease], object] | None,
+    by_object: bool = False,
 ) -> Lease:
     """A lease just acquired, built complete; measured from when the winning attempt was
     sent (``started``, the start of the whole acquire, if the algorithm did not say)."""
@@ -102,16 +103,15 @@ def _new_lease(
     lease = Lease(
         claim, name=name, provider=options.provider, target=target, started=started, io=io,
         alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
-        on_lost=on_lost,
+        on_lost=on_lost, by_object=by_object,
     )  # fmt: skip
     if events.listeners:
         events.emit("acquired", name, claim.keys.key, lease.acquired_at - started)
     return lease
 
 
-def _released(lease: Lease, released: bool) -> None:
-    """Record the outermost release's answer (False: the lease had already ended)."""
-    was_lost = lease.lost
+def _released(lease: Lease, released: bool, was_lost: bool) -> bool:
+    """Record the outermost release's answer; True if the lease was ours to the end."""
     if released:
         lease.release()
     else:
@@ -120,6 +120,7 @@ def _released(lease: Lease, released: bool) -> None:
         events.emit("released", lease.name, lease.key, time.monotonic() - lease.acquired_at)
         if not released and not was_lost:  # found at release (renewal reports its own)
             events.emit("lost", lease.name, lease.key)
+    return released and not was_lost
 
 
 def _lost_lease(lease: Lease, error: BaseException | None, kept: bool) -> LockLost | None:
@@ -232,13 +233,13 @@ def leave(lease: Lease) -> bool:
         return True
     renewal.renewer().remove(lease)
     was_lost = lease.lost
+    lease.releasing()  # a renewal still in flight can no longer call it lost
     try:
-        released = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
+        answer = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
     except BaseException:
         lease.release()  # not renewed any more either way: it expires within its ttl
         raise
-    _released(lease, released)
-    return released and not was_lost
+    return _released(lease, answer, was_lost)
 
 
 def finish(lease: Lease, error: BaseException | None) -> None:
@@ -304,7 +305,7 @@ async def enter_async(
         on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
     alive = task_alive if helper_of is None else helper_of
     lease = _new_lease(claim, name, options, target, started, result, asyncio.Lock(), alive,
-                       on_lost)  # fmt: skip
+                       on_lost, by_object=helper_of is not None)  # fmt: skip
     if held is not None:
         held[(options.provider, key)] = lease
     process.loop_state().leases.add(lease)  # released at the loop's shutdown if still held
@@ -342,9 +343,10 @@ async def leave_async(lease: Lease) -> bool:
     state.leases.discard(lease)
     renewal.async_renewer().remove(lease)
     was_lost = lease.lost
+    lease.releasing()
     release = lease.target.algorithms.release
     try:
-        released = await drivers.run_async(release(lease.claim), lease.target)
+        answer = await drivers.run_async(release(lease.claim), lease.target)
     except asyncio.CancelledError:
         # Cancelled mid-release: finish it shielded before the cancellation goes on (a second
         # release is harmless: it compares the token). Shielding only here keeps a Task per
@@ -357,8 +359,7 @@ async def leave_async(lease: Lease) -> bool:
     except BaseException:
         lease.release()
         raise
-    _released(lease, released)
-    return released and not was_lost
+    return _released(lease, answer, was_lost)
 
 
 async def finish_async(lease: Lease, error: BaseException | None) -> None:

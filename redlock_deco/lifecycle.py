@@ -6,11 +6,13 @@ primitives from threads and tasks, and bugs lived in the gaps between them.)
 
 States and transitions::
 
-    HELD --release()--> RELEASED          the owner gave it back (outermost exit)
-    HELD --lose()-----> LOST              renewal, extend or release found it gone
+    HELD --releasing()--> RELEASING       the outermost exit is sending the release: a
+                                          renewal in flight can no longer call it lost
+    RELEASING --release()--> RELEASED     the server confirmed (or it cannot be known)
+    HELD/RELEASING --lose()--> LOST       renewal, extend or release found it gone
     HELD --orphan()---> ORPHANED          its owner ended without releasing, or max_hold
                                           passed: no longer renewed, expires within ttl
-    ORPHANED --lose()/release()--> LOST / RELEASED
+    ORPHANED --releasing()/lose()--> RELEASING / LOST
 
 RELEASED and LOST are final. Times are local ``time.monotonic()`` readings, used only to
 schedule renewals and to decide when a lease that could not be renewed must be presumed
@@ -41,6 +43,7 @@ RETRY_DELAY = 0.5
 
 class State(enum.Enum):
     HELD = "held"
+    RELEASING = "releasing"
     RELEASED = "released"
     LOST = "lost"
     ORPHANED = "orphaned"
@@ -58,6 +61,7 @@ class Lease:
     __slots__ = (
         "acquired_at",
         "alive",
+        "by_object",
         "claim",
         "count",
         "expires_at",
@@ -89,8 +93,12 @@ class Lease:
         fencing_token: int | None = None,
         max_hold: float | None = None,
         on_lost: Callable[[Lease], object] | None = None,
+        by_object: bool = False,
     ) -> None:
         self.claim = claim
+        # Held by a primitive object rather than a thread or task (an asyncio acquire that
+        # ran as a task of its own): any task using that object may release it.
+        self.by_object = by_object
         self.name = name
         self.provider = provider
         self.target = target
@@ -193,12 +201,28 @@ class Lease:
         """A renewal round failed unexpectedly (a bug, not the network): try again soon."""
         self.next_renew = now + RETRY_DELAY
 
+    def uncertain(self, started: float, ttl_ms: int) -> None:
+        """A request setting ``ttl_ms``, sent at ``started``, may or may not have reached the
+        server (timed out, cancelled). Believe the earlier of the two possible ends, and
+        renew at once: a renewal carries the ttl the holder believes in, so afterwards
+        server and holder agree again. (Believing the old end would let a shortening
+        ``extend`` that did land go unnoticed while another holder takes the lock.)"""
+        if self.state is not State.HELD:
+            return
+        self.expires_at = min(self.expires_at, started + ttl_ms / 1000)
+        self.next_renew = started
+
     def lose(self) -> bool:
         """The lease is gone. True if this is news (so it is reported once)."""
-        if self.state is State.HELD or self.state is State.ORPHANED:
+        if self.state in (State.HELD, State.ORPHANED, State.RELEASING):
             self.state = State.LOST
             return True
         return False
+
+    def releasing(self) -> None:
+        """The outermost exit is about to send the release."""
+        if self.state is State.HELD or self.state is State.ORPHANED:
+            self.state = State.RELEASING
 
     def orphan(self) -> None:
         """Stop renewing: the owner ended without releasing, or ``max_hold`` passed."""
@@ -209,10 +233,6 @@ class Lease:
         """The owner gave it back (whatever the server said: a lost lease stays LOST)."""
         if self.state is not State.LOST:
             self.state = State.RELEASED
-
-    def adopt(self, alive: Callable[[], bool]) -> None:
-        """A new owner takes over (a lease a helper task acquired, adopted by its user)."""
-        self.alive = alive
 
 
 class Cleanup:

@@ -50,13 +50,16 @@ class Base:
     acquire that runs as a task of its own -- ``asyncio.gather(lock.acquire(), ...)``,
     ``asyncio.shield(lock.acquire())``, ``asyncio.wait_for(lock.acquire(), t)`` before Python
     3.12: that task ends as soon as the lock is taken, so the lease belongs to the object
-    alone, is renewed while the object exists, and the first task that uses it (``release``,
-    ``extend``, ``owned``, ``lease``, ``async with``) adopts it.
+    alone, like a ``threading.Lock``: it is renewed while the object exists, any task using
+    the object may ``release``, ``extend`` or check it (a task's own lease comes first), and
+    it is never re-entered -- another ``acquire`` or ``async with`` waits for it like anyone
+    else (handing it to whichever task asked next let a second task in).
     """
 
     kind: Kind
     noun = "lock"
     is_async = False
+    owner_hint = ""
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if options.on_lost == "cancel" and not self.is_async:
@@ -91,14 +94,11 @@ class Base:
     def _owner(self) -> Any:
         return threading.current_thread()
 
-    def _adopt(self, owner: Any) -> list[Holding] | None:
-        return None  # only helper tasks leave leases to adopt (asyncio)
-
     def _holding(self) -> Holding | None:
-        """This object's newest acquisition by the calling owner, if any (never one taken
-        by the parent of a forked child, whose thread object the child inherits)."""
-        owner = self._owner()
-        mine = self._mine.get(owner) or self._adopt(owner)
+        """This object's newest acquisition by the calling owner -- or, failing that, one
+        the object itself holds -- if any (never one taken by the parent of a forked child,
+        whose thread object the child inherits)."""
+        mine = self._mine.get(self._owner()) or self._mine.get(self._object_owner)
         if not mine or mine[-1].lease.pid != os.getpid():
             return None
         return mine[-1]
@@ -107,15 +107,18 @@ class Base:
         self._mine.setdefault(owner or self._owner(), []).append(Holding(lease))
 
     def _forget(self, holding: Holding) -> None:
-        mine = self._mine.get(self._owner(), [])
-        if holding in mine:
-            mine.remove(holding)
+        for owner in (self._owner(), self._object_owner):
+            mine = self._mine.get(owner, [])
+            if holding in mine:
+                mine.remove(holding)
+                return
 
     def _owned_holding(self, action: str) -> Holding:
         holding = self._holding()
         if holding is None:
             raise LockNotOwned(
-                f"cannot {action} {self.key!r}: this owner (thread or task) does not hold it",
+                f"cannot {action} {self.key!r}: this owner (thread or task) does not hold it"
+                + self.owner_hint,
                 name=self.name,
                 key=self.key,
             )
@@ -164,7 +167,12 @@ class Primitive(Base):
         with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed
             started = time.monotonic()
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
-            if not drivers.run(extend, lease.target):
+            try:
+                extended = drivers.run(extend, lease.target)
+            except BaseException:
+                lease.uncertain(started, ttl_ms)  # it may have landed: assume the worse
+                raise
+            if not extended:
                 lease.lose()
                 raise self._ended("extend")
             lease.renewed(started, ttl_ms)
@@ -219,26 +227,16 @@ class AsyncPrimitive(Base):
     """The asyncio API; ownership belongs to the calling task (see :class:`Base`)."""
 
     is_async = True
+    owner_hint = (
+        " (a lease belongs to the task that acquired it; asyncio.gather, shield, and wait_for"
+        " before Python 3.12 run the call in a task of their own: call it directly)"
+    )
 
     def _owner(self) -> Any:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("redlock_deco.asyncio primitives must be used inside a task")
         return task
-
-    def _adopt(self, owner: Any) -> list[Holding] | None:
-        """Hand the leases a helper task acquired to the first task that uses them."""
-        orphans = self._mine.pop(self._object_owner, None)
-        if not orphans:
-            return None
-        held = ownership.task_holdings(owner)
-        for holding in orphans:
-            holding.lease.adopt(lambda: not owner.done())
-            if holding.lease.claim.kind.reentrant:
-                held[(holding.lease.provider, holding.lease.key)] = holding.lease
-        mine = self._mine.setdefault(owner, [])
-        mine.extend(orphans)
-        return mine
 
     async def acquire(self, wait: float | None = DEFAULT) -> bool:
         """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
@@ -248,8 +246,6 @@ class AsyncPrimitive(Base):
             ref = weakref.ref(self)
             helper_of = lambda: ref() is not None  # noqa: E731
             owner = self._object_owner
-        else:
-            self._adopt(owner)  # a lock taken by a helper task: re-entered, not waited for
         lease = await guard.enter_async(
             self.kind, self.options, self.name, self.key, self._wait(wait), helper_of=helper_of
         )
@@ -272,7 +268,12 @@ class AsyncPrimitive(Base):
         async with lease.io:  # ordered with this lease's renewals
             started = time.monotonic()
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
-            if not await drivers.run_async(extend, lease.target):
+            try:
+                extended = await drivers.run_async(extend, lease.target)
+            except BaseException:  # cancelled or timed out: it may have landed
+                lease.uncertain(started, ttl_ms)
+                raise
+            if not extended:
                 lease.lose()
                 raise self._ended("extend")
             lease.renewed(started, ttl_ms)

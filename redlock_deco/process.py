@@ -35,6 +35,9 @@ from .lifecycle import Lease
 
 log = logging.getLogger("redlock_deco")
 
+# How long a loop's clean-up may spend releasing what is left (all at once) on a slow server.
+SHUTDOWN_TIMEOUT = 5.0
+
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
 Holdings = dict[HoldingKey, Lease]
 Calls = list[tuple[int, Lease]]  # protected sections entered, innermost last, with a sequence
@@ -67,16 +70,41 @@ class LoopState:
             step.send(None)
         self._closer = closer  # a strong reference: the loop keeps only a weak one
 
+    def check_idle(self) -> None:
+        """Refuse to clean up under a running task that still holds a lease: releasing it
+        would let another holder in while that task is still inside."""
+        busy = sorted({lease.key for lease in self.leases if not lease.by_object and lease.alive()})
+        if busy:
+            raise RuntimeError(
+                f"redlock_deco.aclose() while tasks of this loop still hold {', '.join(busy)}: "
+                "call it after they have finished (it is meant as the last thing before "
+                "closing a loop you manage by hand)"
+            )
+
     async def aclose(self) -> None:
-        """Release what this loop still holds, stop its renewer, close its clients."""
+        """Release what this loop still holds, stop its renewer, close its clients.
+
+        Releases and pending clean-ups run together under one deadline, so a dead server
+        costs shutdown at most SHUTDOWN_TIMEOUT, not a socket timeout per lease.
+        """
         loop = self.loop()
         if loop is not None and _loops.get(loop) is self:
             del _loops[loop]  # first: nothing may reach the clients being closed
-        for lease in list(self.leases):
-            await release_at_shutdown(lease)
-        self.leases.clear()
+        leases, self.leases = list(self.leases), set()
+        work = [release_at_shutdown(lease) for lease in leases]
         if self.renewer is not None:
-            await self.renewer.last_cleanups()
+            work.append(self.renewer.last_cleanups())
+        if work:
+            try:
+                await asyncio.wait_for(asyncio.gather(*work, return_exceptions=True),
+                                       SHUTDOWN_TIMEOUT)  # fmt: skip
+            except (TimeoutError, asyncio.TimeoutError):
+                log.warning(
+                    "redlock-deco: releases at loop shutdown did not finish within %.0f s; "
+                    "what remains expires within its ttl",
+                    SHUTDOWN_TIMEOUT,
+                )
+        if self.renewer is not None:
             self.renewer.stop()
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
@@ -136,9 +164,11 @@ def loop_states() -> list[LoopState]:
 async def aclose() -> None:
     """Release what the running event loop still holds and close the clients redlock-deco
     built for it. ``asyncio.run`` does this by itself at shutdown; call it before closing a
-    loop you manage by hand (``run_until_complete`` + ``close``)."""
+    loop you manage by hand (``run_until_complete`` + ``close``), once its tasks are done.
+    Raises RuntimeError, touching nothing, while a running task still holds a lease."""
     state = _loops.get(asyncio.get_running_loop())
     if state is not None:
+        state.check_idle()
         await state.aclose()
 
 

@@ -315,7 +315,13 @@ class SingleNode:
             # signal taken from the list is never wasted.
 
     def release(self, claim: Claim) -> Steps[bool]:
-        """Give the lease back; False if it was no longer ours (nothing was touched then)."""
+        """Give the lease back; False if it was no longer ours (nothing was touched then).
+
+        "Gone" counts as no longer ours: a server that restarted without its data lost the
+        lease, and saying so matters more than the one false alarm it costs -- a release
+        re-sent by a client's retry policy after its reply was lost (clients built from
+        URLs do not retry for that reason; see providers.URL_RETRIES).
+        """
         code = yield claim.release_step()
         return scripts.outcome("release", code) is Outcome.RELEASED
 

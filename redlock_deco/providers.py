@@ -20,8 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import process
@@ -36,12 +35,13 @@ _sources: dict[str, object] = {}  # name -> what was registered
 
 # Clients built from URLs: a stalled server must not make a call with wait=W last as long as
 # the stall (redis-py 5 sets no socket timeout at all; 8 sets 5 s and retries 3 times). A
-# command fails after SOCKET_TIMEOUT and is retried once (a pooled connection the server
-# closed is reopened), so a call ends within wait + (1 + URL_RETRIES) * SOCKET_TIMEOUT plus a
-# short backoff, or raises redis' TimeoutError/ConnectionError. A URL's own query parameters
-# (``?socket_timeout=10``) override these.
+# command fails after SOCKET_TIMEOUT, so a call ends within wait + (1 + URL_RETRIES) *
+# SOCKET_TIMEOUT, or raises redis' TimeoutError/ConnectionError. No retry: a command whose
+# reply was lost may have run, and re-sending a release that ran makes a clean release look
+# like a lost lease. (A pooled connection the server closed is reopened at checkout by
+# redis-py itself.) A URL's own query parameters (``?socket_timeout=10``) override these.
 SOCKET_TIMEOUT = 2.0
-URL_RETRIES = 1
+URL_RETRIES = 0
 
 
 def redact(url: str) -> str:
@@ -164,15 +164,11 @@ def _client(name: str, value: object, flavour: str, *, node: bool = False) -> An
 
 def _from_url(url: str, flavour: str, *, node: bool) -> Any:
     timeout = 1.0 if node else SOCKET_TIMEOUT
-    retries = 0 if node else URL_RETRIES
-    on = (ConnectionError, TimeoutError)
     retry: Any = (
-        Retry(ExponentialBackoff(cap=0.1, base=0.01), retries, supported_errors=on)
+        Retry(NoBackoff(), URL_RETRIES)
         if flavour == "sync"
-        else AsyncRetry(ExponentialBackoff(cap=0.1, base=0.01), retries, supported_errors=on)
+        else AsyncRetry(NoBackoff(), URL_RETRIES)
     )
-    if retries == 0:
-        retry = Retry(NoBackoff(), 0) if flavour == "sync" else AsyncRetry(NoBackoff(), 0)
     kwargs: dict[str, Any] = {
         "socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry,
     }  # fmt: skip

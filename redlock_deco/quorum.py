@@ -100,9 +100,14 @@ class Quorum:
             yield Sleep(min(remaining, backoff(failures, rand)))
 
     def release(self, claim: Claim) -> Steps[bool]:
-        """True if a quorum of masters still had the lease when it was given back."""
+        """Give the lease back on every master. False only when so many masters *answered*
+        that it was not ours (someone else's, or gone) that no quorum can have held it: a
+        master that did not answer in time (queued behind others, paused) proves nothing,
+        and must not turn a clean release into a LockLost."""
         replies = yield Fanout(claim.release_step())
-        return _granted(replies, "release", Outcome.RELEASED) >= quorum(self.masters, claim.limit)
+        needed = quorum(self.masters, claim.limit)
+        refused = _granted(replies, "release", Outcome.NOT_OWNER)
+        return refused + _granted(replies, "release", Outcome.GONE) <= self.masters - needed
 
     def extend(
         self, claim: Claim, ttl_ms: int, clock: Callable[[], float] = time.monotonic

@@ -94,6 +94,10 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
     if type(job) is Cleanup:
         return job.attempted(time.monotonic(), outcome is not FAILED)
     assert type(job) is Lease
+    if not job.held:
+        # Released (or being released) while the round was in flight: the release's answer
+        # decides. (Taking a 0 here for a loss once reported cleanly released leases lost.)
+        return True
     if outcome is FAILED:
         lost = job.renewal_failed(started)
     elif outcome:
@@ -298,11 +302,15 @@ class AsyncRenewer:
     async def last_cleanups(self, timeout: float = CLOSING_TIMEOUT) -> None:
         """Try every pending clean-up once more before the loop's clients close (nothing
         would try them afterwards, leaving a lock nobody holds for its whole ttl)."""
-        for job in [job for job in self._table.jobs.values() if type(job) is Cleanup]:
+        jobs = [job for job in self._table.jobs.values() if type(job) is Cleanup]
+
+        async def once(job: Cleanup) -> None:
             abandon = job.target.algorithms.abandon(job.claim)
             with contextlib.suppress(RedisError, OSError, TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(drivers.run_async(abandon, job.target), timeout)
             self.remove(job)
+
+        await asyncio.gather(*(once(job) for job in jobs))  # together: one timeout in all
 
     def stop(self) -> None:
         if self._task is not None:

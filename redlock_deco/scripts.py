@@ -58,6 +58,7 @@ class Outcome(enum.Enum):
     EXTENDED = "extended"
     OWNER = "owner"
     NOT_OWNER = "not owner"
+    GONE = "gone"  # released: the lease was not there any more (ended, or released already)
 
 
 class ScriptReplyError(RedlockDecoError):
@@ -71,6 +72,7 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("acquire", 0): Outcome.BUSY,
     ("release", 1): Outcome.RELEASED,
     ("release", 0): Outcome.NOT_OWNER,
+    ("release", 2): Outcome.GONE,
     ("extend", 1): Outcome.EXTENDED,
     ("extend", 0): Outcome.NOT_OWNER,
     ("owned", 1): Outcome.OWNER,

@@ -1,7 +1,8 @@
 """Who owns an asyncio lease when acquire() runs in a task of its own (gather, shield,
-wait_for before 3.12): the object, adopted by the first task that uses it. Renewal goes on,
-``owned()`` is true and ``release()`` works, while tasks that share an object still cannot
-release each other's lock."""
+wait_for before 3.12): the object, like a threading.Lock. Renewal goes on while the object
+exists, ``owned()`` is true and ``release()`` works from the task that awaited it; it is
+never re-entered (another task asking for it waits), and tasks that share an object still
+cannot release each other's own leases."""
 
 from __future__ import annotations
 
@@ -40,23 +41,52 @@ def test_wait_for_and_shield_acquires_belong_to_the_awaiting_task(r: redis.Redis
         await lock.release()
         shielded = Lock("shielded", ttl=0.6)
         assert await asyncio.shield(shielded.acquire())
-        async with shielded:  # re-enters what the helper task took, no self-deadlock
-            assert await shielded.owned()
         assert await shielded.owned()
-        await shielded.release()
+        await asyncio.wait_for(shielded.extend(0.6), 5)  # a helper task may use it too
+        await asyncio.wait_for(shielded.release(), 5)
 
     asyncio.run(main())
     assert r.dbsize() == 0
 
 
-def test_a_lease_adopted_by_one_task_is_not_another_tasks(r: redis.Redis) -> None:
+def test_an_object_held_lease_is_never_re_entered_by_another_task(r: redis.Redis) -> None:
+    """Task A takes the lock through a helper task; task B's `async with` on the same object
+    must wait for A's release, not walk in (handing the lease over let a second task in)."""
+
     async def main() -> None:
-        lock = Lock("adopted", ttl=5)
-        (ok,) = await asyncio.gather(lock.acquire())
-        assert ok and await lock.owned()  # adopted by this task
+        lock = Lock("object-held", ttl=5, wait=5)
+        inside: list[str] = []
+        overlaps: list[list[str]] = []
+
+        async def a() -> None:
+            assert await asyncio.wait_for(lock.acquire(), 5)
+            inside.append("A")
+            await asyncio.sleep(0.3)
+            overlaps.append(list(inside))
+            inside.remove("A")
+            await lock.release()
+
+        async def b() -> None:
+            await asyncio.sleep(0.1)
+            async with lock:
+                inside.append("B")
+                overlaps.append(list(inside))
+                inside.remove("B")
+
+        await asyncio.gather(a(), b())
+        assert overlaps == [["A"], ["B"]]
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+def test_a_tasks_own_lease_is_not_another_tasks(r: redis.Redis) -> None:
+    async def main() -> None:
+        lock = Lock("own", ttl=5)
+        assert await lock.acquire()
 
         async def intruder() -> None:
-            with pytest.raises(LockNotOwned):
+            with pytest.raises(LockNotOwned, match="task of their own"):
                 await lock.release()
 
         await asyncio.create_task(intruder())

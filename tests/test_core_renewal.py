@@ -605,3 +605,14 @@ def test_transitions_keep_final_states_final(
         if state in (State.RELEASED, State.LOST):
             assert lease.remaining(at) == 0
     assert news == (1 if state is State.LOST else 0)
+
+
+def test_a_renewal_answer_for_a_lease_being_released_is_left_to_the_release() -> None:
+    """A round in flight when the owner starts releasing: its "not the owner" answer (the
+    release landed first) must not turn a clean release into a lost lease."""
+    lease = make_lease()
+    lease.releasing()
+    assert conclude(lease, T0, lease.ttl_ms, False) is True  # dropped
+    assert lease.state is State.RELEASING and not lease.lost
+    lease.release()
+    assert lease.state is State.RELEASED

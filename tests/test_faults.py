@@ -197,3 +197,28 @@ def test_an_abandoned_claim_is_released_once_the_server_answers(own_server: Redi
     other.set("lock:orphaned", "someone-else", px=5000)
     time.sleep(0.6)
     assert other.get("lock:orphaned") == b"someone-else"  # only our token is ever released
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_waiters_on_a_tiny_pool_poll_instead_of_blocking(
+    own_server: RedisServer, size: int
+) -> None:
+    register_provider("tiny", own_server.client(max_connections=size))
+    inside: list[int] = []
+    peak: list[int] = []
+
+    @locked("tiny-pool", provider="tiny", ttl=5, wait=10)
+    def section() -> None:
+        inside.append(1)
+        peak.append(len(inside))
+        time.sleep(0.05)
+        inside.pop()
+
+    threads = [threading.Thread(target=section) for _ in range(20)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert len(peak) == 20 and max(peak) == 1
+    assert time.monotonic() - started < 6  # ~1 s of sections, not a BLPOP slice each

@@ -208,3 +208,32 @@ def test_a_lease_won_after_a_long_wait_is_measured_from_its_own_attempt() -> Non
     thread.start()
     thread.join(10)
     assert got and got[0] > 0.2
+
+
+@pytest.mark.slow
+def test_an_extend_cut_short_leaves_the_holder_believing_the_worse(r: redis.Redis) -> None:
+    """extend(1) times out on the client but lands on the server: the holder must not go on
+    believing its old 30 s (another holder would get in at 1 s while it is inside)."""
+    import asyncio
+
+    from redlock_deco.asyncio import Lock as AsyncLock
+
+    async def main() -> None:
+        lock = AsyncLock("cut-short", ttl=30)
+        assert await lock.acquire()
+        _stall_writes(r, 300)
+        me = asyncio.current_task()
+        assert me is not None
+        timer = asyncio.get_running_loop().call_later(0.1, me.cancel)  # a timeout, by hand
+        with pytest.raises(asyncio.CancelledError):
+            await lock.extend(1)
+        timer.cancel()
+        if hasattr(me, "uncancel"):
+            me.uncancel()
+        lease = lock.lease
+        assert lease is not None and lease.remaining() <= 1.0  # the worse of the two
+        await asyncio.sleep(1.5)  # renewed at once, with the ttl the holder believes in
+        assert not lease.lost and r.pttl("lock:cut-short") > 20_000
+        await lock.release()
+
+    asyncio.run(main())

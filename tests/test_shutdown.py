@@ -319,3 +319,52 @@ def test_asyncio_run_finishes_a_clean_up_still_pending_at_shutdown() -> None:
             assert own_client.keys("*") == []
         finally:
             own_client.close()
+
+
+def test_aclose_refuses_while_a_running_task_holds_a_lease(r: redis.Redis) -> None:
+    import redlock_deco
+    from redlock_deco.asyncio import Lock
+
+    async def main() -> None:
+        inside = asyncio.Event()
+        done = asyncio.Event()
+
+        async def holder() -> None:
+            async with Lock("live-holder", ttl=5):
+                inside.set()
+                await done.wait()
+
+        task = asyncio.create_task(holder())
+        await inside.wait()
+        with pytest.raises(RuntimeError, match="live-holder"):
+            await redlock_deco.aclose()
+        assert r.exists("lock:live-holder")  # untouched: the holder is still inside
+        done.set()
+        await task
+        await redlock_deco.aclose()
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+@pytest.mark.slow
+def test_shutdown_on_a_stalled_server_is_bounded() -> None:
+    from redlock_deco import register_provider
+    from redlock_deco.asyncio import Lock
+    from redlock_deco.process import SHUTDOWN_TIMEOUT
+    from redlock_deco.testing import RedisServer
+
+    with RedisServer() as own:
+        register_provider("stalling", own.url)
+
+        async def main() -> None:
+            for n in range(5):  # acquired and never released: left to the shutdown
+                assert await Lock(f"left:{n}", provider="stalling", ttl=30).acquire()
+            own.pause()
+
+        started = time.monotonic()
+        try:
+            asyncio.run(main())
+        finally:
+            own.resume()
+        assert time.monotonic() - started < SHUTDOWN_TIMEOUT + 2
