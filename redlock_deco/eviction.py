@@ -4,24 +4,30 @@ Under memory pressure an ``allkeys-*`` policy evicts any key and a ``volatile-*`
 key with an expiry -- every lock key has one -- so a held lock can vanish and a second holder
 get in, with nothing to tell the first. Only ``noeviction`` (or a dedicated instance that
 never fills up) keeps locks safe; see GUARANTEES.md. The check runs once per target, after
-its first successful acquisition, in the background (so it never delays a lock call, nor a
-failure), and logs one warning per server when the policy evicts. Servers that refuse CONFIG
+its first successful acquisition on a thread of its own (sync), or in line before the first
+acquisition for at most 0.25 s once per server and process (asyncio), and logs one warning
+per server when the policy evicts. Servers that refuse CONFIG
 (managed Redis, restrictive ACLs) are left alone: nothing can be learnt there, and a lock
 call must not fail for it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from typing import Any
 
-from . import process
+from .protocol import Call
 
 log = logging.getLogger("redlock_deco")
 
 SAFE_POLICY = "noeviction"
 _warned: set[str] = set()  # servers already warned about, once per process each
+_checked: set[str] = set()  # servers whose policy was read (warned about or not)
+# The in-line asyncio check waits this long at most (a slow or paused quorum master).
+CHECK_TIMEOUT = 0.25
 
 
 def _policy(reply: Any) -> str | None:
@@ -47,9 +53,14 @@ def warning_for(policy: str | None, where: str) -> str | None:
     )
 
 
-def _clients(target: Any) -> list[Any]:
+# Sent as a protocol step, so it takes its place in the target's connection lanes (on a pool
+# of one connection, a check beside the lanes made a waiter's command fail).
+CONFIG_GET = Call(("CONFIG", "GET", "maxmemory-policy"))
+
+
+def _nodes(target: Any) -> list[Any]:
     nodes = getattr(target, "nodes", None)
-    return [node.client for node in nodes] if nodes is not None else [target.client]
+    return list(nodes) if nodes is not None else [target]
 
 
 def start_check(target: Any) -> None:
@@ -59,34 +70,45 @@ def start_check(target: Any) -> None:
     threading.Thread(target=check, args=(target,), name="redlock-deco-check", daemon=True).start()
 
 
-def start_check_async(target: Any) -> None:
-    """Check the asyncio ``target`` in a background task of the running loop."""
+async def check_async_once(target: Any) -> None:
+    """Check the asyncio ``target`` in line, bounded by CHECK_TIMEOUT, unless its servers
+    were checked already (asyncio targets are per loop; servers are checked once per
+    process). Not in a background task: a loop closed right after its first lock call would
+    destroy that task pending, with a warning on stderr."""
     target.checked = True
-    process.background(check_async(target), name="redlock-deco-check")
+    if all(_where(node.client) in _checked for node in _nodes(target)):
+        return
+    with contextlib.suppress(Exception):  # too slow, or anything else: say nothing
+        await asyncio.wait_for(check_async(target), CHECK_TIMEOUT)
 
 
 def check(target: Any) -> None:
     """Warn once if the sync ``target``'s server(s) may evict keys."""
-    for client in _clients(target):
+    for node in _nodes(target):
+        if _where(node.client) in _checked:
+            continue
         try:
-            reply = client.config_get("maxmemory-policy")
+            reply = node.execute(CONFIG_GET)
         except Exception:  # refused, unreachable, or the client closed under it: say nothing
             continue
-        _warn(_policy(reply), client)
+        _warn(_policy(reply), node.client)
 
 
 async def check_async(target: Any) -> None:
     """Warn once if the asyncio ``target``'s server(s) may evict keys."""
-    for client in _clients(target):
+    for node in _nodes(target):
+        if _where(node.client) in _checked:
+            continue
         try:
-            reply = await client.config_get("maxmemory-policy")
+            reply = await node.execute(CONFIG_GET)
         except Exception:  # a best-effort warning must never fail anything
             continue
-        _warn(_policy(reply), client)
+        _warn(_policy(reply), node.client)
 
 
 def _warn(policy: str | None, client: Any) -> None:
     where = _where(client)
+    _checked.add(where)
     message = warning_for(policy, where)
     if message is not None and where not in _warned:
         _warned.add(where)  # asyncio targets are per loop: the server is what counts

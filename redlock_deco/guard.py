@@ -110,8 +110,13 @@ def _new_lease(
     return lease
 
 
-def _released(lease: Lease, released: bool, was_lost: bool) -> bool:
-    """Record the outermost release's answer; True if the lease was ours to the end."""
+def _released(lease: Lease, answer: bool | None, was_lost: bool) -> bool:
+    """Record the outermost release's answer; True if the lease was ours to the end.
+
+    ``None`` (a quorum release nobody refused but too few confirmed in time) is decided by
+    the holder's own clock: a lease past its end by that clock was not ours to the end.
+    """
+    released = answer if answer is not None else lease.remaining() > 0
     if released:
         lease.release()
     else:
@@ -236,8 +241,10 @@ def leave(lease: Lease) -> bool:
     lease.releasing()  # a renewal still in flight can no longer call it lost
     try:
         answer = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
-    except BaseException:
-        lease.release()  # not renewed any more either way: it expires within its ttl
+    except BaseException as exc:
+        lease.release()  # not renewed any more either way
+        if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
+            renewal.renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
     return _released(lease, answer, was_lost)
 
@@ -287,6 +294,8 @@ async def enter_async(
         return lease
     target = providers.async_target(options.provider)
     _check_fencing(options, target)
+    if not target.checked:  # before acquiring: a cancellation here leaves nothing held
+        await eviction.check_async_once(target)
     claim = _claim(kind, options, key)
     started = time.monotonic()
     try:
@@ -311,8 +320,6 @@ async def enter_async(
     process.loop_state().leases.add(lease)  # released at the loop's shutdown if still held
     if options.auto_renew:
         renewal.async_renewer().add(lease)
-    if not target.checked:
-        eviction.start_check_async(target)
     return lease
 
 
@@ -356,8 +363,10 @@ async def leave_async(lease: Lease) -> bool:
         finally:
             lease.release()
         raise
-    except BaseException:
+    except BaseException as exc:
         lease.release()
+        if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
+            renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
     return _released(lease, answer, was_lost)
 

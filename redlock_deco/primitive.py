@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from . import drivers, guard, ownership, providers
+from . import drivers, guard, ownership, providers, renewal
 from .errors import KeyTemplateError, LockNotAcquired, LockNotOwned
 from .lifecycle import Lease
 from .naming import bounded, has_address
@@ -171,11 +171,13 @@ class Primitive(Base):
                 extended = drivers.run(extend, lease.target)
             except BaseException:
                 lease.uncertain(started, ttl_ms)  # it may have landed: assume the worse
+                renewal.renewer().reschedule(lease)
                 raise
             if not extended:
                 lease.lose()
                 raise self._ended("extend")
             lease.renewed(started, ttl_ms)
+        renewal.renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     def owned(self) -> bool:
         """True if this thread holds it, as confirmed by the server."""
@@ -272,11 +274,13 @@ class AsyncPrimitive(Base):
                 extended = await drivers.run_async(extend, lease.target)
             except BaseException:  # cancelled or timed out: it may have landed
                 lease.uncertain(started, ttl_ms)
+                renewal.async_renewer().reschedule(lease)
                 raise
             if not extended:
                 lease.lose()
                 raise self._ended("extend")
             lease.renewed(started, ttl_ms)
+        renewal.async_renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     async def owned(self) -> bool:
         """True if this task holds it, as confirmed by the server."""

@@ -73,7 +73,8 @@ class LoopState:
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it
         would let another holder in while that task is still inside."""
-        busy = sorted({lease.key for lease in self.leases if not lease.by_object and lease.alive()})
+        # An object's lease (acquired in a helper task) is in use while its object lives.
+        busy = sorted({lease.key for lease in self.leases if lease.held and lease.alive()})
         if busy:
             raise RuntimeError(
                 f"redlock_deco.aclose() while tasks of this loop still hold {', '.join(busy)}: "

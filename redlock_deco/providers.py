@@ -21,6 +21,7 @@ import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
 from . import process
@@ -35,13 +36,14 @@ _sources: dict[str, object] = {}  # name -> what was registered
 
 # Clients built from URLs: a stalled server must not make a call with wait=W last as long as
 # the stall (redis-py 5 sets no socket timeout at all; 8 sets 5 s and retries 3 times). A
-# command fails after SOCKET_TIMEOUT, so a call ends within wait + (1 + URL_RETRIES) *
-# SOCKET_TIMEOUT, or raises redis' TimeoutError/ConnectionError. No retry: a command whose
-# reply was lost may have run, and re-sending a release that ran makes a clean release look
-# like a lost lease. (A pooled connection the server closed is reopened at checkout by
-# redis-py itself.) A URL's own query parameters (``?socket_timeout=10``) override these.
+# command fails after SOCKET_TIMEOUT, so a call ends within wait + SOCKET_TIMEOUT, or raises
+# redis' TimeoutError/ConnectionError. A timeout is never retried: a command whose reply was
+# lost may have run, and re-sending a release that ran makes a clean release look like a
+# lost lease. A ConnectionError is retried URL_RETRIES times: on a pooled connection the
+# server closed while idle (its `timeout`, a proxy), the command never ran, and redis.asyncio
+# only finds out by failing it. A URL's own query parameters (``?socket_timeout=10``) win.
 SOCKET_TIMEOUT = 2.0
-URL_RETRIES = 0
+URL_RETRIES = 1
 
 
 def redact(url: str) -> str:
@@ -162,16 +164,18 @@ def _client(name: str, value: object, flavour: str, *, node: bool = False) -> An
     )
 
 
-def _from_url(url: str, flavour: str, *, node: bool) -> Any:
+def url_client_options(flavour: str, *, node: bool = False) -> dict[str, Any]:
+    """The keyword arguments of clients built from URLs (quorum masters: shorter, and no
+    retry at all -- the quorum round is the retry)."""
     timeout = 1.0 if node else SOCKET_TIMEOUT
-    retry: Any = (
-        Retry(NoBackoff(), URL_RETRIES)
-        if flavour == "sync"
-        else AsyncRetry(NoBackoff(), URL_RETRIES)
-    )
-    kwargs: dict[str, Any] = {
-        "socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry,
-    }  # fmt: skip
+    retries = 0 if node else URL_RETRIES
+    retry_type = Retry if flavour == "sync" else AsyncRetry
+    retry = retry_type(NoBackoff(), retries, supported_errors=(ConnectionError,))
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
+
+
+def _from_url(url: str, flavour: str, *, node: bool) -> Any:
+    kwargs = url_client_options(flavour, node=node)
     if flavour == "sync":
         return redis.Redis.from_url(url, **kwargs)
     client = redis.asyncio.Redis.from_url(url, **kwargs)

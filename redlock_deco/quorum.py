@@ -99,15 +99,16 @@ class Quorum:
             failures += 1
             yield Sleep(min(remaining, backoff(failures, rand)))
 
-    def release(self, claim: Claim) -> Steps[bool]:
-        """Give the lease back on every master. False only when so many masters *answered*
-        that it was not ours (someone else's, or gone) that no quorum can have held it: a
-        master that did not answer in time (queued behind others, paused) proves nothing,
-        and must not turn a clean release into a LockLost."""
+    def release(self, claim: Claim) -> Steps[bool | None]:
+        """Give the lease back on every master: True if a quorum confirmed it was ours;
+        False if any master answered it was not (someone else's, or gone) and no quorum
+        confirmed; None if nobody refused but too few answered in time (masters queued or
+        paused): unconfirmed, not lost -- the holder's own clock decides (guard.py)."""
         replies = yield Fanout(claim.release_step())
-        needed = quorum(self.masters, claim.limit)
+        if _granted(replies, "release", Outcome.RELEASED) >= quorum(self.masters, claim.limit):
+            return True
         refused = _granted(replies, "release", Outcome.NOT_OWNER)
-        return refused + _granted(replies, "release", Outcome.GONE) <= self.masters - needed
+        return None if refused + _granted(replies, "release", Outcome.GONE) == 0 else False
 
     def extend(
         self, claim: Claim, ttl_ms: int, clock: Callable[[], float] = time.monotonic

@@ -196,6 +196,14 @@ class Renewer:
         with self._wake:
             self._table.remove(job)
 
+    def reschedule(self, lease: Lease) -> None:
+        """``lease`` became due earlier (a shorter extend, an uncertain one): wake up for it,
+        or the renewer sleeps on to the old time while the lease runs out."""
+        with self._wake:
+            if lease.next_renew < self._next_wake:
+                self._next_wake = lease.next_renew
+                self._wake.notify()
+
     def __len__(self) -> int:
         """How many leases it keeps alive (pending clean-ups not counted)."""
         return self._table.leases()
@@ -290,6 +298,12 @@ class AsyncRenewer:
         self._table.remove(job)
         if not self._table.jobs:
             self._wake.set()  # let the task see it is idle and end
+
+    def reschedule(self, lease: Lease) -> None:
+        """``lease`` became due earlier: wake the task so it does not sleep past it."""
+        if lease.next_renew < self._next_wake:
+            self._next_wake = lease.next_renew
+            self._wake.set()
 
     def __len__(self) -> int:
         """How many leases it keeps alive (pending clean-ups not counted)."""

@@ -237,3 +237,53 @@ def test_an_extend_cut_short_leaves_the_holder_believing_the_worse(r: redis.Redi
         await lock.release()
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_shorter_extend_is_renewed_on_its_own_schedule(r: redis.Redis, flavour: str) -> None:
+    """extend(1) on a 30 s lease: the next renewal is due in ~0.33 s, not at the old 10 s --
+    the renewer must wake up for it, or the key runs out while the holder is inside."""
+    import asyncio
+
+    from redlock_deco.asyncio import Lock as AsyncLock
+
+    if flavour == "sync":
+        lock = Lock("shorter", ttl=30)
+        lock.acquire()
+        lock.extend(1)
+        time.sleep(2.0)
+        lease = lock.lease
+        assert lease is not None and not lease.lost and r.pttl("lock:shorter") > 0
+        lock.release()
+        return
+
+    async def main() -> None:
+        alock = AsyncLock("shorter", ttl=30)
+        await alock.acquire()
+        await alock.extend(1)
+        await asyncio.sleep(2.0)
+        lease = alock.lease
+        assert lease is not None and not lease.lost and r.pttl("lock:shorter") > 0
+        await alock.release()
+
+    asyncio.run(main())
+
+
+def test_an_unconfirmed_quorum_release_is_judged_by_the_holders_clock() -> None:
+    """Nobody refused, too few confirmed in time: clean only if the lease had not run out."""
+    from core_helpers import make_claim
+
+    from redlock_deco.guard import _released
+    from redlock_deco.lifecycle import Lease
+
+    def make() -> Lease:
+        claim = make_claim("lock:q", ttl_ms=1000)
+        return Lease(claim, name="q", provider="q", target=None, started=time.monotonic(),
+                     io=None, alive=lambda: True)  # fmt: skip
+
+    fresh, stale = make(), make()
+    stale.expires_at = time.monotonic() - 1  # ran out (auto_renew=False, a long section)
+    fresh.expires_at = time.monotonic() + 10
+    assert _released(fresh, None, was_lost=False) is True and not fresh.lost
+    assert _released(stale, None, was_lost=False) is False and stale.lost
