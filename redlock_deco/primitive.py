@@ -25,13 +25,24 @@ DEFAULT: Any = object()
 
 
 class Holding:
-    """One acquisition by one primitive object, and the protected section it opened."""
+    """One acquisition by one primitive object, and the protected section it opened (with
+    the frame that runs that ``with`` block)."""
 
-    __slots__ = ("lease", "section")
+    __slots__ = ("frame", "lease", "section")
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.section: ownership.Section | None = None
+        self.frame = 0
+
+
+def _user_frame() -> int:
+    """The id of the frame running the ``with`` statement (the first caller outside this
+    package): it is alive, and so unique, for as long as its block is open."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("redlock_deco"):
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    return id(frame)
 
 
 class ObjectOwner:
@@ -102,6 +113,18 @@ class Base:
         if not mine or mine[-1].lease.pid != os.getpid():
             return None
         return mine[-1]
+
+    def _exiting(self) -> Holding | None:
+        """The acquisition this ``with`` block entered: the newest one entered from the
+        frame now exiting. (The newest of all would be wrong when blocks on one object end
+        out of order -- a generator suspended inside one outlives a later block -- and the
+        ending block would give back the generator's slot while keeping its own.)"""
+        frame = _user_frame()
+        for owner in (self._owner(), self._object_owner):
+            for holding in reversed(self._mine.get(owner, [])):
+                if holding.frame == frame and holding.lease.pid == os.getpid():
+                    return holding
+        return self._holding()
 
     def _keep(self, lease: Lease, owner: Any = None) -> None:
         self._mine.setdefault(owner or self._owner(), []).append(Holding(lease))
@@ -201,6 +224,7 @@ class Primitive(Base):
             raise self._not_acquired(started)
         holding = self._owned_holding("enter")
         holding.section = ownership.enter_call(holding.lease, task=False)
+        holding.frame = _user_frame()
         return self
 
     def __exit__(
@@ -209,7 +233,7 @@ class Primitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        holding = self._holding()
+        holding = self._exiting()
         if holding is not None:
             if holding.section is not None:
                 ownership.leave_call(holding.section)
@@ -305,6 +329,7 @@ class AsyncPrimitive(Base):
             raise self._not_acquired(started)
         holding = self._owned_holding("enter")
         holding.section = ownership.enter_call(holding.lease, task=True)
+        holding.frame = _user_frame()
         return self
 
     async def __aexit__(
@@ -313,7 +338,7 @@ class AsyncPrimitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        holding = self._holding()
+        holding = self._exiting()
         if holding is not None:
             if holding.section is not None:
                 ownership.leave_call(holding.section)
