@@ -1,4 +1,5 @@
-"""Regressions found in review, each reproduced on real servers before it was fixed."""
+"""Faults kept where they happen: a failed release still lets go of every name, a broken
+provider or a hung master does not stop renewals elsewhere, wake-ups count live waiters."""
 
 from __future__ import annotations
 
