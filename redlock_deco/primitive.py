@@ -102,6 +102,10 @@ class Base:
         holding = self._holding()
         return None if holding is None else holding.lease
 
+    def _lease(self) -> Lease | None:
+        """``self.lease`` under its pre-0.2 private name (the review's repro scripts use it)."""
+        return self.lease
+
     def _owner(self) -> Any:
         return threading.current_thread()
 
