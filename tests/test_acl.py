@@ -35,7 +35,8 @@ SUFFIXES = ("waiters", "signal", "limit", "fence")
 # Refusals the library meets on purpose and lives with: redis-py's connection handshake on
 # Redis 7.2+ (ignored by redis-py), and the one-time eviction check (silent when refused:
 # CONFIG GET would expose every setting, passwords included).
-TOLERATED = {"client|setinfo", "config|get"}
+# Redis 6.2 logs the command alone ("client", "config") where 7 names the subcommand.
+TOLERATED = {"client|setinfo", "config|get", "client", "config"}
 
 
 @pytest.fixture
@@ -186,6 +187,8 @@ ACL_CASES = settings(
 def test_every_key_of_any_name_is_granted(admin: redis.Redis, prefix: str, name: str) -> None:
     """ACL DRYRUN (Redis >= 7) asks the server itself: are the lease key and all its
     bookkeeping keys granted, for any name, under any prefix?"""
+    if int(admin.info("server")["redis_version"].split(".")[0]) < 7:
+        pytest.skip("ACL DRYRUN needs Redis 7 (the layout tests above cover 6.2)")
     admin.execute_command("ACL", "SETUSER", "dry", "on", ">x", *acl_rules([prefix]))
     try:
         key = prefix + name

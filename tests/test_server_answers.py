@@ -48,7 +48,8 @@ def test_a_read_only_replica_raises_at_once_and_queues_nothing(server: RedisServ
 
         started = time.monotonic()
         for i in range(50):
-            with pytest.raises(redis.exceptions.ReadOnlyError):
+            # Redis 7 sends READONLY as its own error; 6.2 wraps it in a script error.
+            with pytest.raises(redis.exceptions.ResponseError, match=r"(?i)read.?only"):
                 job(i)
         assert time.monotonic() - started < 5  # no waiting, no retrying
         assert _cleanups("lock:job:") == 0
@@ -98,7 +99,7 @@ def test_out_of_memory_raises_at_once(r: redis.Redis) -> None:
         def oom() -> None:
             raise AssertionError("must not run")
 
-        with pytest.raises(redis.exceptions.OutOfMemoryError):
+        with pytest.raises(redis.exceptions.ResponseError, match=r"(?i)OOM|maxmemory"):
             oom()
         assert _cleanups("lock:oom") == 0
     finally:

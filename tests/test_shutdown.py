@@ -197,7 +197,8 @@ def test_loops_closed_by_hand_after_aclose_leave_nothing_behind(server: RedisSer
         """,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["keys", "0", "extra-clients", "0"], done.stdout
+    keys, extra = done.stdout.split()[1::2]
+    assert keys == "0" and int(extra) <= 0, done.stdout  # (another test's client may go)
     assert done.stderr == ""
 
 
@@ -225,7 +226,8 @@ def test_loops_shut_down_by_hand_like_asyncio_run_leave_nothing_behind(
         """,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["keys", "0", "extra-clients", "0"], done.stdout
+    keys, extra = done.stdout.split()[1::2]
+    assert keys == "0" and int(extra) <= 0, done.stdout  # (another test's client may go)
     assert done.stderr == ""
 
 
