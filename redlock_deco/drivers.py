@@ -20,20 +20,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from redis.exceptions import NoScriptError
 
-from .protocol import SINGLE, Algorithms, Block, Call, Eval, Fanout, Sleep, Step, Steps
-from .quorum import Quorum
+from .protocol import SINGLE, Algorithms, Block, Call, Eval, Sleep, Step, Steps
 from .worker import SerialWorker
 
 T = TypeVar("T")
 Args = tuple[str | int, ...]
-
-# How long a quorum round waits for each master: short against any sensible ttl, so a dead
-# or paused master costs a round this much, not a socket timeout.
-NODE_TIMEOUT = 0.25
 
 # Longest single BLPOP when the client has no socket timeout; between slices the waiter
 # re-checks the lock, which bounds the damage of any wake-up that went astray.
@@ -223,71 +218,15 @@ class AsyncTarget:
             return await self.client.execute_command(*fallback(step))
 
 
-class QuorumSyncTarget:
-    """Independent masters, each a SyncTarget, driven together for the quorum algorithms."""
-
-    max_block = MAX_BLOCK  # unused: a quorum waits with backoff, never with BLPOP
-
-    def __init__(self, nodes: list[SyncTarget], node_timeout: float = NODE_TIMEOUT) -> None:
-        self.nodes = nodes
-        self.node_timeout = node_timeout
-        self.algorithms: Algorithms = Quorum(len(nodes))
-        self.renewal_worker: SerialWorker | None = None
-        self.checked = False
-        # One serial worker per master: a hung master blocks only its own queue (a shared
-        # pool would fill up with calls stuck on it), and its commands keep their order, so
-        # a late acquire there is always followed by the release queued after it. Idle
-        # workers end, so a replaced provider leaves no threads behind.
-        self._workers = [SerialWorker("redlock-deco-quorum") for _ in nodes]
-
-    def retire(self) -> None:
-        """This target was replaced (its provider registered again): let its threads go."""
-        for worker in [*self._workers, self.renewal_worker]:
-            if worker is not None:
-                worker.retire()
-
-    def execute(self, step: Step) -> Any:
-        if isinstance(step, Sleep):
-            time.sleep(step.seconds)
-            return None
-        assert isinstance(step, Fanout), step
-        futures = [
-            worker.submit(node.execute, step.step)
-            for worker, node in zip(self._workers, self.nodes, strict=True)
-        ]
-        deadline = time.monotonic() + self.node_timeout
-        replies: list[object] = []
-        for future in futures:
-            try:
-                replies.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
-            except Exception as exc:  # failed or too late: that master grants nothing
-                replies.append(exc)
-        return replies
+class Executes(Protocol):
+    def execute(self, step: Step) -> Any: ...
 
 
-class QuorumAsyncTarget:
-    """Independent masters, each an AsyncTarget, driven together for the quorum algorithms."""
-
-    max_block = MAX_BLOCK
-
-    def __init__(self, nodes: list[AsyncTarget], node_timeout: float = NODE_TIMEOUT) -> None:
-        self.nodes = nodes
-        self.node_timeout = node_timeout
-        self.algorithms: Algorithms = Quorum(len(nodes))
-        self.checked = False
-
-    async def execute(self, step: Step) -> Any:
-        if isinstance(step, Sleep):
-            await asyncio.sleep(step.seconds)
-            return None
-        assert isinstance(step, Fanout), step
-        return await asyncio.gather(
-            *(asyncio.wait_for(node.execute(step.step), self.node_timeout) for node in self.nodes),
-            return_exceptions=True,
-        )
+class ExecutesAsync(Protocol):
+    async def execute(self, step: Step) -> Any: ...
 
 
-def run(steps: Steps[T], target: SyncTarget | QuorumSyncTarget) -> T:
+def run(steps: Steps[T], target: Executes) -> T:
     """Drive an algorithm to its result on a sync client."""
     try:
         step = next(steps)
@@ -300,7 +239,7 @@ def run(steps: Steps[T], target: SyncTarget | QuorumSyncTarget) -> T:
         steps.close()
 
 
-async def run_async(steps: Steps[T], target: AsyncTarget | QuorumAsyncTarget) -> T:
+async def run_async(steps: Steps[T], target: ExecutesAsync) -> T:
     """Drive an algorithm to its result on an asyncio client.
 
     A task cancelled during a step stops at the next step: redis-py (8.x) sometimes completes

@@ -25,8 +25,9 @@ from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
 from . import process
-from .drivers import AsyncTarget, QuorumAsyncTarget, QuorumSyncTarget, SyncTarget
+from .drivers import AsyncTarget, SyncTarget
 from .errors import ProviderError, ProviderNotFound
+from .fanout import QuorumAsyncTarget, QuorumSyncTarget
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
