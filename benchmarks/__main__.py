@@ -1,7 +1,9 @@
 """``python -m benchmarks``: every scenario in one run, then BENCHMARKS.md and the plot.
 
 Starts its own redis-server; needs the ``bench`` extra (python-redis-lock, pottery,
-matplotlib) for the comparison libraries and the plot.
+py-redis-semaphore, matplotlib) for the comparison libraries and the plot, and
+``pip install --no-deps redis-semaphore-eval`` for the last semaphore anchor (its metadata pins
+redis<4, so it cannot be in the extra; skipped with a note when absent).
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ from pathlib import Path
 
 from redlock_deco.testing import RedisServer
 
-from . import asyncio_bench, commands, contention, crash, quorum_bench, semaphore_bench, uncontended
+from . import (
+    asyncio_bench,
+    commands,
+    contention,
+    crash,
+    quorum_bench,
+    semaphore_bench,
+    uncontended,
+    waiters,
+)
 from .candidates import LOCKS
 from .report import Results, markdown, plot
 
@@ -49,14 +60,25 @@ def main() -> int:
                     server.url, library, processes, args.seconds
                 )
         for library in LOCKS:
-            step(f"crash recovery: {library}")
-            results.crash[library] = crash.recovery(server.url, library)
-        step("semaphore")
-        results.semaphore = semaphore_bench.measure(server.url, 8, args.seconds)
+            step(f"crash recovery: {library} ({args.rounds} kills)")
+            results.crash[library] = [
+                crash.recovery(server.url, library) for _ in range(args.rounds)
+            ]
+        found, results.semaphore_missing = semaphore_bench.available()
+        for library, install in results.semaphore_missing.items():
+            step(f"semaphore: {library} is not installed, skipped (`{install}`)")
+        for library in found:
+            step(f"semaphore: {library}")
+            results.semaphore[library] = semaphore_bench.measure(
+                server.url, library, 8, args.seconds
+            )
+        for mode in ("threads", "asyncio tasks"):
+            step(f"{waiters.WAITERS:,} waiters in one process: {mode}")
+            results.waiters.append(waiters.measure(server.url, mode))
     step("asyncio")
     results.asyncio = asyncio_bench.report(*asyncio_bench.measure(args.cycles // 2, args.rounds))
     step("quorum")
-    results.quorum = quorum_bench.report(quorum_bench.measure(args.cycles // 2, args.rounds))
+    results.quorum = quorum_bench.measure(args.cycles // 2, args.rounds)
     results.seconds = time.monotonic() - started
     text = markdown(results)
     if args.no_write:

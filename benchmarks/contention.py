@@ -4,7 +4,8 @@ Workers are forked (cheap enough for 64 of them on 2 cores), start together at a
 instant, and run for a fixed time. Shared memory carries a deliberately non-atomic counter
 (lost updates), the last release instant and its holder (hand-off latency: release -> next
 holder inside, when the lock changes hands). Each worker reports its own count (fairness) and
-its round trips; ``INFO commandstats`` gives the commands the server executed.
+its round trips; ``INFO commandstats`` gives the commands the server executed and the
+microseconds it spent in them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import redis
 
 from .candidates import LOCKS, count_round_trips
+from .commands import server_load
 
 
 @dataclass
@@ -31,6 +33,11 @@ class Contended:
     counts: list[int]
     round_trips: int
     commands: int
+    server_usec: int
+
+    def per_cs(self, total: float) -> float:
+        """``total`` per critical section (one acquire + release)."""
+        return total / max(1, self.cycles)
 
     @property
     def throughput(self) -> float:
@@ -96,10 +103,7 @@ def contend(url: str, library: str, processes: int, seconds: float) -> Contended
     results = [out.get(timeout=seconds + 120) for _ in workers]
     for worker in workers:
         worker.join(30)
-    stats = client.info("commandstats")
-    commands = sum(
-        v["calls"] for k, v in stats.items() if not k.startswith(("cmdstat_config", "cmdstat_info"))
-    )
+    commands, usec = server_load(client)
     cycles = sum(r[1] for r in results)
     return Contended(
         library=library,
@@ -111,6 +115,7 @@ def contend(url: str, library: str, processes: int, seconds: float) -> Contended
         counts=[r[1] for r in sorted(results)],
         round_trips=sum(r[3] for r in results),
         commands=commands,
+        server_usec=usec,
     )
 
 
