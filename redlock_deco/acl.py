@@ -14,9 +14,11 @@ all -- the lease key, fencing counter, semaphore limit, waiter zset and signal l
 - ``{sN}:K:suffix`` when ``K`` contains a ``}`` that would end that tag early (``N`` is a
   number chosen so the key shares ``K``'s cluster slot): ``{s[0-9]*}:prefix*``.
 
-Commands. The library sends EVALSHA (EVAL after NOSCRIPT), BLPOP while waiting and WAIT for
-``replicas=N``; its Lua scripts run the data commands in :data:`SCRIPT_COMMANDS` as the
-calling user, so each of them needs a grant of its own.
+Commands. The library sends EVALSHA (EVAL after NOSCRIPT), SUBSCRIBE while waiting (one
+subscriber per process and server hears hand-offs on ``redlock-deco:host:pid:id``) and WAIT
+for ``replicas=N``; its Lua scripts run the data commands in :data:`SCRIPT_COMMANDS` as the
+calling user, so each of them needs a grant of its own, and PUBLISH a hand-off on the
+waiter's channel (:data:`CHANNELS`).
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 #: Commands the library sends itself.
-CLIENT_COMMANDS = ("evalsha", "eval", "blpop")
+CLIENT_COMMANDS = ("evalsha", "eval", "subscribe", "unsubscribe")
 #: Only with ``replicas=N``: wait for replica acknowledgements after acquiring.
 REPLICA_COMMANDS = ("wait",)
 #: Commands the Lua scripts run (``tests/test_acl.py`` checks this against every script).
 SCRIPT_COMMANDS = (
     "get", "set", "del", "exists", "pttl", "pexpire", "time",
     "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore",
-    "llen", "rpush",
+    "rpush", "lpop", "lpos", "lrem", "publish",
 )  # fmt: skip
+#: The hand-off channels (one per waiting process).
+CHANNELS = ("redlock-deco:*",)
 #: What redis-py's cluster client needs to learn the slot map and the commands' key positions.
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 
@@ -70,8 +74,9 @@ def acl_rules(
         *(CLUSTER_COMMANDS if cluster else ()),
     ]
     # resetkeys/resetchannels/-@all first: rules add up, so a user that existed before keeps
-    # none of its earlier grants (no pub/sub channel is used: waiting is BLPOP on a list).
-    return ["resetkeys", *keys, "resetchannels", "-@all", *(f"+{c}" for c in commands)]
+    # none of its earlier grants.
+    channels = [f"&{glob_escape(c[:-1])}*" for c in CHANNELS]
+    return ["resetkeys", *keys, "resetchannels", *channels, "-@all", *(f"+{c}" for c in commands)]
 
 
 def acl_setuser(user: str = "locker", prefixes: Iterable[str] = DEFAULT_PREFIXES) -> str:

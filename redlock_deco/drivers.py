@@ -5,14 +5,16 @@ sync and asyncio drivers below are the same dozen lines, one with ``await``. Scr
 EVALSHA and fall back to EVAL on NOSCRIPT (a restarted or flushed server forgot the script;
 EVAL runs it and caches it again).
 
+Waiting (:class:`~redlock_deco.protocol.Listen`, :class:`~redlock_deco.protocol.Wait`) takes
+no pooled connection per waiter: the target's one subscriber (:mod:`redlock_deco.waiting`)
+hears every hand-off for this process.
+
 Connection lanes (:func:`lane_sizes`): a client's pool has a fixed number of connections
-(redis-py 8: 100, and a full non-blocking pool *raises*). Waiters blocked in BLPOP and
-acquirers retrying hold pooled connections too, so 120 waiters once left a holder's release
-failing with "Too many connections" and the lock stuck for its ttl. Commands are therefore
-sorted into lanes, each with its own share of the pool: *holding* (release, extend, renew,
-owned: a reserve waiters can never take), *acquiring* (attempts, waiter bookkeeping) and
-*blocking* (BLPOP; a waiter that finds no free blocking place waits for one at most as long
-as its block would have lasted, then simply re-checks the lock, as after any wake-up).
+(redis-py 8: 100, and a full non-blocking pool *raises*). 120 waiters blocked in BLPOP once
+left a holder's release failing with "Too many connections" and the lock stuck for its ttl.
+Commands are therefore sorted into lanes, each with its own share of the pool: *holding*
+(release, extend, renew, owned: a reserve acquirers can never take) and *acquiring*
+(attempts); one connection is kept for the subscriber.
 """
 
 from __future__ import annotations
@@ -24,35 +26,18 @@ from typing import Any, Protocol, TypeVar
 
 from redis.exceptions import NoScriptError
 
-from .protocol import SINGLE, Algorithms, Block, Call, Eval, Sleep, Step, Steps
+from . import waiting
+from .protocol import SINGLE, Algorithms, Call, Eval, Listen, Sleep, Step, Steps, Wait
 from .worker import SerialWorker
 
 T = TypeVar("T")
 Args = tuple[str | int, ...]
-
-# Longest single BLPOP when the client has no socket timeout; between slices the waiter
-# re-checks the lock, which bounds the damage of any wake-up that went astray.
-MAX_BLOCK = 2.0
-
-
-def max_block_for(client: Any) -> float:
-    """Longest safe BLPOP on ``client``: well inside its socket timeout, if it has one."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None)
-    if kwargs is None:  # RedisCluster keeps them on its nodes manager
-        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None) or {}
-    timeout = kwargs.get("socket_timeout")
-    if isinstance(timeout, (int, float)) and timeout > 0:
-        return min(MAX_BLOCK, timeout / 2)
-    return MAX_BLOCK
 
 
 def command(step: Step) -> Args:
     """The Redis command that carries out ``step``."""
     if type(step) is Eval:
         return ("EVALSHA", step.script.sha, len(step.keys), *step.keys, *step.args)
-    if type(step) is Block:
-        return ("BLPOP", step.key, f"{step.timeout:.3f}")
     if type(step) is Call:
         return step.args
     raise TypeError(f"unknown protocol step {step!r}")  # pragma: no cover
@@ -83,53 +68,58 @@ def pool_size(client: Any) -> int | None:
     return size if isinstance(size, int) and 0 < size < UNBOUNDED_POOL else None
 
 
-def lane_sizes(pool: int) -> tuple[int, int, int]:
-    """(holding, acquiring, blocking) places of a pool of ``pool`` connections.
-
-    Together never more than the pool (at least one each, for absurdly small pools).
-    """
-    holding = max(1, min(16, pool // 4))
-    blocking = max(1, min(32, (pool - holding) // 2))
-    acquiring = max(1, pool - holding - blocking)
-    return holding, acquiring, blocking
-
-
-# Waiters on a pool too small for a blocking lane poll at this interval instead of blocking.
-SMALL_POOL_POLL = 0.05
+def lane_sizes(pool: int) -> tuple[int, int]:
+    """(holding, acquiring) places of a pool of ``pool`` connections, one left for the
+    subscriber: together never more than the pool (at least one each)."""
+    holding = max(1, min(16, (pool - 1) // 4))
+    return holding, max(1, pool - 1 - holding)
 
 
 def make_lanes(pool: int | None, semaphore: Any) -> list[Any] | None:
     """One ``semaphore(n)`` per lane (None for an unbounded pool). A pool of 1 or 2 has no
-    blocking lane (None): a waiter blocked in BLPOP there would hold the only connection
-    acquirers or the holder need while the lock may already be free, so waiters poll every
-    SMALL_POOL_POLL instead. A single connection is shared by holders and acquirers."""
+    connection to spare for a subscriber (waiters poll there instead: see
+    :func:`can_listen`); a single connection is shared by holders and acquirers."""
     if pool is None:
         return None
     if pool >= 3:
         return [semaphore(n) for n in lane_sizes(pool)]
     shared = semaphore(1)
-    return [semaphore(1) if pool == 2 else shared, shared, None]
+    return [semaphore(1) if pool == 2 else shared, shared]
+
+
+def can_listen(client: Any) -> bool:
+    """Can hand-offs reach waiters through ``client``: it subscribes, and its pool spares a
+    connection for that."""
+    pool = pool_size(client)
+    return waiting.supported(client) and (pool is None or pool >= 3)
+
+
+def is_cluster(client: Any) -> bool:
+    return hasattr(client, "get_node_from_key")
 
 
 def lane_of(step: Step) -> int:
-    """0 holding, 1 acquiring, 2 blocking."""
-    if type(step) is Block:
-        return 2
+    """0 holding, 1 acquiring."""
     return 1 if type(step) is Eval and step.script.waiting else 0
 
 
 class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
-    __slots__ = ("checked", "client", "lanes", "max_block", "renewal_worker")
+    __slots__ = ("checked", "client", "counted", "lanes", "renewal_worker", "waiting")
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.max_block = max_block_for(client)
         self.lanes = make_lanes(pool_size(client), threading.BoundedSemaphore)
         self.renewal_worker: SerialWorker | None = None  # renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
+        self.waiting = waiting.SyncWaiting(client) if can_listen(client) else None
+        self.counted = not is_cluster(client)
+
+    @property
+    def listening(self) -> bool:
+        return self.waiting is not None and self.waiting.listening
 
     def retire(self) -> None:
         """This target was replaced (its provider registered again): let its thread go."""
@@ -137,20 +127,18 @@ class SyncTarget:
             self.renewal_worker.retire()
 
     def execute(self, step: Step) -> Any:
-        if isinstance(step, Sleep):
-            time.sleep(step.seconds)
+        kind = type(step)
+        if kind is Wait:
+            return step.registration.wait(step.timeout)  # type: ignore[union-attr]
+        if kind is Listen:
+            return None if self.waiting is None else self.waiting.listen(step.token)  # type: ignore[union-attr]
+        if kind is Sleep:
+            time.sleep(step.seconds)  # type: ignore[union-attr]
             return None
         if self.lanes is None:
             return self._send(step)
         lane = self.lanes[lane_of(step)]
-        if type(step) is Block:
-            if lane is None:  # a pool too small to block in: poll
-                time.sleep(min(step.timeout, SMALL_POOL_POLL))
-                return None
-            if not lane.acquire(timeout=step.timeout):
-                return None  # no place to block in: re-check the lock, as after a timeout
-        else:
-            lane.acquire()
+        lane.acquire()
         try:
             return self._send(step)
         finally:
@@ -168,21 +156,36 @@ class SyncTarget:
 class AsyncTarget:
     """One ``redis.asyncio`` client (bound to one event loop) and what derives from it."""
 
-    __slots__ = ("checked", "client", "lanes", "max_block")
+    __slots__ = ("checked", "client", "counted", "lanes", "waiting")
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.max_block = max_block_for(client)
         self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
         self.checked = False
+        self.waiting = waiting.AsyncWaiting(client) if can_listen(client) else None
+        self.counted = not is_cluster(client)
+
+    @property
+    def listening(self) -> bool:
+        return self.waiting is not None and self.waiting.listening
+
+    def stop(self) -> None:
+        """Its loop is closing: end the subscriber."""
+        if self.waiting is not None:
+            self.waiting.stop()
 
     async def execute(self, step: Step) -> Any:
-        if isinstance(step, Sleep):
-            await asyncio.sleep(step.seconds)
+        kind = type(step)
+        if kind is Wait:
+            return await step.registration.wait(step.timeout)  # type: ignore[union-attr]
+        if kind is Listen:
+            if self.waiting is None:
+                return None
+            return await self.waiting.listen(step.token)  # type: ignore[union-attr]
+        if kind is Sleep:
+            await asyncio.sleep(step.seconds)  # type: ignore[union-attr]
             return None
-        if type(step) is Block:
-            return await self._block(step)
         if self.lanes is None:
             return await self._send(step)
         lane = self.lanes[lane_of(step)]
@@ -191,23 +194,6 @@ class AsyncTarget:
             return await self._send(step)
         finally:
             lane.release()
-
-    async def _block(self, step: Block) -> Any:
-        """BLPOP within the blocking lane (or without one, on an unbounded pool)."""
-        lane = self.lanes[2] if self.lanes is not None else None
-        if self.lanes is not None and lane is None:  # a pool too small to block in: poll
-            await asyncio.sleep(min(step.timeout, SMALL_POOL_POLL))
-            return None
-        if lane is not None:
-            try:
-                await asyncio.wait_for(lane.acquire(), step.timeout)
-            except (TimeoutError, asyncio.TimeoutError):
-                return None  # no place to block in: re-check the lock, as after a timeout
-        try:
-            return await self._send(step)
-        finally:
-            if lane is not None:
-                lane.release()
 
     async def _send(self, step: Step) -> Any:
         if type(step) is Call and step.route is not None:

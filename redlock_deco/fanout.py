@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from .drivers import MAX_BLOCK, AsyncTarget, SyncTarget
+from .drivers import AsyncTarget, SyncTarget
 from .protocol import Algorithms, Fanout, Sleep, Step
 from .quorum import Quorum
 from .worker import SerialWorker
@@ -20,7 +20,7 @@ NODE_TIMEOUT = 0.25
 class QuorumSyncTarget:
     """Independent masters, each a SyncTarget, driven together for the quorum algorithms."""
 
-    max_block = MAX_BLOCK  # unused: a quorum waits with backoff, never with BLPOP
+    listening = False  # a quorum waits with backoff, never for a hand-off
 
     def __init__(self, nodes: list[SyncTarget], node_timeout: float = NODE_TIMEOUT) -> None:
         self.nodes = nodes
@@ -62,7 +62,7 @@ class QuorumSyncTarget:
 class QuorumAsyncTarget:
     """Independent masters, each an AsyncTarget, driven together for the quorum algorithms."""
 
-    max_block = MAX_BLOCK
+    listening = False
 
     def __init__(self, nodes: list[AsyncTarget], node_timeout: float = NODE_TIMEOUT) -> None:
         self.nodes = nodes

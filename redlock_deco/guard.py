@@ -55,9 +55,12 @@ def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | 
     return lease
 
 
-def _claim(kind: Kind, options: LeaseOptions, key: str) -> Claim:
+def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
     keys = Keys.for_key(key, kind, options.fencing)
-    return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas)
+    confirm = options.fencing or options.replicas > 0 or not options.auto_renew
+    counted = getattr(target, "counted", True)
+    return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas,
+                 confirm, counted)  # fmt: skip
 
 
 def _check_fencing(options: LeaseOptions, target: Any) -> None:
@@ -103,7 +106,7 @@ def _new_lease(
     lease = Lease(
         claim, name=name, provider=options.provider, target=target, started=started, io=io,
         alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
-        on_lost=on_lost, by_object=by_object,
+        on_lost=on_lost, by_object=by_object, lease_ms=granted.lease_ms,
     )  # fmt: skip
     if events.listeners:
         events.emit("acquired", name, claim.keys.key, lease.acquired_at - started)
@@ -181,10 +184,10 @@ def enter(
         return lease
     target = providers.sync_target(options.provider)
     _check_fencing(options, target)
-    claim = _claim(kind, options, key)
+    claim = _claim(kind, options, key, target)
     started = time.monotonic()
     try:
-        result = drivers.run(target.algorithms.acquire(claim, wait, target.max_block), target)
+        result = drivers.run(target.algorithms.acquire(claim, wait, target.listening), target)
     except BaseException as exc:
         _cut_short(claim, target, exc)
         raise
@@ -296,11 +299,11 @@ async def enter_async(
     _check_fencing(options, target)
     if not target.checked:  # before acquiring: a cancellation here leaves nothing held
         await eviction.check_async_once(target)
-    claim = _claim(kind, options, key)
+    claim = _claim(kind, options, key, target)
     started = time.monotonic()
     try:
         result = await drivers.run_async(
-            target.algorithms.acquire(claim, wait, target.max_block), target
+            target.algorithms.acquire(claim, wait, target.listening), target
         )
     except BaseException as exc:
         await _cut_short_async(claim, target, exc)

@@ -94,6 +94,7 @@ class Lease:
         max_hold: float | None = None,
         on_lost: Callable[[Lease], object] | None = None,
         by_object: bool = False,
+        lease_ms: int | None = None,
     ) -> None:
         self.claim = claim
         # Held by a primitive object rather than a thread or task (an asyncio acquire that
@@ -116,8 +117,10 @@ class Lease:
         self.renewing = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms = claim.ttl_ms
         self.recorded_at = started  # when the request behind the recorded expiry was sent
-        self.expires_at = started + claim.ttl_ms / 1000
-        self.next_renew = started + claim.ttl_ms / 1000 * RENEW_FRACTION
+        # A hand-off starts shorter than the ttl (``lease_ms``); renewals carry the ttl.
+        lease = (claim.ttl_ms if lease_ms is None else lease_ms) / 1000
+        self.expires_at = started + lease
+        self.next_renew = started + lease * RENEW_FRACTION
 
     def __repr__(self) -> str:
         return f"<Lease {self.key!r} {self.state.value}>"

@@ -107,6 +107,10 @@ class LoopState:
                 )
         if self.renewer is not None:
             self.renewer.stop()
+        for target in self.targets.values():
+            stop = getattr(target, "stop", None)  # its subscriber, on a client closed next
+            if stop is not None:
+                stop()
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
                 await client.aclose()

@@ -6,14 +6,23 @@ long, sleep) and receives each step's reply; it returns its result. The thin dri
 async paths cannot drift apart, and tests can drive an algorithm with scripted replies and a
 fake clock.
 
-Waiting design: a waiter blocks with BLPOP on a per-lock *signal list* that releases push to,
-rather than subscribing to pub/sub. Chosen because (1) the signal is data, not a message: a
-release that lands between the failed attempt and the start of the BLPOP is still in the list,
-so wake-ups cannot be lost without a subscribe-then-retry dance; (2) a release wakes exactly one
-waiter, and Redis serves blocked BLPOPs first-come first-served, so 64 waiters do not stampede
-and the longest waiter goes first; (3) it needs no extra connection or listener thread and
-works the same through redis.asyncio and a cluster client. Every block is also bounded by the
-holder's remaining lease (a crashed holder sends nothing) and by the client's socket timeout.
+Waiting design: direct hand-off. A waiter that finds the lease taken joins a FIFO queue on
+the server in the same script; a release then gives the lease straight to the first queued
+waiter that still listens (a short hand-off lease in its name) and PUBLISHes its token on its
+process's channel, where one subscriber per process and server wakes it (see
+:mod:`redlock_deco.waiting` and ``lua/waiters.lua``). The waiter wakes up *holding* the lease:
+no race for it, no acquire round trip, and a releaser that comes straight back queues behind
+those already waiting. It takes the lease to its own ttl through its first renewal (at a
+third of the hand-off lease), or at once when it needs a fencing token, replica
+acknowledgements or has no renewer (:attr:`Claim.confirm`). A grantee that died never does,
+and the lease passes on when the hand-off lease ends; a waiter whose process is gone is
+skipped at once (nobody heard its grant). Every wait is bounded by the holder's remaining
+lease (a crashed holder sends nothing) and by RECHECK, after which the waiter asks the
+server again, keeping its place: a lost grant costs latency, never correctness.
+
+A granted lease is measured from when its grant arrived: it began a little earlier, on the
+server, by the grant's delivery time. The first renewal, at a third of the hand-off lease,
+puts holder and server in agreement again (and reports the lease lost if it was).
 """
 
 from __future__ import annotations
@@ -54,10 +63,20 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
-    """BLPOP ``key`` for at most ``timeout`` seconds; the reply is None on timeout."""
+class Listen:
+    """Register to hear a hand-off for ``token`` (subscribing this process to its grants on
+    the first use); the reply is a registration to pass to :class:`Wait`, or None if hand-offs
+    cannot reach this process there (then the waiter polls)."""
 
-    key: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for ``registration``'s hand-off at most ``timeout`` seconds; the reply is when
+    it arrived (monotonic seconds), or None."""
+
+    registration: Any
     timeout: float
 
 
@@ -74,15 +93,23 @@ class Fanout:
     step: Eval
 
 
-Step: TypeAlias = Eval | Call | Block | Sleep | Fanout
+Step: TypeAlias = Eval | Call | Listen | Wait | Sleep | Fanout
 Steps: TypeAlias = Generator[Step, Any, T]
 
-# A BLPOP timeout of 0 means "forever": never send less than this.
-MIN_BLOCK = 0.001
+# The shortest wait worth a step.
+MIN_WAIT = 0.001
 # Retry this long after the holder's lease should have ended (server expiry is exact to ~1 ms).
 EXPIRY_SLACK = 0.002
-# A waiter stays registered this much longer than its block, covering its round trips.
-WINDOW_SLACK = 1.0
+# A waiter asks the server again after at most this long without a grant: the bound on what
+# a lost grant (or a grantee that never took its hand-off) costs.
+RECHECK = 1.0
+# The queue lives this long after its last join; every waiter re-joins within RECHECK.
+QUEUE_WINDOW_MS = 3000
+# A release hands the lease to the next waiter for this long (ms); the grantee extends it to
+# its own ttl. What a grantee that died after being served keeps the lock for.
+HANDOFF_MS = 1000
+# Acquire modes (see lua/lock_acquire.lua).
+TRY, QUEUE, AGAIN = 0, 1, 2
 # A fencing counter is kept this long after the last acquisition of its name (7 days); past
 # that the server's clock (in microseconds) carries the sequence on.
 FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
@@ -132,19 +159,25 @@ class Keys:
     """The Redis keys of one lock or semaphore: the lease key and its waiting machinery."""
 
     key: str
-    waiters: str
-    signal: str | None  # None: no signal list can be used here, wait with jittered backoff
+    queue: str  # the waiters, in arrival order
     limit: str | None = None  # semaphores: where the limit is kept for `inspect`
     fence: str | None = None  # fenced locks: the per-name fencing counter
 
     @classmethod
     def for_key(cls, key: str, kind: Kind | None = None, fencing: bool = False) -> Keys:
-        limit = sibling(key, "limit") if kind is not None and not kind.reentrant else None
-        fence = sibling(key, "fence") if fencing else None
-        return cls(key, sibling(key, "waiters"), sibling(key, "signal"), limit, fence)
+        return _keys(key, kind is not None and not kind.reentrant, fencing)
 
     def extra(self) -> tuple[str, ...]:
+        """The semaphore's limit key, if any (the scripts' last key)."""
         return () if self.limit is None else (self.limit,)
+
+
+@functools.lru_cache(maxsize=4096)
+def _keys(key: str, limited: bool, fencing: bool) -> Keys:
+    """Key layouts are cached: a hot name is laid out once, not on every call."""
+    limit = sibling(key, "limit") if limited else None
+    fence = sibling(key, "fence") if fencing else None
+    return Keys(key, sibling(key, "queue"), limit, fence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,19 +223,28 @@ class Claim:
     ttl_ms: int
     limit: int = 1
     replicas: int = 0  # replica acknowledgements (WAIT) required after acquiring
+    # A hand-off is taken to the full ttl at once, not by the first renewal: needed for a
+    # fencing token, for replica acknowledgements, and when nothing renews the lease.
+    confirm: bool = False
+    # PUBLISH counts prove a waiter's process gone (not on a cluster: they cover one node).
+    counted: bool = True
 
-    def acquire_step(self, window_ms: int) -> Eval:
+    def acquire_step(self, mode: int = TRY) -> Eval:
         keys = self.keys
-        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters, *keys.extra())
-        args: tuple[str | int, ...] = (self.token, self.ttl_ms, window_ms, self.limit)
+        args: tuple[str | int, ...] = (
+            self.token, self.ttl_ms, mode, QUEUE_WINDOW_MS, HANDOFF_MS, int(self.counted),
+            self.limit,
+        )  # fmt: skip
         if keys.fence is not None:
-            waiting, args = (*waiting, keys.fence), (*args, FENCE_KEEP_MS)
-        return Eval(self.kind.acquire_script, waiting, args)
+            args = (*args, FENCE_KEEP_MS)
+        fence = () if keys.fence is None else (keys.fence,)
+        return Eval(self.kind.acquire_script, (keys.key, keys.queue, *keys.extra(), *fence), args)
 
-    def release_step(self) -> Eval:
+    def release_step(self, leaving: bool = False) -> Eval:
+        """The release; ``leaving``: by a waiter giving up, which also leaves the queue."""
         keys = self.keys
-        waiting = (keys.key, keys.waiters, keys.signal or keys.waiters, *keys.extra())
-        return Eval(self.kind.release_script, waiting, (self.token,))
+        args = (self.token, HANDOFF_MS, int(self.counted), int(leaving))
+        return Eval(self.kind.release_script, (keys.key, keys.queue, *keys.extra()), args)
 
     def extend_step(self, ttl_ms: int) -> Eval:
         keys = (self.keys.key, *self.keys.extra())
@@ -210,12 +252,6 @@ class Claim:
 
     def owned_step(self) -> Eval:
         return Eval(self.kind.owned_script, (self.keys.key,), (self.token,))
-
-    def leave_step(self) -> Eval:
-        keys = self.keys
-        return Eval(
-            scripts.WAITER_LEAVE, (keys.waiters, keys.signal or keys.waiters), (self.token,)
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +262,8 @@ class Granted:
 
     fencing_token: int | None = None
     sent_at: float | None = field(default=None, compare=False)  # timing, not the outcome
+    # A hand-off not yet taken to the full ttl: the lease lasts this long (ms) from sent_at.
+    lease_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +290,7 @@ class Algorithms(Protocol):
         self,
         claim: Claim,
         wait: float | None,
-        max_block: float,
+        listening: bool = False,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
     ) -> Steps[Acquired]: ...
@@ -270,49 +308,72 @@ class SingleNode:
         self,
         claim: Claim,
         wait: float | None,
-        max_block: float,
+        listening: bool = False,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
     ) -> Steps[Acquired]:
-        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once)."""
+        """Take the lease until ``wait`` seconds have passed (None: forever, 0: once).
+
+        ``listening``: hand-offs already reach this process on this server, so the first
+        attempt queues at once if the lease is taken. Otherwise it only tries; a waiter then
+        starts listening and queues with its next attempt (a grant published before anyone
+        listens would be lost, and the waiter skipped as gone).
+        """
         deadline = math.inf if wait is None else clock() + wait
-        # Only a waiter that will block on the signal list registers as one.
-        blocks = wait != 0 and claim.keys.signal is not None
-        window_ms = math.ceil((max_block + WINDOW_SLACK) * 1000) if blocks else 0
+        mode = QUEUE if listening and wait != 0 else TRY
+        registration: Any = None
+        polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
-        while True:
-            sent_at = clock()
-            reply = yield claim.acquire_step(window_ms)
-            code, lease_ms = reply[0], reply[1]
-            acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
-            unreplicated: int | None = None
-            if acquired and claim.replicas:
-                # Held on the primary only: wait until enough replicas have the write too, or
-                # a failover could hand the lock to someone else (Redisson's safe mode).
-                timeout = min(REPLICA_WAIT_MAX, max(REPLICA_WAIT_MIN, deadline - clock()))
-                wait_ms = math.ceil(timeout * 1000)
-                acked = yield Call(("WAIT", claim.replicas, wait_ms), route=claim.keys.key)
-                if int(acked) < claim.replicas:
-                    yield claim.release_step()  # too few copies: this attempt failed
-                    acquired, lease_ms, unreplicated = False, -2, int(acked)
-            if acquired:
-                return Granted(int(reply[2]) if len(reply) > 2 else None, sent_at)
-            remaining = deadline - clock()
-            if remaining <= 0:
-                if window_ms:
-                    yield claim.leave_step()  # leave no waiter entry behind
-                return NotGranted(unreplicated)
-            # A holder that crashed sends no release: wake when its lease must have ended.
-            bound = remaining if lease_ms < 0 else min(remaining, lease_ms / 1000 + EXPIRY_SLACK)
-            if claim.keys.signal is None or lease_ms == -2:
-                failures += 1
-                yield Sleep(min(bound, backoff(failures, rand)))
-            else:
-                # Sliced below the client's socket timeout: a longer BLPOP would fail or be
-                # silently retried by redis-py, and a waiter would give up far too late.
-                yield Block(claim.keys.signal, max(MIN_BLOCK, min(bound, max_block)))
-            # Loop: after any wake-up, try once more even if the deadline just passed, so a
-            # signal taken from the list is never wasted.
+        try:
+            while True:
+                sent_at = clock()
+                reply = yield claim.acquire_step(mode)
+                code, lease_ms = reply[0], reply[1]
+                acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
+                unreplicated: int | None = None
+                if acquired and claim.replicas:
+                    # Held on the primary only: wait until enough replicas have the write too,
+                    # or a failover could hand the lock to someone else (Redisson's safe mode).
+                    timeout = min(REPLICA_WAIT_MAX, max(REPLICA_WAIT_MIN, deadline - clock()))
+                    wait_ms = math.ceil(timeout * 1000)
+                    acked = yield Call(("WAIT", claim.replicas, wait_ms), route=claim.keys.key)
+                    if int(acked) < claim.replicas:
+                        yield claim.release_step()  # too few copies: this attempt failed
+                        acquired, lease_ms, unreplicated = False, -2, int(acked)
+                if acquired:
+                    return Granted(int(reply[2]) if len(reply) > 2 else None, sent_at)
+                if not polling and registration is None:
+                    registration = yield Listen(claim.token)
+                    if registration is None:
+                        polling, mode = True, TRY
+                    elif mode == TRY:
+                        mode = QUEUE  # listening now: queue at once
+                        continue
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    if mode != TRY:
+                        # Leave the queue; a hand-off that reached us meanwhile is passed on.
+                        yield claim.release_step(leaving=True)
+                    return NotGranted(unreplicated)
+                # A holder that crashed sends no release: wake when its lease must have ended.
+                bound = (
+                    remaining if lease_ms < 0 else min(remaining, lease_ms / 1000 + EXPIRY_SLACK)
+                )
+                if polling or lease_ms == -2:
+                    failures += 1
+                    yield Sleep(min(bound, backoff(failures, rand)))
+                    continue
+                handed_at = yield Wait(registration, max(MIN_WAIT, min(bound, RECHECK)))
+                if handed_at is not None and not claim.confirm:
+                    # Woken up holding it: the hand-off lease, taken on by the first renewal.
+                    lease = min(HANDOFF_MS, claim.ttl_ms)
+                    return Granted(None, handed_at, lease)
+                # Ask the server: confirm a hand-off, or find one whose grant was lost, or
+                # queue on (keeping our place).
+                mode = AGAIN
+        finally:
+            if registration is not None:
+                registration.close()
 
     def release(self, claim: Claim) -> Steps[bool]:
         """Give the lease back; False if it was no longer ours (nothing was touched then).
@@ -343,8 +404,7 @@ class SingleNode:
     def abandon(self, claim: Claim) -> Steps[None]:
         """Undo an acquire interrupted mid-flight: its SET may have landed without us hearing
         the reply, and its waiter entry may remain. Both touch only this token's data."""
-        yield claim.release_step()
-        yield claim.leave_step()
+        yield claim.release_step(leaving=True)
 
 
 SINGLE = SingleNode()

@@ -78,7 +78,7 @@ class Quorum:
         self,
         claim: Claim,
         wait: float | None,
-        max_block: float,
+        listening: bool = False,  # a quorum has no queue: it waits with jittered backoff
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
     ) -> Steps[Acquired]:

@@ -1,8 +1,8 @@
 """The Lua scripts, loaded from package files, and the one table of their reply codes.
 
 Each ``lua/*.lua`` file starts with its contract (KEYS, ARGV, returns). A header line
-``-- include: waiters`` prepends ``lua/waiters.lua``, so the waiter/wake-up logic exists once
-in Lua although every lock and semaphore script uses it. Scripts are run with EVALSHA and fall
+``-- include: waiters`` prepends ``lua/waiters.lua``, so the queue and hand-off logic exists
+once in Lua although every lock and semaphore script uses it. Scripts are run with EVALSHA and fall
 back to EVAL on NOSCRIPT (a restarted or flushed server), see :mod:`redlock_deco.drivers`.
 """
 
@@ -43,7 +43,6 @@ LOCK_RELEASE = load("lock_release")
 LOCK_EXTEND = load("lock_extend")
 LOCK_OWNED = load("lock_owned")
 LOCK_COUNT = load("lock_count")
-WAITER_LEAVE = load("waiter_leave", waiting=True)
 SEM_ACQUIRE = load("sem_acquire", waiting=True)
 SEM_RELEASE = load("sem_release")
 SEM_EXTEND = load("sem_extend")

@@ -1,8 +1,10 @@
 """Owner tokens: a readable holder prefix plus 128 random bits from :mod:`secrets`.
 
-``host:pid:<32 hex digits>``. The prefix lets ``inspect`` say who holds a lock; the random
-part is what makes a token unguessable, so a client that knows a lock's name but not its token
-can neither release nor extend it.
+``host:pid:<8 hex digits>:<32 hex digits>``. The prefix lets ``inspect`` say who holds a lock
+(``host:pid``), and names this process's hand-off channel (with a random process id: two
+containers can share a host name and a pid, never their channel). The last, secret part is
+what makes a token unguessable, so a client that knows a lock's name but not its token can
+neither release nor extend it.
 
 Random bits are drawn from ``secrets`` in batches and each 16-byte slice is used once: one
 ``getrandom`` system call per call cost ~8 us on slow VMs, a visible share of an uncontended
@@ -28,12 +30,12 @@ def reset() -> None:
     """Start afresh: a new pid in the prefix, no random bits shared with another process
     (called again in a forked child by :mod:`redlock_deco.process`)."""
     global _prefix
-    _prefix = f"{socket.gethostname()}:{os.getpid()}:"
+    _prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}:"
     _pool.clear()
 
 
 def holder_prefix() -> str:
-    """``host:pid:`` of this process."""
+    """``host:pid:process-id:`` of this process."""
     return _prefix
 
 
@@ -49,7 +51,7 @@ def new_token() -> str:
 
 def holder_of(token: str) -> str:
     """The readable ``host:pid`` part of a token, never its secret part."""
-    return token.rpartition(":")[0]
+    return token.rsplit(":", 2)[0]
 
 
 reset()

@@ -66,13 +66,13 @@ def test_cancelled_while_waiting_leaves_nothing_held(r: redis.Redis) -> None:
     async def scenario() -> None:
         async with Lock("c", ttl=10):
             waiter = asyncio.create_task(Lock("c", wait=30).acquire())
-            while not r.exists("{lock:c}:waiters"):
+            while not r.exists("{lock:c}:queue"):
                 await asyncio.sleep(0.001)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiter
             await asyncio.sleep(0.05)  # the shielded clean-up runs to its end
-            assert not r.exists("{lock:c}:waiters")
+            assert not r.exists("{lock:c}:queue")
         assert await wait_empty(r) == 0
 
     asyncio.run(scenario())

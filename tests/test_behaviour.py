@@ -228,7 +228,7 @@ def test_prompt_hand_off_and_wake_on_expiry(api: Api, r: redis.Redis) -> None:
                 return time.perf_counter()
 
         handle = api.spawn(waiter)
-        while not r.exists("{lock:h}:waiters"):
+        while not r.exists("{lock:h}:queue"):
             await api.sleep(0.002)
         released = time.perf_counter()
         await holder.release()

@@ -102,7 +102,7 @@ def test_prompt_wake_up_on_release(r: redis.Redis) -> None:
     got: list[float] = []
     t = threading.Thread(target=lambda: got.append(_timed_enter("wake")))
     t.start()
-    while not r.exists("{sem:wake}:waiters"):
+    while not r.exists("{sem:wake}:queue"):
         time.sleep(0.001)
     released = time.perf_counter()
     holder.release()

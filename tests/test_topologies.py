@@ -67,7 +67,7 @@ def test_cluster_waiting_renewal_and_hand_off(cluster_client: redis.RedisCluster
         )
     )
     waiter.start()
-    while not cluster_client.exists("{lock:handoff}:waiters"):
+    while not cluster_client.exists("{lock:handoff}:queue"):
         time.sleep(0.002)
     released = time.perf_counter()
     holder.release()

@@ -36,7 +36,7 @@ def test_prompt_hand_off_to_a_waiting_thread(r: redis.Redis) -> None:
         t = threading.Thread(target=waiter)
         t.start()
         waiting.wait(5)
-        while not r.exists("{lock:h}:waiters"):  # the waiter has registered and blocks
+        while not r.exists("{lock:h}:queue"):  # the waiter has registered and blocks
             time.sleep(0.001)
         released = time.perf_counter()
         holder.release()
@@ -53,7 +53,7 @@ def test_waiter_that_gives_up_leaves_no_registration(r: redis.Redis) -> None:
         t = threading.Thread(target=lambda: Lock("gu", wait=0.1).acquire())
         t.start()
         t.join(5)
-        assert not r.exists("{lock:gu}:waiters")
+        assert not r.exists("{lock:gu}:queue")
     assert r.dbsize() == 0
 
 
@@ -83,7 +83,7 @@ def test_commands_per_contended_critical_section(r: redis.Redis, server: RedisSe
     waiter = Lock("cmd", wait=5)
     t = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
     t.start()
-    while not r.exists("{lock:cmd}:waiters"):
+    while not r.exists("{lock:cmd}:queue"):
         time.sleep(0.001)
     time.sleep(0.05)
     holder.release()

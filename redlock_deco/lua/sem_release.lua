@@ -1,21 +1,27 @@
--- Give back a semaphore slot if, and only if, the caller's lease on it is still live; wake one
--- waiter for the freed slot.
+-- Give back a semaphore slot if, and only if, the caller's lease on it is still live, handing
+-- the freed slot to the first queued waiter still listening.
 -- include: waiters
--- KEYS[1] holders zset; KEYS[2] waiter zset; KEYS[3] signal list; KEYS[4] limit
--- ARGV[1] token
+-- KEYS[1] holders zset; KEYS[2] waiter queue; KEYS[3] limit
+-- ARGV[1] token; ARGV[2] hand-off lease in ms; ARGV[3] '1' if PUBLISH counts prove a waiter
+-- gone ('0' on a cluster); ARGV[4] '1' if the caller was a waiter giving up: leave the queue
+-- first (and pass on a slot handed to us meanwhile)
 -- returns 1 released | 0 its lease had ended (still listed, past its end)
 --       | 2 not listed (ended and swept, removed -- or this very release, re-sent by a client
 --           retry after its reply was lost, already ran)
+if ARGV[4] == '1' then
+  redis.call('LREM', KEYS[2], 0, ARGV[1])
+end
 local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not ends then
   return 2
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+local now = now_ms()
+sem_serve(KEYS[1], KEYS[2], 1, now, tonumber(ARGV[2]), ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[4])  -- the last holder left: leave no key behind
+  redis.call('DEL', KEYS[3])  -- the last holder left: leave no key behind
 end
-wake(KEYS[2], KEYS[3], 1)
-if tonumber(ends) <= now_ms() then
+if tonumber(ends) <= now then
   return 0
 end
 return 1

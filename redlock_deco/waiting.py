@@ -1,0 +1,350 @@
+"""Waiting for a hand-off: one subscriber per server and process (per event loop for asyncio),
+however many threads or tasks wait.
+
+A release hands the lease to the head of the queue and PUBLISHes that waiter's token on its
+process's channel (see ``lua/waiters.lua``). Here one subscriber connection per target reads
+those grants and wakes the waiter they name: a thread through an event, a task through its own
+event. 1,000 waiters cost one connection for waiting, not 1,000 (the BLPOP design before this
+held a pooled connection per waiter, and releases then starved for connections).
+
+- A waiter registers right after its attempt queued it. A grant that arrives first (the
+  PUBLISH raced the attempt's reply) is kept briefly for it (:class:`Board`).
+- A grant for a waiter that gave up meanwhile is dropped: the release its leaving sends
+  passes the lease on (it compares tokens, so nothing is lost or released twice).
+- A lost grant (the subscriber reconnected) costs latency, never correctness: every wait is
+  bounded (``protocol.RECHECK``), after which the waiter asks the server itself.
+- The subscription is opened by the first waiter, so an uncontended process holds no extra
+  connection; sync waiters read it themselves (:class:`SyncWaiting`), asyncio ones through
+  a reader task that ends after IDLE seconds with nobody waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from . import tokens
+
+log = logging.getLogger("redlock_deco")
+
+CHANNEL_PREFIX = "redlock-deco:"
+# An asyncio reader task with nobody waiting ends after this long (the next waiter starts one).
+IDLE = 10.0
+# How long a first waiter waits for its subscription; past it, it polls instead.
+START_TIMEOUT = 2.0
+# Each read of the subscription blocks at most this long.
+READ_TIMEOUT = 1.0
+# After a failed read (connection trouble), subscribe again after this long.
+RETRY_DELAY = 0.1
+# A grant nobody registered for yet is kept this long, and at most this many of them.
+EARLY_KEEP = 5.0
+EARLY_MAX = 1024
+
+
+def channel() -> str:
+    """This process's grant channel (the token's holder part: it changes in a forked child)."""
+    return CHANNEL_PREFIX + tokens.holder_prefix().rstrip(":")
+
+
+def supported(client: Any) -> bool:
+    """Can ``client`` subscribe? (redis-py's asyncio cluster client cannot in some versions.)"""
+    return callable(getattr(client, "pubsub", None))
+
+
+def _text(data: Any) -> str:
+    return data.decode() if isinstance(data, bytes) else str(data)
+
+
+class Board:
+    """Who waits for which token, and grants that arrived before their waiter registered.
+
+    Pure bookkeeping; the callers hold their own lock (sync) or run in one loop (asyncio).
+    """
+
+    __slots__ = ("early", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, Any] = {}
+        self.early: OrderedDict[str, float] = OrderedDict()
+
+    def add(self, token: str, waiter: Any) -> float | None:
+        """Register ``waiter``; the time of a grant already received for it, if any."""
+        self.waiting[token] = waiter
+        return self.early.pop(token, None)
+
+    def forget(self, token: str) -> None:
+        self.waiting.pop(token, None)
+
+    def deliver(self, token: str, now: float) -> Any:
+        """The waiter a grant names, or None (then kept a moment for a waiter to come)."""
+        waiter = self.waiting.get(token)
+        if waiter is None:
+            while self.early and (
+                len(self.early) >= EARLY_MAX or next(iter(self.early.values())) < now - EARLY_KEEP
+            ):
+                self.early.popitem(last=False)
+            self.early[token] = now
+        return waiter
+
+
+# -- sync --------------------------------------------------------------------------------
+#
+# No subscriber thread: one of the waiting threads reads the subscription (the *reader*),
+# handing others' grants to them. A grant for the reader itself costs no thread switch at all
+# -- with a dedicated thread every hand-off paid two (subscriber, then waiter), which on a
+# loaded machine was most of its latency. A reader that leaves wakes another waiter to take
+# over, so the subscription is read whenever anyone waits.
+
+
+class Handoff:
+    """One thread's registration: woken when a release hands it the lease."""
+
+    __slots__ = ("_event", "_owner", "at", "token")
+
+    def __init__(self, owner: SyncWaiting, token: str) -> None:
+        self._owner = owner
+        self._event = threading.Event()
+        self.token = token
+        self.at: float | None = None  # when its grant arrived
+
+    def granted(self, at: float) -> None:
+        self.at = at
+        self._event.set()
+
+    def nudge(self) -> None:
+        """Wake it without a grant: the reader left, someone must read."""
+        self._event.set()
+
+    def wait(self, timeout: float) -> float | None:
+        """When the grant arrived (monotonic), or None if ``timeout`` passed first."""
+        return self._owner.wait(self, timeout)
+
+    def take(self) -> float | None:
+        """The grant's time, consumed (a later wait, after a failed confirm, waits anew)."""
+        at, self.at = self.at, None
+        if at is not None:
+            self._event.clear()
+        return at
+
+    def close(self) -> None:
+        self._owner.forget(self)
+
+
+class SyncWaiting:
+    """The grant subscription of one sync target, and the threads waiting on it.
+
+    Opened by the first waiter and kept (one connection per server and process); a
+    killed process's subscription closes with it, which is how releases know to skip its
+    waiters.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._lock = threading.Lock()  # the board
+        self._reading = threading.Lock()  # held by the one thread reading the subscription
+        self._board = Board()
+        self._pubsub: Any = None  # touched only by the reader
+        self._subscribed = False
+
+    @property
+    def listening(self) -> bool:
+        """Subscribed now: an attempt may queue at once, its grant will reach us."""
+        return self._subscribed
+
+    def listen(self, token: str) -> Handoff | None:
+        """Register ``token``'s waiter (subscribing first if needed); None if it cannot."""
+        handoff = Handoff(self, token)
+        with self._lock:
+            early = self._board.add(token, handoff)
+        if early is not None:
+            handoff.granted(early)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._subscribed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._reading.acquire(timeout=remaining):
+                handoff.close()
+                return None
+            try:
+                self._read(handoff, deadline, until_subscribed=True)
+            finally:
+                self._leave_reading(handoff)
+        return handoff
+
+    def forget(self, handoff: Handoff) -> None:
+        with self._lock:
+            if self._board.waiting.get(handoff.token) is handoff:
+                self._board.forget(handoff.token)
+
+    def wait(self, handoff: Handoff, timeout: float) -> float | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            at = handoff.take()
+            if at is not None:
+                return at
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if self._reading.acquire(blocking=False):
+                try:
+                    self._read(handoff, deadline)
+                finally:
+                    self._leave_reading(handoff)
+            elif handoff._event.wait(remaining) and handoff.at is None:
+                handoff._event.clear()  # nudged: the reader left; try to become it
+
+    def _read(self, handoff: Handoff, deadline: float, until_subscribed: bool = False) -> None:
+        """Read grants (handing on others') until ours came, or ``deadline``."""
+        while handoff.at is None and not (until_subscribed and self._subscribed):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                if self._pubsub is None:
+                    self._pubsub = self.client.pubsub()
+                    self._pubsub.subscribe(channel())
+                message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
+            except Exception as exc:  # connection trouble: grants are lost until we are back
+                log.debug("redlock-deco: grant subscription failed (%r); subscribing again", exc)
+                self._subscribed = False
+                _closed(self._pubsub)
+                self._pubsub = None
+                time.sleep(min(RETRY_DELAY, max(0.0, deadline - time.monotonic())))
+                continue
+            if message is None:
+                continue
+            kind = _text(message.get("type"))
+            if kind == "subscribe":
+                self._subscribed = True
+            elif kind == "message":
+                now = time.monotonic()
+                with self._lock:
+                    waiter = self._board.deliver(_text(message["data"]), now)
+                if waiter is not None:
+                    waiter.granted(now)
+
+    def _leave_reading(self, handoff: Handoff) -> None:
+        self._reading.release()
+        with self._lock:
+            others = [w for w in self._board.waiting.values() if w is not handoff]
+        if others:
+            others[0].nudge()
+
+
+def _closed(pubsub: Any) -> None:
+    if pubsub is not None:
+        with contextlib.suppress(Exception):  # a dead connection must not stop the subscriber
+            pubsub.close()
+
+
+# -- asyncio -----------------------------------------------------------------------------
+
+
+class AsyncHandoff:
+    """One task's registration: woken when a release hands it the lease."""
+
+    __slots__ = ("_event", "_owner", "at", "token")
+
+    def __init__(self, owner: AsyncWaiting, token: str) -> None:
+        self._owner = owner
+        self._event = asyncio.Event()
+        self.token = token
+        self.at = 0.0
+
+    def granted(self, at: float) -> None:
+        self.at = at
+        self._event.set()
+
+    async def wait(self, timeout: float) -> float | None:
+        if not self._event.is_set():
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                return None
+        self._event.clear()
+        return self.at
+
+    def close(self) -> None:
+        self._owner._board.forget(self.token)
+
+
+class AsyncWaiting:
+    """The subscriber of one asyncio target (one event loop), and the tasks waiting on it."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._board = Board()
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def listening(self) -> bool:
+        return self._ready.is_set()
+
+    async def listen(self, token: str) -> AsyncHandoff | None:
+        from . import process  # process imports the drivers, which import this module
+
+        handoff = AsyncHandoff(self, token)
+        early = self._board.add(token, handoff)
+        if early is not None:
+            handoff.granted(early)
+        if self._task is None:
+            self._task = process.background(self._run(), "redlock-deco-waiting")
+        try:
+            await asyncio.wait_for(self._ready.wait(), START_TIMEOUT)
+        except (TimeoutError, asyncio.TimeoutError):
+            handoff.close()
+            return None
+        return handoff
+
+    def stop(self) -> None:
+        """The loop is closing: end the subscriber (its connection is closed on the way)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        pubsub: Any = None
+        idle_since = time.monotonic()
+        try:
+            while True:
+                try:
+                    if pubsub is None:
+                        pubsub = self.client.pubsub()
+                        await pubsub.subscribe(channel())
+                    message = await pubsub.get_message(timeout=READ_TIMEOUT)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.debug("redlock-deco: grant subscription failed (%r); again", exc)
+                    self._ready.clear()
+                    await _aclosed(pubsub)
+                    pubsub = None
+                    await asyncio.sleep(RETRY_DELAY)
+                    message = None
+                now = time.monotonic()
+                if message is not None:
+                    kind = _text(message.get("type"))
+                    if kind == "subscribe":
+                        self._ready.set()
+                    elif kind == "message":
+                        waiter = self._board.deliver(_text(message["data"]), now)
+                        if waiter is not None:
+                            waiter.granted(now)
+                if self._board.waiting:
+                    idle_since = now
+                elif now - idle_since >= IDLE:
+                    break
+        finally:
+            self._ready.clear()
+            self._task = None
+            await _aclosed(pubsub)
+
+
+async def _aclosed(pubsub: Any) -> None:
+    if pubsub is not None:
+        with contextlib.suppress(Exception):
+            await (getattr(pubsub, "aclose", None) or pubsub.close)()
