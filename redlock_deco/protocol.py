@@ -20,9 +20,9 @@ skipped at once (nobody heard its grant). Every wait is bounded by the holder's 
 lease (a crashed holder sends nothing) and by RECHECK, after which the waiter asks the
 server again, keeping its place: a lost grant costs latency, never correctness.
 
-A granted lease is measured from when its grant arrived: it began a little earlier, on the
-server, by the grant's delivery time. The first renewal, at a third of the hand-off lease,
-puts holder and server in agreement again (and reports the lease lost if it was).
+A granted lease is measured from the waiter's last attempt, which the grant followed: as
+conservative as any acquire's. A grant read long after that attempt (a stopped process,
+a waiter that waited long) is confirmed before it is used, see :func:`_fresh`.
 """
 
 from __future__ import annotations
@@ -108,6 +108,9 @@ QUEUE_WINDOW_MS = 3000
 # A release hands the lease to the next waiter for this long (ms); the grantee extends it to
 # its own ttl. What a grantee that died after being served keeps the lock for.
 HANDOFF_MS = 1000
+# A grant is used without confirming only if it arrived within this fraction of the hand-off
+# lease after the waiter's last attempt (see _fresh).
+FRESH_FRACTION = 0.5
 # Acquire modes (see lua/lock_acquire.lua).
 TRY, QUEUE, AGAIN = 0, 1, 2
 # A fencing counter is kept this long after the last acquisition of its name (7 days); past
@@ -283,6 +286,18 @@ def backoff(failures: int, rand: Callable[[], float]) -> float:
     return ceiling / 2 + ceiling / 2 * rand()
 
 
+def _fresh(claim: Claim, age: float) -> bool:
+    """Can a grant that arrived ``age`` seconds after our last attempt be used as is?
+
+    Not when the claim must confirm at once (:attr:`Claim.confirm`), nor when so much of the
+    hand-off lease may have passed that the renewer could not take it on in time: a waiter
+    whose process was stopped reads its grant only when it resumes, possibly long after the
+    hand-off lease ended and the lock passed on. It confirms first (one round trip), which
+    then finds out.
+    """
+    return not claim.confirm and age < min(HANDOFF_MS, claim.ttl_ms) / 1000 * FRESH_FRACTION
+
+
 class Algorithms(Protocol):
     """The algorithm family a target runs: one node, or a quorum of masters."""
 
@@ -364,10 +379,11 @@ class SingleNode:
                     yield Sleep(min(bound, backoff(failures, rand)))
                     continue
                 handed_at = yield Wait(registration, max(MIN_WAIT, min(bound, RECHECK)))
-                if handed_at is not None and not claim.confirm:
+                if handed_at is not None and _fresh(claim, handed_at - sent_at):
                     # Woken up holding it: the hand-off lease, taken on by the first renewal.
-                    lease = min(HANDOFF_MS, claim.ttl_ms)
-                    return Granted(None, handed_at, lease)
+                    # Measured from our last attempt, which the grant must have followed: as
+                    # early as the lease could have begun, like any acquire's.
+                    return Granted(None, sent_at, min(HANDOFF_MS, claim.ttl_ms))
                 # Ask the server: confirm a hand-off, or find one whose grant was lost, or
                 # queue on (keeping our place).
                 mode = AGAIN

@@ -1,0 +1,27 @@
+"""Waiting processes for tests/test_handoff.py (multiprocessing "spawn": fresh interpreters)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redlock_deco import Lock, LockLost, Semaphore, register_provider
+
+
+def wait_then_hold(url: str, name: str, index: int, hold: float, out: Any, limit: int = 0) -> None:
+    """Wait for ``name`` (a lock, or a semaphore of ``limit``), hold it ``hold`` seconds and
+    report (index, entered, left) in monotonic time (one clock for every process here), or
+    (index, error name) when the lease turned out lost."""
+    register_provider("default", url)
+    primitive: Any = (
+        Semaphore(name, limit=limit, ttl=10, wait=30) if limit else Lock(name, ttl=10, wait=30)
+    )
+    try:
+        with primitive:
+            entered = time.monotonic()
+            time.sleep(hold)
+            left = time.monotonic()
+    except LockLost as exc:
+        out.put((index, type(exc).__name__))
+        return
+    out.put((index, entered, left))
