@@ -12,6 +12,7 @@ lease keeps the lock (its renewal takes it on); semaphores hand freed slots on i
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import os
 import signal
@@ -57,7 +58,7 @@ def waiters(server: RedisServer) -> Iterator[Callable[..., Any]]:
             )
             process.start()
             started.append(process)
-            until(lambda: client.llen(queue) > before)  # queued: its place is fixed
+            until(lambda n=before: client.llen(queue) > n)  # queued: its place is fixed
         return out
 
     start.processes = started  # type: ignore[attr-defined]
@@ -81,7 +82,7 @@ def test_waiters_are_served_in_arrival_order(waiters: Any) -> None:
     holder.release()
     served = sorted(results(out, 4), key=lambda r: r[1])  # by the time each entered
     assert [r[0] for r in served] == [0, 1, 2, 3]
-    for earlier, later in zip(served, served[1:]):
+    for earlier, later in itertools.pairwise(served):
         assert earlier[2] <= later[1]  # never two inside at once
 
 
