@@ -20,7 +20,7 @@ Commands are therefore sorted into lanes, each with its own share of the pool: *
 from __future__ import annotations
 
 import asyncio
-import threading
+import queue
 import time
 from typing import Any, Protocol, TypeVar
 
@@ -68,6 +68,25 @@ def pool_size(client: Any) -> int | None:
     return size if isinstance(size, int) and 0 < size < UNBOUNDED_POOL else None
 
 
+class Places:
+    """``n`` places for threads, taken and given back in C (``queue.SimpleQueue``):
+    ``threading.BoundedSemaphore`` is written in Python and cost two of its lock round trips
+    on every command of the uncontended path."""
+
+    __slots__ = ("_free",)
+
+    def __init__(self, n: int) -> None:
+        self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(n):
+            self._free.put(None)
+
+    def acquire(self) -> None:
+        self._free.get()
+
+    def release(self) -> None:
+        self._free.put(None)
+
+
 def lane_sizes(pool: int) -> tuple[int, int]:
     """(holding, acquiring) places of a pool of ``pool`` connections, one left for the
     subscriber: together never more than the pool (at least one each)."""
@@ -111,7 +130,7 @@ class SyncTarget:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.lanes = make_lanes(pool_size(client), threading.BoundedSemaphore)
+        self.lanes = make_lanes(pool_size(client), Places)
         self.renewal_worker: SerialWorker | None = None  # renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
         self.waiting = waiting.SyncWaiting(client) if can_listen(client) else None
