@@ -293,7 +293,9 @@ def _fresh(claim: Claim, age: float) -> bool:
     hand-off lease may have passed that the renewer could not take it on in time: a waiter
     whose process was stopped reads its grant only when it resumes, possibly long after the
     hand-off lease ended and the lock passed on. It confirms first (one round trip), which
-    then finds out.
+    then finds out. (Nor once the waiter has asked again, see the caller: a grant read after
+    that may predate the question -- its hand-off lease since passed on and the waiter queued
+    anew -- and only the server can tell.)
     """
     return not claim.confirm and age < min(HANDOFF_MS, claim.ttl_ms) / 1000 * FRESH_FRACTION
 
@@ -379,7 +381,7 @@ class SingleNode:
                     yield Sleep(min(bound, backoff(failures, rand)))
                     continue
                 handed_at = yield Wait(registration, max(MIN_WAIT, min(bound, RECHECK)))
-                if handed_at is not None and _fresh(claim, handed_at - sent_at):
+                if handed_at is not None and mode == QUEUE and _fresh(claim, handed_at - sent_at):
                     # Woken up holding it: the hand-off lease, taken on by the first renewal.
                     # Measured from our last attempt, which the grant must have followed: as
                     # early as the lease could have begun, like any acquire's.
