@@ -16,8 +16,8 @@ import redis
 
 from .protocol import hash_tag, sibling
 
-TOKEN = re.compile(r"^(?P<holder>.+:\d+):[0-9a-f]{32}$")
-SIBLINGS = (":waiters", ":signal", ":limit")
+TOKEN = re.compile(r"^(?P<holder>.+:\d+):[0-9a-f]{8}:[0-9a-f]{32}$")  # see tokens.py
+SIBLINGS = (":queue", ":limit")
 
 
 def _text(raw: bytes | str) -> str:

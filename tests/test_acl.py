@@ -31,7 +31,7 @@ CUSTOM = "app}{[1]*?:"  # a custom prefix with braces and every glob special in 
 # Every shape a name can give its key (see protocol.sibling): no braces, its own {tag}, a
 # stray '}', a '{' never closed, an empty tag '{}', and '}' before '{'.
 NAMES = ["order:7", "{user1}:cart", "smiley :}", "half{open", "{}empty", "a}b{c}", "x}{"]
-SUFFIXES = ("waiters", "signal", "limit", "fence")
+SUFFIXES = ("queue", "limit", "fence")
 # Refusals the library meets on purpose and lives with: redis-py's connection handshake on
 # Redis 7.2+ (ignored by redis-py), and the one-time eviction check (silent when refused:
 # CONFIG GET would expose every setting, passwords included).
@@ -74,25 +74,36 @@ def in_thread(action: Callable[[], Any]) -> threading.Thread:
 
 
 def contend(make: Callable[..., Any], key: str, admin: redis.Redis) -> None:
-    """Busy, a waiter that gives up, then one woken by the release: every waiting script,
-    the waiter zset, the signal list and BLPOP run under the restricted user."""
+    """Busy, a waiter that gives up, then one the release hands the lease to: every waiting
+    script, the queue, the grant (PUBLISH on the waiter's channel) and the subscription that
+    hears it run under the restricted user."""
     holder = make()
     assert holder.acquire() and holder.owned() and holder.locked()
     holder.extend()
     outcomes: list[Any] = []
     in_thread(lambda: outcomes.append(make(wait=0).acquire())).join()  # busy, never joins
     in_thread(lambda: outcomes.append(make(wait=0.05).acquire())).join()  # joins, gives up
+    checked = threading.Event()
 
     def woken() -> None:
         second = make(wait=5)
         outcomes.append(second.acquire())
+        checked.wait(5)  # hold it until the hand-off was looked at
         second.release()
 
     waiter = in_thread(woken)
-    until(lambda: admin.exists(sibling(key, "waiters")))  # it waits in Redis now
-    holder.release()  # wakes it: RPUSH onto the signal list, its BLPOP returns
+    queue = sibling(key, "queue")
+    until(lambda: admin.exists(queue))  # it waits in Redis now (queued only once listening)
+    [queued] = admin.lrange(queue, 0, -1)
+    holder.release()  # hands it over: its token in the lease, a grant on its channel
+    if admin.type(key) in ("string", b"string"):
+        handed = admin.get(key) == queued
+    else:
+        handed = admin.zscore(key, queued) is not None
+    until(lambda: len(outcomes) == 3)
+    checked.set()
     waiter.join(5)
-    assert outcomes == [False, False, True]
+    assert outcomes == [False, False, True] and handed
 
 
 @pytest.mark.parametrize("prefix", ["lock:", CUSTOM])
@@ -145,10 +156,11 @@ def test_the_acl_refuses_everything_else(least: str, admin: redis.Redis) -> None
         lambda: restricted.keys("*"),
         lambda: restricted.flushall(),
         lambda: restricted.config_get("*"),
-        lambda: restricted.publish("lock:x", "hi"),  # no channels at all
+        lambda: restricted.publish("lock:x", "hi"),  # not a hand-off channel
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             refused()
+    assert restricted.publish("redlock-deco:host:1:0a1b2c3d", "t") == 0  # hand-offs: granted
     restricted.close()
     admin.acl_log_reset()  # these refusals were the point: keep them out of the final check
 
@@ -156,7 +168,7 @@ def test_the_acl_refuses_everything_else(least: str, admin: redis.Redis) -> None
 def test_scripts_run_exactly_the_granted_data_commands() -> None:
     called: set[str] = set()
     for script in resources.files("redlock_deco").joinpath("lua").iterdir():
-        called |= {c.lower() for c in re.findall(r"redis\.call\('(\w+)'", script.read_text())}
+        called |= {c.lower() for c in re.findall(r"redis\.p?call\('(\w+)'", script.read_text())}
     # Missing: NOPERM inside a script. Extra: a grant nothing needs.
     assert called == set(SCRIPT_COMMANDS)
 
@@ -202,7 +214,8 @@ def test_every_key_of_any_name_is_granted(admin: redis.Redis, prefix: str, name:
 @pytest.mark.slow
 def test_cluster_rules_cover_a_cluster_client() -> None:
     """``cluster=True``: redis-py's cluster client starts and runs every layout (a stray '}'
-    name's waiter keys live on its own slot's node) under the restricted user."""
+    name's queue lives on its own slot's node) under the restricted user; hand-offs are
+    published cluster-wide."""
     with LocalCluster(masters=3) as cluster:
         nodes = [server.client(decode_responses=True) for server in cluster.servers]
         for node in nodes:

@@ -198,7 +198,8 @@ def test_an_async_call_on_a_stalled_server_ends_within_its_bound(
 def test_a_waiter_caught_by_a_stall_ends_within_its_bound(
     api: flavours.Api, own: RedisServer
 ) -> None:
-    """The server stalls while the call is already waiting for a busy lock (in BLPOP)."""
+    """The server stalls while the call is already waiting for a busy lock (queued, listening
+    for its hand-off)."""
     own_client = own.client()
     own_client.set("lock:stalled", "another holder", px=TTL * 1000)
 

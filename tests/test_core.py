@@ -7,8 +7,21 @@ from typing import Any
 
 import pytest
 
-from redlock_deco import protocol, scripts
-from redlock_deco.protocol import Block, Claim, Eval, Keys, Sleep
+from redlock_deco import protocol
+from redlock_deco.protocol import (
+    AGAIN,
+    HANDOFF_MS,
+    QUEUE,
+    QUEUE_WINDOW_MS,
+    RECHECK,
+    TRY,
+    Claim,
+    Eval,
+    Keys,
+    Listen,
+    Sleep,
+    Wait,
+)
 from redlock_deco.scripts import ScriptReplyError
 
 
@@ -20,35 +33,55 @@ class Clock:
         return self.now
 
 
-def claim(signal: bool = True) -> Claim:
-    keys = Keys.for_key("lock:k")
-    if not signal:
-        keys = Keys(keys.key, keys.waiters, None)
-    return Claim(protocol.LOCK, keys, "tok", 30_000)
+class Registration:
+    """Stands in for the driver's registration: the core only passes it to Wait and
+    closes it when the acquire ends."""
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def claim(confirm: bool = False, ttl_ms: int = 30_000) -> Claim:
+    return Claim(protocol.LOCK, Keys.for_key("lock:k"), "tok", ttl_ms, confirm=confirm)
 
 
 def drive(
-    steps: Any, replies: list[Any], clock: Clock, advance: dict[type, float]
+    steps: Any, replies: list[Any], clock: Clock, advance: dict[type, float] | None = None
 ) -> tuple[list[Any], Any]:
-    """Feed ``replies`` in order; each step moves the fake clock by ``advance[type]``."""
+    """Feed ``replies`` in order; each step moves the fake clock by ``advance[type]`` (a
+    Wait or Sleep by its own length unless told otherwise)."""
+    advance = advance or {}
     seen = []
     try:
         step = next(steps)
         for reply in replies:
             seen.append(step)
-            clock.now += advance.get(type(step), 0.0)
+            if type(step) in advance:
+                clock.now += advance[type(step)]
+            elif isinstance(step, Wait):
+                clock.now += step.timeout
+            elif isinstance(step, Sleep):
+                clock.now += step.seconds
             step = steps.send(reply)
     except StopIteration as done:
         return seen, done.value
     raise AssertionError(f"algorithm still running after all replies; next step {step!r}")
 
 
+def modes(steps: list[Any]) -> list[Any]:
+    """The acquire mode of each attempt (ARGV[3])."""
+    acquire = protocol.LOCK.acquire_script
+    return [s.args[2] for s in steps if isinstance(s, Eval) and s.script is acquire]
+
+
 def test_keys_share_the_lock_keys_hash_slot() -> None:
     keys = Keys.for_key("lock:order:7")
-    assert keys.waiters == "{lock:order:7}:waiters" and keys.signal == "{lock:order:7}:signal"
-    tagged = Keys.for_key("lock:{user1}:x")
-    assert tagged.waiters == "lock:{user1}:x:waiters"
-    assert protocol.hash_tag(tagged.signal or "") == "user1"
+    assert keys.queue == "{lock:order:7}:queue"
+    tagged = Keys.for_key("lock:{user1}:x", fencing=True)
+    assert tagged.queue == "lock:{user1}:x:queue" and tagged.fence == "lock:{user1}:x:fence"
+    assert protocol.hash_tag(tagged.queue) == "user1"
     assert protocol.hash_tag("a{}b") is None
 
 
@@ -56,81 +89,140 @@ def test_keys_share_the_lock_keys_hash_slot() -> None:
 def test_waiter_keys_share_the_slot_even_for_keys_with_a_stray_brace(key: str) -> None:
     from redis.crc import key_slot
 
-    keys = Keys.for_key(key)
-    assert {key_slot(k.encode()) for k in (key, keys.waiters, keys.signal or "")} == {
-        key_slot(key.encode())
-    }
+    keys = Keys.for_key(key, protocol.SEMAPHORE, fencing=True)
+    siblings = (keys.queue, keys.limit or "", keys.fence or "")
+    assert {key_slot(k.encode()) for k in (key, *siblings)} == {key_slot(key.encode())}
 
 
-def test_acquire_first_try() -> None:
+@pytest.mark.parametrize(("listening", "mode"), [(False, TRY), (True, QUEUE)])
+def test_acquire_first_try(listening: bool, mode: int) -> None:
     clock = Clock()
-    steps, result = drive(protocol.SINGLE.acquire(claim(), 10, 2.0, clock), [[1, 30000]], clock, {})
+    algorithm = protocol.SINGLE.acquire(claim(), 10, listening, clock)
+    steps, result = drive(algorithm, [[1, 30000]], clock)
     assert result == protocol.Granted()
-    assert isinstance(steps[0], Eval) and steps[0].args == ("tok", 30000, 3000, 1)
+    # Queues at once only where a grant would be heard already.
+    assert steps == [claim().acquire_step(mode)]
+    assert steps[0].args == ("tok", 30000, mode, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
 
 
-def test_try_once_neither_registers_nor_blocks() -> None:
+@pytest.mark.parametrize("listening", [False, True])
+def test_try_once_neither_registers_nor_queues(listening: bool) -> None:
     clock = Clock()
-    steps, result = drive(protocol.SINGLE.acquire(claim(), 0, 2.0, clock), [[0, 5000]], clock, {})
+    algorithm = protocol.SINGLE.acquire(claim(), 0, listening, clock)
+    steps, result = drive(algorithm, [[0, 5000]], clock)
     assert result == protocol.NotGranted()
-    assert len(steps) == 1 and steps[0].args[2] == 0  # window 0: never joins the waiters
+    assert len(steps) == 1 and modes(steps) == [TRY]  # never joins the queue, never listens
 
 
-def test_block_is_bounded_by_lease_left_deadline_and_slice() -> None:
+def test_a_waiter_starts_listening_before_it_queues() -> None:
+    """A grant published before anyone listens would be lost (and the waiter skipped as
+    gone): the first attempt only tries, the one after Listen queues, without waiting."""
     clock = Clock()
-    replies = [[0, 300], None, [0, 20_000], None, [0, 20_000], None, [0, 20_000], None]
-    steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, 2.0, clock), replies, clock,
-                          {Block: 2.0})  # fmt: skip
-    blocks = [s for s in steps if isinstance(s, Block)]
-    assert blocks[0].timeout == pytest.approx(0.302)  # holder's lease ends in 300 ms
-    assert blocks[1].timeout == pytest.approx(2.0)  # sliced below the socket timeout
-    assert blocks[2].timeout == pytest.approx(1.0)  # what is left of the 5 s wait
+    registration = Registration()
+    replies = [[0, 20_000], registration, [0, 20_000], None, [1, 30000]]
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, False, clock), replies, clock)
+    assert result == protocol.Granted()
+    assert [type(s) for s in steps] == [Eval, Listen, Eval, Wait, Eval]
+    assert steps[1] == Listen("tok") and modes(steps) == [TRY, QUEUE, AGAIN]
+    assert steps[3].registration is registration and registration.closed
+
+
+def test_wait_is_bounded_by_lease_left_deadline_and_recheck() -> None:
+    clock = Clock()
+    registration = Registration()
+    replies = [[0, 300], registration, None] + [[0, 20_000], None] * 5 + [[0, 20_000], 1]
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, True, clock), replies, clock)
+    waits = [s for s in steps if isinstance(s, Wait)]
+    assert waits[0].timeout == pytest.approx(0.302)  # holder's lease ends in 300 ms
+    # A lost grant costs at most RECHECK: then the waiter asks the server itself.
+    assert [w.timeout for w in waits[1:-1]] == pytest.approx([RECHECK] * 4)
+    assert waits[-1].timeout == pytest.approx(0.698)  # what is left of the 5 s wait
+    assert all(w.registration is registration for w in waits)
     assert result == protocol.NotGranted()
-    assert steps[-1].script is scripts.WAITER_LEAVE  # gave up: leaves the waiter zset
+    # Each check after the first keeps the waiter's place (AGAIN); giving up leaves the queue.
+    assert modes(steps) == [QUEUE] + [AGAIN] * 6
+    assert steps[-1] == claim().release_step(leaving=True)
+    assert registration.closed
 
 
 def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
     clock = Clock()
-    replies = [[0, 20_000], None, [1, 30000]]
-    _, result = drive(protocol.SINGLE.acquire(claim(), 1.0, 2.0, clock), replies, clock,
-                          {Block: 1.0})  # fmt: skip
+    replies = [[0, 20_000], Registration(), None, [1, 30000]]
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 1.0, True, clock), replies, clock)
     assert result == protocol.Granted()
+    assert modes(steps) == [QUEUE, AGAIN]  # AGAIN: finds a hand-off whose grant went astray
 
 
-def test_never_expiring_holder_blocks_in_slices_forever_with_wait_none() -> None:
+def test_never_expiring_holder_waits_in_rechecks_forever_with_wait_none() -> None:
     clock = Clock()
-    replies = [[0, -1], None] * 50 + [[1, 30000]]
-    steps, result = drive(protocol.SINGLE.acquire(claim(), None, 2.0, clock), replies, clock,
-                          {Block: 2.0})  # fmt: skip
+    replies = [[0, -1], Registration(), None] + [[0, -1], None] * 49 + [[1, 30000]]
+    steps, result = drive(protocol.SINGLE.acquire(claim(), None, True, clock), replies, clock)
     assert result == protocol.Granted()
-    assert {s.timeout for s in steps if isinstance(s, Block)} == {2.0}
+    assert {s.timeout for s in steps if isinstance(s, Wait)} == {RECHECK}
+    assert sum(isinstance(s, Listen) for s in steps) == 1  # registered once, for good
 
 
-def test_backoff_fallback_without_a_signal_list() -> None:
+def test_a_fresh_grant_is_used_without_a_round_trip() -> None:
     clock = Clock()
-    replies = [[0, 10_000], None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
+    replies = [[0, 20_000], Registration(), clock.now + 0.1]
+    algorithm = protocol.SINGLE.acquire(claim(), 5.0, True, clock)
+    steps, result = drive(algorithm, replies, clock, {Wait: 0.1})
+    assert [type(s) for s in steps] == [Eval, Listen, Wait]  # woken up holding it
+    # The hand-off lease, measured from the last attempt (the grant followed it).
+    assert result == protocol.Granted() and result.lease_ms == HANDOFF_MS
+    assert result.sent_at == 100.0
+
+
+def test_a_hand_off_shorter_than_the_ttl_is_capped_by_it() -> None:
+    clock = Clock()
+    replies = [[0, 20_000], Registration(), clock.now + 0.1]
+    _, result = drive(protocol.SINGLE.acquire(claim(ttl_ms=400), 5.0, True, clock), replies,
+                      clock, {Wait: 0.1})  # fmt: skip
+    assert result.lease_ms == 400
+
+
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirm", "stale-grant"])
+def test_a_grant_is_confirmed_when_it_must_be_or_arrived_late(confirm: bool) -> None:
+    """Fencing, replicas or no renewer (confirm), or a grant read long after the attempt
+    (a stopped process): one more attempt, in mode AGAIN, before the lease is used."""
+    clock = Clock()
+    late = 0.1 if confirm else HANDOFF_MS / 1000  # the whole hand-off lease: stale
+    replies = [[0, 20_000], Registration(), clock.now + late, [1, 30000, 77]]
+    algorithm = protocol.SINGLE.acquire(claim(confirm=confirm), 5.0, True, clock)
+    steps, result = drive(algorithm, replies, clock, {Wait: late})
+    assert modes(steps) == [QUEUE, AGAIN]
+    assert result == protocol.Granted(77) and result.lease_ms is None  # the full ttl
+
+
+def test_backoff_fallback_without_a_subscription() -> None:
+    clock = Clock()
+    replies = [[0, 10_000], None, None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
     steps, result = drive(
-        protocol.SINGLE.acquire(claim(signal=False), 5.0, 2.0, clock, rand=lambda: 1.0),
-        replies, clock, {Sleep: 0.0},
-    )  # fmt: skip
+        protocol.SINGLE.acquire(claim(), 5.0, False, clock, rand=lambda: 1.0), replies, clock
+    )
     sleeps = [s.seconds for s in steps if isinstance(s, Sleep)]
-    assert result == protocol.Granted() and sleeps == [
-        0.01,
-        0.02,
-        0.04,
-    ]  # growing, jittered (rand=1)
-    assert all(s.args[2] == 0 for s in steps if isinstance(s, Eval))  # no waiter entries
+    assert result == protocol.Granted()
+    assert sleeps == [0.01, 0.02, 0.04]  # growing, jittered (rand=1)
+    assert sum(isinstance(s, Listen) for s in steps) == 1  # asked once; nobody would hear
+    assert set(modes(steps)) == {TRY}  # no queue entries: a grant could not reach it
 
 
 def test_release_and_extend_outcomes() -> None:
     clock = Clock()
-    assert drive(protocol.SINGLE.release(claim()), [1], clock, {})[1] is True
-    assert drive(protocol.SINGLE.release(claim()), [0], clock, {})[1] is False
-    assert drive(protocol.SINGLE.extend(claim(), 5000), [1], clock, {})[1] is True
-    assert drive(protocol.SINGLE.extend(claim(), 5000), [0], clock, {})[1] is False
+    assert drive(protocol.SINGLE.release(claim()), [1], clock)[1] is True
+    assert drive(protocol.SINGLE.release(claim()), [0], clock)[1] is False
+    assert drive(protocol.SINGLE.release(claim()), [2], clock)[1] is False  # gone
+    assert drive(protocol.SINGLE.extend(claim(), 5000), [1], clock)[1] is True
+    assert drive(protocol.SINGLE.extend(claim(), 5000), [0], clock)[1] is False
+
+
+def test_abandon_is_one_release_that_leaves_the_queue() -> None:
+    steps, result = drive(protocol.SINGLE.abandon(claim()), [1], Clock())
+    assert steps == [claim().release_step(leaving=True)] and result is None
+    assert steps[0].args == ("tok", HANDOFF_MS, 1, 1)
 
 
 @pytest.mark.parametrize("reply", [7, b"1", None, -1])
 def test_unknown_reply_codes_are_errors_not_false(reply: object) -> None:
     with pytest.raises(ScriptReplyError, match="unexpected reply"):
-        drive(protocol.SINGLE.release(claim()), [reply], Clock(), {})
+        drive(protocol.SINGLE.release(claim()), [reply], Clock())

@@ -128,18 +128,21 @@ def test_fewer_than_three_masters_is_refused() -> None:
 # -- acquire -------------------------------------------------------------------------------
 
 
-def test_exactly_a_quorum_of_grants_is_granted_without_a_release() -> None:
+@pytest.mark.parametrize("listening", [False, True])
+def test_exactly_a_quorum_of_grants_is_granted_without_a_release(listening: bool) -> None:
     claim = lock_claim()
-    steps, result = drive(Quorum(5).acquire(claim, 0, 2.0, Clock()), [[GRANT] * 3 + [BUSY] * 2])
+    algorithm = Quorum(5).acquire(claim, 0, listening, Clock())
+    steps, result = drive(algorithm, [[GRANT] * 3 + [BUSY] * 2])
     assert result == Granted()
-    assert steps == [Fanout(claim.acquire_step(0))]  # window 0: no waiter entries on masters
-    assert steps[0].step.args == ("tok", TTL_MS, 0, 1)
+    # Mode TRY even where hand-offs could be heard: a quorum never queues on its masters.
+    assert steps == [Fanout(claim.acquire_step(protocol.TRY))]
+    assert steps[0].step.args[:3] == ("tok", TTL_MS, protocol.TRY)
 
 
 def test_one_grant_short_is_not_granted_and_releases_on_every_master() -> None:
     claim = lock_claim()
     replies = [[GRANT] * 2 + [BUSY] * 3, [1, 1, 0, 0, 0]]
-    steps, result = drive(Quorum(5).acquire(claim, 0, 2.0, Clock()), replies)
+    steps, result = drive(Quorum(5).acquire(claim, 0, False, Clock()), replies)
     assert result == NotGranted()
     assert steps == [Fanout(claim.acquire_step(0)), Fanout(claim.release_step())]
 
@@ -147,10 +150,10 @@ def test_one_grant_short_is_not_granted_and_releases_on_every_master() -> None:
 @pytest.mark.parametrize("failure", FAILURES, ids=lambda e: type(e).__qualname__)
 def test_failed_masters_grant_nothing(failure: BaseException) -> None:
     claim = lock_claim()
-    _, result = drive(Quorum(3).acquire(claim, 0, 2.0, Clock()), [[GRANT, GRANT, failure]])
+    _, result = drive(Quorum(3).acquire(claim, 0, False, Clock()), [[GRANT, GRANT, failure]])
     assert result == Granted()  # two of three is the quorum; the failure is just no grant
     replies = [[GRANT, failure, failure], [1, failure, failure]]
-    steps, result = drive(Quorum(3).acquire(claim, 0, 2.0, Clock()), replies)
+    steps, result = drive(Quorum(3).acquire(claim, 0, False, Clock()), replies)
     assert result == NotGranted()
     assert steps[-1] == Fanout(claim.release_step())
 
@@ -159,7 +162,7 @@ def test_a_round_where_every_master_failed_still_releases_everywhere() -> None:
     """A SET that timed out may have landed: the release goes to every master regardless."""
     claim = lock_claim()
     failures = [redis.exceptions.TimeoutError()] * 3
-    steps, result = drive(Quorum(3).acquire(claim, 0, 2.0, Clock()), [failures, failures])
+    steps, result = drive(Quorum(3).acquire(claim, 0, False, Clock()), [failures, failures])
     assert result == NotGranted()
     assert steps == [Fanout(claim.acquire_step(0)), Fanout(claim.release_step())]
 
@@ -172,7 +175,7 @@ def test_a_round_that_ate_the_validity_is_not_granted_and_released(round_s: floa
     claim = lock_claim()
     clock = Clock()
     replies = [[GRANT] * 3, [1, 1, 1]]
-    algorithm = Quorum(3).acquire(claim, 0, 2.0, clock)
+    algorithm = Quorum(3).acquire(claim, 0, False, clock)
     steps, result = drive(algorithm, replies, clock, {Fanout: round_s})
     assert result == NotGranted()
     assert steps == [Fanout(claim.acquire_step(0)), Fanout(claim.release_step())]
@@ -181,7 +184,9 @@ def test_a_round_that_ate_the_validity_is_not_granted_and_released(round_s: floa
 def test_a_round_with_validity_left_is_granted() -> None:
     claim = lock_claim()
     clock = Clock()
-    _, result = drive(Quorum(3).acquire(claim, 0, 2.0, clock), [[GRANT] * 3], clock, {Fanout: 9.8})
+    _, result = drive(
+        Quorum(3).acquire(claim, 0, False, clock), [[GRANT] * 3], clock, {Fanout: 9.8}
+    )
     assert result == Granted()
 
 
@@ -190,7 +195,7 @@ def test_validity_uses_the_claims_ttl() -> None:
     for round_s, granted in [(0.9, True), (0.99, False)]:
         clock = Clock()
         _, result = drive(
-            Quorum(3).acquire(short, 0, 2.0, clock),
+            Quorum(3).acquire(short, 0, False, clock),
             [[GRANT] * 3, [1, 1, 1]],
             clock,
             {Fanout: round_s},
@@ -200,7 +205,7 @@ def test_validity_uses_the_claims_ttl() -> None:
 
 def test_wait_zero_tries_exactly_once() -> None:
     steps, result = drive(
-        Quorum(3).acquire(lock_claim(), 0, 2.0, Clock(), rand=lambda: 0.5),
+        Quorum(3).acquire(lock_claim(), 0, False, Clock(), rand=lambda: 0.5),
         [[BUSY] * 3, [0, 0, 0]],
     )
     assert result == NotGranted()
@@ -222,7 +227,7 @@ def test_backoff_sleeps_are_bounded_by_the_wait_left(wait: float, rand_value: fl
         return 0.0
 
     replies = [[BUSY] * 3, [0] * 3, None] * 200
-    algorithm = Quorum(3).acquire(claim, wait, 2.0, clock, rand=lambda: rand_value)
+    algorithm = Quorum(3).acquire(claim, wait, False, clock, rand=lambda: rand_value)
     steps, result = drive(algorithm, replies, clock, advance)
     assert result == NotGranted()
     assert trace, "a positive wait retries after a pause"
@@ -238,7 +243,7 @@ def test_backoff_sleeps_are_bounded_by_the_wait_left(wait: float, rand_value: fl
 def test_wait_none_keeps_trying_with_capped_backoff() -> None:
     claim = lock_claim()
     replies = [[BUSY] * 3, [0] * 3, None] * 30 + [[GRANT] * 3]
-    algorithm = Quorum(3).acquire(claim, None, 2.0, Clock(), rand=lambda: 1.0)
+    algorithm = Quorum(3).acquire(claim, None, False, Clock(), rand=lambda: 1.0)
     steps, result = drive(algorithm, replies)
     assert result == Granted()
     sleeps = [s.seconds for s in steps if isinstance(s, Sleep)]
@@ -263,9 +268,10 @@ def test_a_semaphore_needs_its_larger_quorum(
 ) -> None:
     claim = sem_claim(limit)
     replies = [[GRANT] * grants + [BUSY] * (masters - grants), [1] * masters]
-    steps, result = drive(Quorum(masters).acquire(claim, 0, 2.0, Clock()), replies)
+    steps, result = drive(Quorum(masters).acquire(claim, 0, False, Clock()), replies)
     assert (result == Granted()) is granted
-    assert steps[0].step.args == ("tok", TTL_MS, 0, limit)  # each master applies the limit
+    args = steps[0].step.args
+    assert args[:3] == ("tok", TTL_MS, protocol.TRY) and args[6] == limit  # each master's limit
 
 
 # -- release, extend, owned, holders, abandon ---------------------------------------------
@@ -385,7 +391,7 @@ def test_holders_agrees_with_admission(counts: list[int], limit: int) -> None:
     claim = make_claim("sem:k", kind=protocol.SEMAPHORE, limit=limit)
     # Each master admits the claim iff it counts fewer than `limit` holders.
     grants = [GRANT if count < limit else BUSY for count in counts]
-    _, acquired = drive(Quorum(masters).acquire(claim, 0, 2.0, Clock()), [grants, [0] * masters])
+    _, acquired = drive(Quorum(masters).acquire(claim, 0, False, Clock()), [grants, [0] * masters])
     _, holders = drive(Quorum(masters).holders(protocol.SEMAPHORE, "sem:k", limit), [counts])
     assert (holders >= limit) is (acquired == NotGranted()), (holders, acquired)
 
@@ -404,7 +410,7 @@ def test_an_unknown_reply_from_any_master_is_an_error_not_a_no(bad: object) -> N
     claim = lock_claim()
     clock = Clock()
     algorithms = {
-        "acquire": (Quorum(3).acquire(claim, 0, 2.0, clock), GRANT),
+        "acquire": (Quorum(3).acquire(claim, 0, False, clock), GRANT),
         "release": (Quorum(3).release(claim), 1),
         "extend": (Quorum(3).extend(claim, 5_000, clock), 1),
         "owned": (Quorum(3).owned(claim), 1),
@@ -417,6 +423,6 @@ def test_an_unknown_reply_from_any_master_is_an_error_not_a_no(bad: object) -> N
 def test_steps_are_fanouts_of_the_single_node_steps() -> None:
     """A quorum runs exactly the scripts a single node runs, on every master."""
     claim = lock_claim()
-    first = next(Quorum(3).acquire(claim, 1.0, 2.0, Clock()))
+    first = next(Quorum(3).acquire(claim, 1.0, False, Clock()))
     assert isinstance(first, Fanout) and isinstance(first.step, Eval)
     assert first.step.script is claim.kind.acquire_script

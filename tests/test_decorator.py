@@ -36,7 +36,8 @@ def hold_in_thread(name: str, release: threading.Event, ttl: float = 5) -> threa
 
 
 def test_wait_none_waits_past_the_socket_timeout(server: Any) -> None:
-    # A 0.4 s socket timeout with a 1.2 s wait: an unsliced BLPOP would time out the socket.
+    # A 0.4 s socket timeout with a 1.2 s wait: a wait never rests on one command's reply
+    # (it reads the grant subscription in bounded slices), so the socket timeout cannot end it.
     from redlock_deco import register_provider
 
     register_provider("default", server.client(socket_timeout=0.4))

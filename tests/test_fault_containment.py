@@ -15,6 +15,7 @@ from redis.retry import Retry
 
 from redlock_deco import LockLost, Semaphore, locked, register_provider
 from redlock_deco import scripts as lua
+from redlock_deco.protocol import HANDOFF_MS, QUEUE, QUEUE_WINDOW_MS, TRY
 from redlock_deco.renewal import renewer
 from redlock_deco.testing import RedisServer
 
@@ -136,15 +137,31 @@ def test_quorum_keeps_working_with_a_hung_master() -> None:
 
 
 def test_every_freed_semaphore_slot_wakes_a_waiter(r: redis.Redis) -> None:
-    keys = ("sem:pair", "{sem:pair}:waiters", "{sem:pair}:signal", "{sem:pair}:limit")
+    keys = ("sem:pair", "{sem:pair}:queue", "{sem:pair}:limit")
     acquire, release = lua.SEM_ACQUIRE.source, lua.SEM_RELEASE.source
-    for holder in ("h1", "h2"):
-        assert r.eval(acquire, 4, *keys, holder, 5000, 0, 2)[0] == 1
-    for waiter in ("w1", "w2"):
-        assert r.eval(acquire, 4, *keys, waiter, 5000, 3000, 2)[0] == 0
-    r.eval(release, 4, *keys, "h1")
-    r.eval(release, 4, *keys, "h2")
-    assert r.llen("{sem:pair}:signal") == 2  # two slots freed, two waiters woken
+    tail = (QUEUE_WINDOW_MS, HANDOFF_MS, 1, 2)  # window, hand-off lease, counted, limit 2
+    waiters = ("h:1:w:w1", "h:1:w:w2")  # their process hears grants on redlock-deco:h:1:w
+    pubsub = r.pubsub()
+    pubsub.subscribe("redlock-deco:h:1:w")
+    try:
+        for holder in ("h:1:h:h1", "h:1:h:h2"):
+            assert r.eval(acquire, 3, *keys, holder, 5000, TRY, *tail)[0] == 1
+        for waiter in waiters:
+            assert r.eval(acquire, 3, *keys, waiter, 5000, QUEUE, *tail)[0] == 0
+        r.eval(release, 3, *keys, "h:1:h:h1", HANDOFF_MS, 1, 0)
+        r.eval(release, 3, *keys, "h:1:h:h2", HANDOFF_MS, 1, 0)
+        # Two slots freed: both waiters hold one, and both were told.
+        assert {m for m, _ in r.zrange("sem:pair", 0, -1, withscores=True)} == {
+            w.encode() for w in waiters
+        }
+        heard = []
+        while (message := pubsub.get_message(timeout=0.2)) is not None:
+            if message["type"] == "message":
+                heard.append(message["data"].decode())
+        assert heard == list(waiters)
+        assert not r.exists("{sem:pair}:queue")
+    finally:
+        pubsub.close()
 
 
 def test_a_semaphore_lost_on_release_is_lock_lost(r: redis.Redis) -> None:

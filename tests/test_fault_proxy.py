@@ -27,6 +27,7 @@ import workers
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from redlock_deco.protocol import HANDOFF_MS, QUEUE_WINDOW_MS
 from redlock_deco.testing import FaultProxy, RedisServer
 
 spawn = multiprocessing.get_context("spawn")
@@ -337,5 +338,7 @@ def test_valid_leases_never_overlap_under_network_faults(
     assert not overcrowded(events, outcomes, limit)
     assert counts["proxied"]["clean"] and counts["direct"]["clean"]  # both sides made progress
     r.delete(spec["events"], spec["ready"], spec["stop"])
-    # Leases end within the ttl; waiter bookkeeping within its window (a BLPOP slice + 1 s).
-    print(f"every key gone {seconds_until_empty(r, within=TTL + 1.0 + 0.5 + 1.0):.2f} s later")
+    # Leases end within the ttl (a hand-off lease within HANDOFF_MS); a queue within its
+    # window after its last join (both before the workers stopped); 0.5 s of slack.
+    within = max(TTL, HANDOFF_MS / 1000, QUEUE_WINDOW_MS / 1000) + 0.5
+    print(f"every key gone {seconds_until_empty(r, within=within):.2f} s later")

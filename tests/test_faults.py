@@ -105,14 +105,19 @@ def test_socket_timeout_on_a_paused_server_leaves_nothing_held(own_server: Redis
     assert gone_within(own_server.client(), "lock:ghost", 3.0)
 
 
-def test_waiters_never_exhaust_a_tiny_pool_for_the_holder(own_server: RedisServer) -> None:
-    pool = redis.BlockingConnectionPool.from_url(own_server.url, max_connections=2, timeout=0.3)
+@pytest.mark.parametrize("size", [2, 3], ids=["polling", "listening"])
+def test_waiters_never_exhaust_a_tiny_pool_for_the_holder(
+    own_server: RedisServer, size: int
+) -> None:
+    """Lanes keep the holder's connection: waiters once each held one (in BLPOP) and the
+    holder's release failed. With 3 connections, one is the waiters' grant subscription."""
+    pool = redis.BlockingConnectionPool.from_url(own_server.url, max_connections=size, timeout=0.3)
     register_provider("tiny", redis.Redis(connection_pool=pool))
     held = Lock("busy", provider="tiny", ttl=10)
     held.acquire()
     outcomes: list[object] = []
 
-    def waiter() -> None:  # without lanes, each waiter held a pooled connection in BLPOP
+    def waiter() -> None:
         try:
             outcomes.append(Lock("busy", provider="tiny", wait=1).acquire())
         except BaseException as exc:
@@ -124,13 +129,16 @@ def test_waiters_never_exhaust_a_tiny_pool_for_the_holder(own_server: RedisServe
         t.start()
     time.sleep(0.3)
     assert held.owned()  # the holder still gets a connection while they wait
+    queued = own_server.client().llen("{lock:busy}:queue")
+    assert queued == (3 if size >= 3 else 0)  # only waiters that hear grants queue
     for t in threads:
         t.join(10)
     assert time.monotonic() - started < 5
     assert outcomes == [False, False, False]  # they waited their time out, no errors
     held.release()
     assert gone_within(own_server.client(), "lock:busy", 3.0)
-    assert gone_within(own_server.client(), "{lock:busy}:waiters", 5.0)
+    assert gone_within(own_server.client(), "{lock:busy}:queue", 5.0)
+    assert own_server.client().dbsize() == 0
 
 
 def test_semaphore_holder_killed_mid_slot_then_server_paused(own_server: RedisServer) -> None:
@@ -182,10 +190,10 @@ def test_an_abandoned_claim_is_released_once_the_server_answers(own_server: Redi
     register_provider("flaky", own_server.client(socket_timeout=0.2, retry=NO_RETRY))
     target = providers.sync_target("flaky")
     options = build_options(ttl=30, wait=0, auto_renew=False, provider="flaky", prefix="lock:")
-    claim = _claim(LOCK, options, "lock:orphaned")
+    claim = _claim(LOCK, options, "lock:orphaned", target)
     from redlock_deco import drivers
 
-    assert drivers.run(SINGLE.acquire(claim, 0, target.max_block), target)  # the SET landed
+    assert drivers.run(SINGLE.acquire(claim, 0, target.listening), target)  # the SET landed
     own_server.pause()  # ... and then the server stopped answering
     try:
         renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
@@ -200,7 +208,7 @@ def test_an_abandoned_claim_is_released_once_the_server_answers(own_server: Redi
 
 
 @pytest.mark.parametrize("size", [1, 2])
-def test_waiters_on_a_tiny_pool_poll_instead_of_blocking(
+def test_waiters_on_a_tiny_pool_poll_instead_of_listening(
     own_server: RedisServer, size: int
 ) -> None:
     register_provider("tiny", own_server.client(max_connections=size))
@@ -221,4 +229,4 @@ def test_waiters_on_a_tiny_pool_poll_instead_of_blocking(
     for t in threads:
         t.join(15)
     assert len(peak) == 20 and max(peak) == 1
-    assert time.monotonic() - started < 6  # ~1 s of sections, not a BLPOP slice each
+    assert time.monotonic() - started < 6  # ~1 s of sections, not a RECHECK (1 s) each

@@ -151,8 +151,8 @@ def test_release_is_prompt_while_300_waiters_are_blocked(api: flavours.Api, r: r
         return released_in, await crowd.outcomes(handles)
 
     released_in, seen = api.run(scenario)
-    # A release is one round trip (milliseconds); waiting for a connection a waiter holds
-    # would take a blocking slice (seconds), and an exhausted pool would raise.
+    # A release is one round trip (milliseconds), even with its hand-off; waiting for a
+    # connection the waiters hold would take seconds, and an exhausted pool would raise.
     assert released_in < 1.0, f"the release took {released_in:.2f}s"
     assert seen == {"ran": BLOCKED}, seen
     assert r.dbsize() == 0

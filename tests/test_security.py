@@ -29,7 +29,8 @@ from redlock_deco.acl import acl_rules
 from redlock_deco.testing import RedisServer, free_port
 from redlock_deco.tokens import holder_of, new_token
 
-TOKEN = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<secret>[0-9a-f]{32})$")
+# host:pid:process-id:secret; the process id names the process's hand-off channel.
+TOKEN = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<procid>[0-9a-f]{8}):(?P<secret>[0-9a-f]{32})$")
 
 # The least privilege the library needs, from its one source (documented in GUARANTEES.md).
 MINIMAL_ACL = " ".join(["on", ">locks-only", *acl_rules()])
@@ -58,7 +59,10 @@ def test_a_forked_child_never_repeats_its_parents_tokens() -> None:
     child = os.read(read, 200).decode()
     os.close(read)
     parent = new_token()
-    assert TOKEN.match(child)["secret"] != TOKEN.match(parent)["secret"]  # type: ignore[index]
+    child_parts, parent_parts = TOKEN.match(child), TOKEN.match(parent)
+    assert child_parts and parent_parts and child_parts["secret"] != parent_parts["secret"]
+    # A channel of its own too: the parent's grants must not wake the child's waiters.
+    assert child_parts["procid"] != parent_parts["procid"]
 
 
 def test_knowing_the_name_without_the_token_releases_and_extends_nothing(
@@ -66,9 +70,10 @@ def test_knowing_the_name_without_the_token_releases_and_extends_nothing(
 ) -> None:
     with Lock("guarded", ttl=5) as lock:
         stolen = r.get("lock:guarded").decode()  # type: ignore[union-attr]
-        guess = holder_of(stolen) + ":" + "0" * 32  # right host and pid, wrong secret
-        keys = ("lock:guarded", "{lock:guarded}:waiters", "{lock:guarded}:signal")
-        assert r.eval(lua.LOCK_RELEASE.source, 3, *keys, guess) == 0
+        guess = stolen.rsplit(":", 1)[0] + ":" + "0" * 32  # right host, pid, process; wrong secret
+        keys = ("lock:guarded", "{lock:guarded}:queue")
+        for leaving in (0, 1):  # neither as a holder nor as a waiter giving up
+            assert r.eval(lua.LOCK_RELEASE.source, 2, *keys, guess, 1000, 1, leaving) == 0
         assert r.eval(lua.LOCK_EXTEND.source, 1, "lock:guarded", guess, 999_999) == 0
         theirs = redis.lock.Lock(r, "lock:guarded")
         theirs.local.token = guess.encode()
@@ -112,21 +117,33 @@ def test_least_privilege_acl_user_runs_everything(acl_user: str, r: redis.Redis)
         return "ok"
 
     assert renewed(1) == 1 and export() == "ok"
+    outcome: list[BaseException | bool] = []
+
+    def waiter(wait: float) -> None:
+        try:
+            lock = Lock("busy", provider="least", wait=wait)
+            outcome.append(lock.acquire())
+            if outcome[-1]:
+                lock.release()
+        except BaseException as exc:
+            outcome.append(exc)
+
     with Lock("busy", provider="least"):
-        # Waiting (waiter zset, BLPOP on the signal list) works under the restricted user too.
-        outcome: list[BaseException | bool] = []
-
-        def waiter() -> None:
-            try:
-                outcome.append(Lock("busy", provider="least", wait=0.2).acquire())
-            except BaseException as exc:
-                outcome.append(exc)
-
-        t = threading.Thread(target=waiter)
+        # Waiting (the queue, the grant subscription) works under the restricted user too:
+        # one waiter gives up, the next is queued -- only a listening waiter queues -- ...
+        t = threading.Thread(target=waiter, args=(0.2,))
         t.start()
         t.join(5)
         assert outcome == [False]
+        t = threading.Thread(target=waiter, args=(5,))
+        t.start()
+        deadline = time.monotonic() + 5
+        while not r.exists("{lock:busy}:queue"):
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.005)
         assert Semaphore("s", limit=1, provider="least").holders() == 0
+    t.join(5)  # ... and the release hands it the lock
+    assert outcome == [False, True]
     restricted = redis.Redis.from_url(acl_user)
     with pytest.raises(redis.exceptions.NoPermissionError):
         restricted.get("payments:secret")  # nothing outside the lock prefixes

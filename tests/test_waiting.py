@@ -75,31 +75,41 @@ def test_many_waiters_all_get_through_and_leave_nothing(r: redis.Redis) -> None:
 
 
 def test_commands_per_contended_critical_section(r: redis.Redis, server: RedisServer) -> None:
-    """A waiter costs: failed attempt, BLPOP, winning attempt, release = 4 commands."""
-    holder = Lock("cmd", ttl=10)
-    holder.acquire()
+    """A waiter costs: one queued attempt and its release = 2 commands -- it wakes up holding
+    the lock, with no attempt of its own; the holder: its release. (The process's one grant
+    subscription is opened by its first waiter, not counted here.)"""
+
+    def contended(spy: redis.Redis | None = None) -> None:
+        holder = Lock("cmd", ttl=10)
+        holder.acquire()
+        if spy is not None:
+            spy.config_resetstat()
+        waiter = Lock("cmd", wait=5)
+        t = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
+        t.start()
+        while not r.exists("{lock:cmd}:queue"):
+            time.sleep(0.001)
+        time.sleep(0.05)
+        holder.release()
+        t.join(5)
+
+    contended()  # the first waiter subscribes this process to its grants
     spy = server.client()
-    spy.config_resetstat()
-    waiter = Lock("cmd", wait=5)
-    t = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
-    t.start()
-    while not r.exists("{lock:cmd}:queue"):
-        time.sleep(0.001)
-    time.sleep(0.05)
-    holder.release()
-    t.join(5)
+    contended(spy)
     stats = spy.info("commandstats")
     calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
     # commandstats also counts what scripts call inside; the client-issued commands are these.
-    # Waiter: EVALSHA (fail) + BLPOP + EVALSHA (win) + EVALSHA (release); holder: 1 release.
-    sent = {name: calls.get(name, 0) for name in ("evalsha", "eval", "blpop")}
-    assert sent == {"evalsha": 4, "eval": 0, "blpop": 1}, calls
+    # Waiter: EVALSHA (queued) + EVALSHA (release); holder: EVALSHA (release, hand-off).
+    sent = {name: calls.get(name, 0) for name in ("evalsha", "eval", "subscribe")}
+    assert sent == {"evalsha": 3, "eval": 0, "subscribe": 0}, calls
+    assert calls.get("publish") == 1  # the one grant, inside the holder's release
+    assert wait_for_empty(r) == 0
 
 
 @pytest.mark.slow
-def test_no_lost_wake_up_when_release_races_the_block(r: redis.Redis) -> None:
+def test_no_lost_wake_up_when_release_races_the_wait(r: redis.Redis) -> None:
     """Hammer acquire/release from several threads with a tiny critical section: a lost
-    wake-up would leave a waiter sleeping to the end of its slice (2 s) and blow the bound."""
+    grant would leave a waiter waiting until its re-check (RECHECK, 1 s) and blow the bound."""
 
     @locked("race", ttl=5, wait=10)
     def tiny() -> None:
