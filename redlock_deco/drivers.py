@@ -24,7 +24,8 @@ import queue
 import time
 from typing import Any, Protocol, TypeVar
 
-from redis.exceptions import NoScriptError
+import redis
+from redis.exceptions import NoScriptError, ResponseError
 
 from . import waiting
 from .protocol import SINGLE, Algorithms, Call, Eval, Listen, Sleep, Step, Steps, Wait
@@ -122,10 +123,42 @@ def lane_of(step: Step) -> int:
     return 1 if type(step) is Eval and step.script.waiting else 0
 
 
+def pack(args: Args) -> bytes:
+    """``args`` as one RESP command (UTF-8 text, as redis-py's default encoder writes it)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = str(arg).encode() if type(arg) is int else arg.encode()  # type: ignore[union-attr]
+        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+# redis-py before 5.3 wants a command name for get_connection(); later ones warn about it.
+_NAMED_CHECKOUT = tuple(int(p) for p in redis.__version__.split(".")[:2]) < (5, 3)
+
+
+def direct_pool(client: Any) -> Any:
+    """The pool whose connections the scripts may be written to directly, or None.
+
+    Only a plain ``redis.Redis`` on a standard pool with the default encoding: for those,
+    ``execute_command``'s per-call work (argument encoding, retry and observability
+    wrappers) cost about as much client CPU as the round trip itself (measured: 60 µs a
+    command against 36 µs written directly), on the path every acquire and release takes.
+    Anything else (cluster, Sentinel, custom classes) goes through the client as usual.
+    """
+    pool: Any = getattr(client, "connection_pool", None)
+    if type(client) is not redis.Redis or type(pool) not in (
+        redis.ConnectionPool,
+        redis.BlockingConnectionPool,
+    ):
+        return None
+    encoding = str(pool.connection_kwargs.get("encoding", "utf-8"))
+    return pool if encoding.replace("-", "").lower() == "utf8" else None
+
+
 class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
-    __slots__ = ("checked", "client", "counted", "lanes", "renewal_worker", "waiting")
+    __slots__ = ("checked", "client", "counted", "direct", "lanes", "renewal_worker", "waiting")
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
@@ -135,6 +168,7 @@ class SyncTarget:
         self.checked = False  # the first-use server check (eviction policy) has run
         self.waiting = waiting.SyncWaiting(client) if can_listen(client) else None
         self.counted = not is_cluster(client)
+        self.direct = direct_pool(client)
 
     @property
     def listening(self) -> bool:
@@ -167,9 +201,31 @@ class SyncTarget:
         if type(step) is Call and step.route is not None:
             return self.client.execute_command(*step.args, **routing(self.client, step))
         try:
+            if self.direct is not None and type(step) is Eval:
+                return self._send_direct(step)
             return self.client.execute_command(*command(step))
         except NoScriptError:
             return self.client.execute_command(*fallback(step))
+
+    def _send_direct(self, step: Eval) -> Any:
+        """One script on a pooled connection, written and read directly (see direct_pool).
+
+        Never re-sent on failure (a script that ran but whose reply was lost must not run
+        twice: the guard's clean-up handles it); a connection that failed mid-command is
+        closed before it goes back to the pool, one that answered an error is reused.
+        """
+        pool = self.direct
+        conn = pool.get_connection("EVALSHA") if _NAMED_CHECKOUT else pool.get_connection()
+        try:
+            conn.send_packed_command([pack(command(step))])
+            return conn.read_response()
+        except ResponseError:
+            raise  # an answer: the connection is in a clean state
+        except BaseException:
+            conn.disconnect()  # a reply may still be on its way: never read it as another's
+            raise
+        finally:
+            pool.release(conn)
 
 
 class AsyncTarget:
