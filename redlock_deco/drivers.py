@@ -120,7 +120,9 @@ def is_cluster(client: Any) -> bool:
 
 def lane_of(step: Step) -> int:
     """0 holding, 1 acquiring."""
-    return 1 if type(step) is Eval and step.script.waiting else 0
+    if type(step) is Eval:
+        return 1 if step.script.waiting else 0
+    return 1 if type(step) is Call and step.acquiring else 0
 
 
 def pack(args: Args) -> bytes:
@@ -201,14 +203,14 @@ class SyncTarget:
         if type(step) is Call and step.route is not None:
             return self.client.execute_command(*step.args, **routing(self.client, step))
         try:
-            if self.direct is not None and type(step) is Eval:
+            if self.direct is not None:
                 return self._send_direct(step)
             return self.client.execute_command(*command(step))
         except NoScriptError:
             return self.client.execute_command(*fallback(step))
 
-    def _send_direct(self, step: Eval) -> Any:
-        """One script on a pooled connection, written and read directly (see direct_pool).
+    def _send_direct(self, step: Step) -> Any:
+        """One command on a pooled connection, written and read directly (see direct_pool).
 
         Never re-sent on failure (a script that ran but whose reply was lost must not run
         twice: the guard's clean-up handles it); a connection that failed mid-command is

@@ -60,6 +60,7 @@ class Call:
 
     args: tuple[str | int, ...]
     route: str | None = None
+    acquiring: bool = False  # sent by an acquirer (its connection lane, see drivers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,16 @@ class Claim:
     # PUBLISH counts prove a waiter's process gone (not on a cluster: they cover one node).
     counted: bool = True
 
+    def plain_step(self) -> Call | None:
+        """The first attempt as one plain ``SET NX PX`` (no script: the cheapest command
+        there is), where nothing else is needed from it: a lock, unfenced, whose caller is
+        prepared to wait (a try-once caller needs the script's check for an attempt that
+        a client retry re-sent after it had landed)."""
+        if not self.kind.reentrant or self.keys.fence is not None:
+            return None
+        args = ("SET", self.keys.key, self.token, "NX", "PX", self.ttl_ms)
+        return Call(args, acquiring=True)
+
     def acquire_step(self, mode: int = TRY) -> Eval:
         keys = self.keys
         args: tuple[str | int, ...] = (
@@ -341,11 +352,19 @@ class SingleNode:
         registration: Any = None
         polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
+        # Not contended here lately (nobody of ours listens): try with a plain SET first.
+        plain = claim.plain_step() if mode == TRY and wait != 0 else None
         try:
             while True:
                 sent_at = clock()
-                reply = yield claim.acquire_step(mode)
-                code, lease_ms = reply[0], reply[1]
+                if plain is not None:
+                    reply = yield plain
+                    plain = None
+                    # Busy: how long the holder has left is learnt by the queueing attempt.
+                    code, lease_ms = (1, claim.ttl_ms) if reply is not None else (0, -1)
+                else:
+                    reply = yield claim.acquire_step(mode)
+                    code, lease_ms = reply[0], reply[1]
                 acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
                 unreplicated: int | None = None
                 if acquired and claim.replicas:
@@ -358,7 +377,8 @@ class SingleNode:
                         yield claim.release_step()  # too few copies: this attempt failed
                         acquired, lease_ms, unreplicated = False, -2, int(acked)
                 if acquired:
-                    return Granted(int(reply[2]) if len(reply) > 2 else None, sent_at)
+                    fence = reply[2] if type(reply) is list and len(reply) > 2 else None
+                    return Granted(None if fence is None else int(fence), sent_at)
                 if not polling and registration is None:
                     registration = yield Listen(claim.token)
                     if registration is None:

@@ -15,6 +15,7 @@ from redlock_deco.protocol import (
     QUEUE_WINDOW_MS,
     RECHECK,
     TRY,
+    Call,
     Claim,
     Eval,
     Keys,
@@ -43,8 +44,9 @@ class Registration:
         self.closed = True
 
 
-def claim(confirm: bool = False, ttl_ms: int = 30_000) -> Claim:
-    return Claim(protocol.LOCK, Keys.for_key("lock:k"), "tok", ttl_ms, confirm=confirm)
+def claim(confirm: bool = False, ttl_ms: int = 30_000, fencing: bool = False) -> Claim:
+    keys = Keys.for_key("lock:k", protocol.LOCK, fencing)
+    return Claim(protocol.LOCK, keys, "tok", ttl_ms, confirm=confirm)
 
 
 def drive(
@@ -94,15 +96,30 @@ def test_waiter_keys_share_the_slot_even_for_keys_with_a_stray_brace(key: str) -
     assert {key_slot(k.encode()) for k in (key, *siblings)} == {key_slot(key.encode())}
 
 
-@pytest.mark.parametrize(("listening", "mode"), [(False, TRY), (True, QUEUE)])
-def test_acquire_first_try(listening: bool, mode: int) -> None:
+def test_acquire_first_try_not_contended_is_one_plain_set() -> None:
+    """Nobody of ours listens on this server (no contention lately): the cheapest command."""
     clock = Clock()
-    algorithm = protocol.SINGLE.acquire(claim(), 10, listening, clock)
-    steps, result = drive(algorithm, [[1, 30000]], clock)
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 10, False, clock), [b"OK"], clock)
     assert result == protocol.Granted()
-    # Queues at once only where a grant would be heard already.
-    assert steps == [claim().acquire_step(mode)]
-    assert steps[0].args == ("tok", 30000, mode, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
+    assert steps == [Call(("SET", "lock:k", "tok", "NX", "PX", 30000), acquiring=True)]
+
+
+def test_acquire_first_try_while_listening_queues_at_once() -> None:
+    """Grants are heard here already: the first attempt queues if the lock is busy."""
+    clock = Clock()
+    steps, result = drive(protocol.SINGLE.acquire(claim(), 10, True, clock), [[1, 30000]], clock)
+    assert result == protocol.Granted()
+    assert steps == [claim().acquire_step(QUEUE)]
+    assert steps[0].args == ("tok", 30000, QUEUE, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
+
+
+@pytest.mark.parametrize("fencing", [False, True])
+def test_fenced_and_try_once_first_tries_use_the_script(fencing: bool) -> None:
+    clock = Clock()
+    fenced = claim(fencing=True) if fencing else claim()
+    wait = 10 if fencing else 0
+    steps, _ = drive(protocol.SINGLE.acquire(fenced, wait, False, clock), [[1, 30000, 7]], clock)
+    assert steps == [fenced.acquire_step(TRY)]
 
 
 @pytest.mark.parametrize("listening", [False, True])
@@ -119,11 +136,11 @@ def test_a_waiter_starts_listening_before_it_queues() -> None:
     gone): the first attempt only tries, the one after Listen queues, without waiting."""
     clock = Clock()
     registration = Registration()
-    replies = [[0, 20_000], registration, [0, 20_000], None, [1, 30000]]
+    replies = [None, registration, [0, 20_000], None, [1, 30000]]
     steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, False, clock), replies, clock)
     assert result == protocol.Granted()
-    assert [type(s) for s in steps] == [Eval, Listen, Eval, Wait, Eval]
-    assert steps[1] == Listen("tok") and modes(steps) == [TRY, QUEUE, AGAIN]
+    assert [type(s) for s in steps] == [Call, Listen, Eval, Wait, Eval]
+    assert steps[1] == Listen("tok") and modes(steps) == [QUEUE, AGAIN]  # after a plain SET
     assert steps[3].registration is registration and registration.closed
 
 
@@ -196,7 +213,7 @@ def test_a_grant_is_confirmed_when_it_must_be_or_arrived_late(confirm: bool) -> 
 
 def test_backoff_fallback_without_a_subscription() -> None:
     clock = Clock()
-    replies = [[0, 10_000], None, None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
+    replies = [None, None, None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
     steps, result = drive(
         protocol.SINGLE.acquire(claim(), 5.0, False, clock, rand=lambda: 1.0), replies, clock
     )
