@@ -51,7 +51,13 @@ if mine then
   end
   return {1, tonumber(ARGV[2])}
 end
+local left = redis.call('PTTL', KEYS[1])
+if left == -1 then
+  -- A key without expiry is none of ours (we always set one): if it is not even a string,
+  -- GET raises WRONGTYPE, so the caller hears of it now instead of waiting out `wait`.
+  redis.call('GET', KEYS[1])
+end
 if mode ~= '0' then
   queue_join(KEYS[2], ARGV[1], ARGV[4], mode == '2')
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, left}
