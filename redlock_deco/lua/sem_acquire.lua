@@ -23,15 +23,16 @@ if swept > 0 and count < limit then
   sem_serve(KEYS[1], KEYS[2], limit - count, now, tonumber(ARGV[5]), ARGV[6])
   count = redis.call('ZCARD', KEYS[1])
 end
--- Listed already: handed to us, or a client retry re-sent an attempt that had landed.
-local mine = mode ~= '1' and redis.call('ZSCORE', KEYS[1], ARGV[1])
-if mine or count < limit then
+-- Or listed already: handed to us, or a client retry re-sent an attempt that had landed.
+if count < limit or (mode ~= '1' and redis.call('ZSCORE', KEYS[1], ARGV[1])) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < ttl then
+  local lives = redis.call('PTTL', KEYS[1])
+  if lives < ttl then
     -- The zset lives exactly as long as its longest lease: no key outlives its holders.
     redis.call('PEXPIRE', KEYS[1], ttl)
+    lives = ttl
   end
-  redis.call('SET', KEYS[3], ARGV[7], 'PX', redis.call('PTTL', KEYS[1]))
+  redis.call('SET', KEYS[3], ARGV[7], 'PX', lives)
   if mode == '2' then
     redis.call('LREM', KEYS[2], 0, ARGV[1])
   end
