@@ -26,7 +26,10 @@ end
 -- Or listed already: handed to us, or a client retry re-sent an attempt that had landed.
 if count < limit or (mode ~= '1' and redis.call('ZSCORE', KEYS[1], ARGV[1])) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  local lives = redis.call('PTTL', KEYS[1])
+  local lives = 0  -- a zset that was empty is new: no expiry yet
+  if count > 0 then
+    lives = redis.call('PTTL', KEYS[1])
+  end
   if lives < ttl then
     -- The zset lives exactly as long as its longest lease: no key outlives its holders.
     redis.call('PEXPIRE', KEYS[1], ttl)
