@@ -212,15 +212,22 @@ class SyncTarget:
     def _send_direct(self, step: Step) -> Any:
         """One command on a pooled connection, written and read directly (see direct_pool).
 
-        Never re-sent on failure (a script that ran but whose reply was lost must not run
-        twice: the guard's clean-up handles it); a connection that failed mid-command is
-        closed before it goes back to the pool, one that answered an error is reused.
+        Retried exactly as ``execute_command`` would (the connection's own retry policy:
+        a pooled connection a proxy dropped silently fails on first use, and a URL client
+        retries that once); a connection that failed mid-command is closed before it goes
+        back to the pool, so no later command can read its reply. One that answered with an
+        error is in a clean state and reused.
         """
         pool = self.direct
         conn = pool.get_connection("EVALSHA") if _NAMED_CHECKOUT else pool.get_connection()
-        try:
-            conn.send_packed_command([pack(command(step))])
+        packed = [pack(command(step))]
+
+        def attempt() -> Any:
+            conn.send_packed_command(packed)
             return conn.read_response()
+
+        try:
+            return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
         except ResponseError:
             raise  # an answer: the connection is in a clean state
         except BaseException:

@@ -51,6 +51,10 @@ NODE_TIMEOUT = 0.25
 # Unanswered commands a connection may carry before it is closed: a master stalled for good
 # must not fill the socket buffers (a full one would block the next write).
 MAX_OWED = 32
+# A connection owing replies for longer than this is closed, not waited on any more: replies
+# can go missing without the connection closing (a proxy that drops them), and a thread
+# would otherwise read every later reply one command late, for good.
+MAX_BEHIND = 8 * NODE_TIMEOUT
 # While connections are being made, the replies already sent for are looked at this often.
 POLL = 0.002
 
@@ -62,12 +66,13 @@ _MADE.set_result(None)
 class _Backlog:
     """A connection still owing replies to commands its thread stopped waiting for."""
 
-    __slots__ = ("conn", "owed", "owner")
+    __slots__ = ("conn", "owed", "owner", "since")
 
-    def __init__(self, conn: Any, owed: int, owner: threading.Thread) -> None:
+    def __init__(self, conn: Any, owed: int, owner: threading.Thread, since: float) -> None:
         self.conn = conn
         self.owed = owed
         self.owner = owner
+        self.since = since  # when it first fell behind
 
 
 class _Master:
@@ -97,6 +102,9 @@ class _Master:
             backlog = self.behind.pop(threading.get_ident(), None)
         if backlog is not None and not _connected(backlog.conn):  # the pool was disconnected
             self.pool.release(backlog.conn)
+            return None
+        if backlog is not None and time.monotonic() - backlog.since > MAX_BEHIND:
+            self.drop(backlog.conn)  # behind for too long: start afresh, in step again
             return None
         return backlog
 
@@ -136,8 +144,9 @@ class _Master:
         if self.retired:
             self._hand_back()
 
-    def owe(self, conn: Any, owed: int) -> None:
-        """Keep ``conn``, still owing ``owed`` replies, for this thread's next command."""
+    def owe(self, conn: Any, owed: int, since: float | None) -> None:
+        """Keep ``conn``, still owing ``owed`` replies (since ``since``, None: from now), for
+        this thread's next command."""
         if owed > MAX_OWED or self.retired:
             self.drop(conn)
             return
@@ -145,7 +154,9 @@ class _Master:
         with self.lock:
             gone = [ident for ident, b in self.behind.items() if not b.owner.is_alive()]
             ended = [self.behind.pop(ident).conn for ident in gone]
-            self.behind[threading.get_ident()] = _Backlog(conn, owed, current)
+            self.behind[threading.get_ident()] = _Backlog(
+                conn, owed, current, time.monotonic() if since is None else since
+            )
         for dead in ended:  # their threads will send nothing more after them
             self.drop(dead)
 
@@ -192,7 +203,10 @@ def _connected(conn: Any) -> bool:
 class _Call:
     """One master's part of one round."""
 
-    __slots__ = ("broken", "conn", "lane", "master", "name", "owed", "reply", "resend", "sent")
+    __slots__ = (
+        "behind_since", "broken", "conn", "lane", "master", "name", "owed", "reply", "resend",
+        "sent",
+    )  # fmt: skip
 
     def __init__(self, master: _Master, name: str, resend: _Packer | None) -> None:
         self.master = master
@@ -201,6 +215,7 @@ class _Call:
         self.conn: Any = None
         self.lane: Any = None  # the semaphore held while ``conn`` is in use
         self.owed = 0  # replies still to come on ``conn``; this call's own is the last
+        self.behind_since: float | None = None  # ``conn`` has owed replies since then
         self.sent = False
         self.broken = False  # ``conn`` failed: close it
         self.reply: Any = _NO_REPLY
@@ -217,7 +232,7 @@ class _Call:
         master = self.master
         backlog = master.backlog()
         if backlog is not None:
-            self.conn, self.owed = backlog.conn, backlog.owed
+            self.conn, self.owed, self.behind_since = backlog.conn, backlog.owed, backlog.since
             return
         if master.lanes is not None:
             self.lane = master.lanes[lane]
@@ -267,7 +282,7 @@ class _Call:
                 if isinstance(self.reply, ConnectionError):
                     master.lost()
             elif self.owed:
-                master.owe(conn, self.owed)
+                master.owe(conn, self.owed, self.behind_since)
             else:
                 master.give(conn)
         if self.lane is not None:
