@@ -292,3 +292,30 @@ def test_a_cluster_client_can_be_one_of_the_masters(masters: list[RedisServer]) 
             target.retire()
             for client in clients:
                 client.close()
+
+
+def test_a_thread_whose_replies_went_missing_gets_back_in_step(masters: list[RedisServer]) -> None:
+    """Replies withheld on a live connection (a proxy holding them back) leave the thread
+    counting replies late on it; after MAX_BEHIND that connection is closed and its rounds
+    read their own replies again (before, every later round waited out the node timeout
+    there, for good -- and with one more master down, nothing was acquired any more)."""
+    from redlock_deco import Lock, register_provider
+    from redlock_deco.fanout import MAX_BEHIND
+    from redlock_deco.testing import FaultProxy
+
+    def cycle() -> float:
+        started = time.monotonic()
+        with Lock("behind", provider="q", ttl=5, wait=2):
+            pass
+        return time.monotonic() - started
+
+    with FaultProxy(masters[0].port) as proxy:
+        register_provider("q", [proxy.url, masters[1].url, masters[2].url])
+        cycle()
+        proxy.withhold_replies()
+        cycle(), cycle()
+        proxy.resume()
+        deadline = time.monotonic() + MAX_BEHIND + 3
+        while cycle() > 0.1:  # a round waits out the node timeout on the first master
+            assert time.monotonic() < deadline, "the first master's replies stay one behind"
+        assert max(cycle() for _ in range(20)) < 0.1
