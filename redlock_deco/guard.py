@@ -23,7 +23,16 @@ from .errors import LockError, LockLost, LockNotReplicated, ProviderError
 from .lifecycle import Cleanup, Lease
 from .options import LeaseOptions
 from .process import Holdings
-from .protocol import Claim, Granted, Keys, Kind, NotGranted, SingleNode
+from .protocol import (
+    Acquired,
+    Claim,
+    Granted,
+    Keys,
+    Kind,
+    NotGranted,
+    SingleNode,
+    fast_granted,
+)
 from .tokens import new_token
 
 
@@ -61,6 +70,11 @@ def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
     counted = getattr(target, "counted", True)
     return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas,
                  confirm, counted)  # fmt: skip
+
+
+def _left(wait: float | None, started: float) -> float | None:
+    """What is left of ``wait`` (None: forever) since ``started``."""
+    return None if wait is None else max(0.0, wait - (time.monotonic() - started))
 
 
 def _check_fencing(options: LeaseOptions, target: Any) -> None:
@@ -185,9 +199,18 @@ def enter(
     target = providers.sync_target(options.provider)
     _check_fencing(options, target)
     claim = _claim(kind, options, key, target)
+    algorithms = target.algorithms
+    first = algorithms.fast_try(claim, wait, target.listening)
     started = time.monotonic()
     try:
-        result = drivers.run(target.algorithms.acquire(claim, wait, target.listening), target)
+        # The lean path: an uncontended lock is one plain command, sent here directly.
+        result: Acquired | None = None
+        if first is not None:
+            result = fast_granted(target.execute(first), started)
+        if result is None:
+            left = _left(wait, started)
+            steps = algorithms.acquire(claim, left, target.listening, tried=first is not None)
+            result = drivers.run(steps, target)
     except BaseException as exc:
         _cut_short(claim, target, exc)
         raise
@@ -300,11 +323,17 @@ async def enter_async(
     if not target.checked:  # before acquiring: a cancellation here leaves nothing held
         await eviction.check_async_once(target)
     claim = _claim(kind, options, key, target)
+    algorithms = target.algorithms
+    first = algorithms.fast_try(claim, wait, target.listening)
     started = time.monotonic()
     try:
-        result = await drivers.run_async(
-            target.algorithms.acquire(claim, wait, target.listening), target
-        )
+        result: Acquired | None = None
+        if first is not None:
+            result = fast_granted(await target.execute(first), started)
+        if result is None:
+            left = _left(wait, started)
+            steps = algorithms.acquire(claim, left, target.listening, tried=first is not None)
+            result = await drivers.run_async(steps, target)
     except BaseException as exc:
         await _cut_short_async(claim, target, exc)
         raise

@@ -311,6 +311,11 @@ def _fresh(claim: Claim, age: float) -> bool:
     return not claim.confirm and age < min(HANDOFF_MS, claim.ttl_ms) / 1000 * FRESH_FRACTION
 
 
+def fast_granted(reply: Any, sent_at: float) -> Granted | None:
+    """The lease, if :meth:`SingleNode.fast_try`'s attempt (sent at ``sent_at``) took it."""
+    return None if reply is None else Granted(None, sent_at)
+
+
 class Algorithms(Protocol):
     """The algorithm family a target runs: one node, or a quorum of masters."""
 
@@ -321,7 +326,9 @@ class Algorithms(Protocol):
         listening: bool = False,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
+        tried: bool = False,
     ) -> Steps[Acquired]: ...
+    def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> Call | None: ...
     def release(self, claim: Claim) -> Steps[bool | None]: ...
     def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]: ...
     def owned(self, claim: Claim) -> Steps[bool]: ...
@@ -339,8 +346,12 @@ class SingleNode:
         listening: bool = False,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
+        tried: bool = False,
     ) -> Steps[Acquired]:
         """Take the lease until ``wait`` seconds have passed (None: forever, 0: once).
+
+        ``tried``: the caller already sent :meth:`fast_try`'s attempt and found the lock
+        busy; go on from there.
 
         ``listening``: hand-offs already reach this process on this server, so the first
         attempt queues at once if the lease is taken. Otherwise it only tries; a waiter then
@@ -348,16 +359,19 @@ class SingleNode:
         listens would be lost, and the waiter skipped as gone).
         """
         deadline = math.inf if wait is None else clock() + wait
-        mode = QUEUE if listening and wait != 0 else TRY
+        # A plain attempt already made (tried) did not queue, whoever listens by now.
+        mode = QUEUE if listening and wait != 0 and not tried else TRY
         registration: Any = None
         polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
         # Not contended here lately (nobody of ours listens): try with a plain SET first.
-        plain = claim.plain_step() if mode == TRY and wait != 0 else None
+        plain = claim.plain_step() if mode == TRY and wait != 0 and not tried else None
         try:
             while True:
                 sent_at = clock()
-                if plain is not None:
+                if tried:
+                    tried, reply, code, lease_ms = False, None, 0, -1  # busy, as fast_try found
+                elif plain is not None:
                     reply = yield plain
                     plain = None
                     # Busy: how long the holder has left is learnt by the queueing attempt.
@@ -412,6 +426,16 @@ class SingleNode:
         finally:
             if registration is not None:
                 registration.close()
+
+    def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> Call | None:
+        """The lean path: the plain first attempt :meth:`acquire` would send, for the caller
+        to send itself (no generator, no step objects beyond it), where its success alone
+        grants the lease -- see :func:`fast_granted`. Busy: run ``acquire(..., tried=True)``.
+        None where the first attempt is a script (contended lately, fenced, try-once) or a
+        success needs more (replica acknowledgements)."""
+        if listening or wait == 0 or claim.replicas:
+            return None
+        return claim.plain_step()
 
     def release(self, claim: Claim) -> Steps[bool]:
         """Give the lease back; False if it was no longer ours (nothing was touched then).

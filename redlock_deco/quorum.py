@@ -81,6 +81,7 @@ class Quorum:
         listening: bool = False,  # a quorum has no queue: it waits with jittered backoff
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
+        tried: bool = False,  # never: see fast_try
     ) -> Steps[Acquired]:
         deadline = math.inf if wait is None else clock() + wait
         needed = quorum(self.masters, claim.limit)
@@ -98,6 +99,10 @@ class Quorum:
                 return NotGranted()
             failures += 1
             yield Sleep(min(remaining, backoff(failures, rand)))
+
+    def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> None:
+        """No lean path: every attempt is a round on every master."""
+        return None
 
     def release(self, claim: Claim) -> Steps[bool | None]:
         """Give the lease back on every master: True if a quorum confirmed it was ours;

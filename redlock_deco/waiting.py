@@ -37,6 +37,8 @@ CHANNEL_PREFIX = "redlock-deco:"
 IDLE = 10.0
 # How long a first waiter waits for its subscription; past it, it polls instead.
 START_TIMEOUT = 2.0
+# A waiter whose subscription another thread is making looks again this often.
+SUBSCRIBE_POLL = 0.05
 # Each read of the subscription blocks at most this long.
 READ_TIMEOUT = 1.0
 # After a failed read (connection trouble), subscribe again after this long.
@@ -149,12 +151,16 @@ class SyncWaiting:
         self._reading = threading.Lock()  # held by the one thread reading the subscription
         self._board = Board()
         self._pubsub: Any = None  # touched only by the reader
-        self._subscribed = False
+        self._subscribed_event = threading.Event()
 
     @property
     def listening(self) -> bool:
         """Subscribed now: an attempt may queue at once, its grant will reach us."""
-        return self._subscribed
+        return self._subscribed_event.is_set()
+
+    @property
+    def _subscribed(self) -> bool:
+        return self._subscribed_event.is_set()
 
     def listen(self, token: str) -> Handoff | None:
         """Register ``token``'s waiter (subscribing first if needed); None if it cannot."""
@@ -166,13 +172,18 @@ class SyncWaiting:
         deadline = time.monotonic() + START_TIMEOUT
         while not self._subscribed:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._reading.acquire(timeout=remaining):
+            if remaining <= 0:
                 handoff.close()
                 return None
-            try:
-                self._read(handoff, deadline, until_subscribed=True)
-            finally:
-                self._leave_reading(handoff)
+            if self._reading.acquire(blocking=False):
+                try:
+                    self._read(handoff, deadline, until_subscribed=True)
+                finally:
+                    self._leave_reading(handoff)
+            else:
+                # Someone reads: it subscribes, or it already has and now waits for its own
+                # grant (for up to a second: never wait for it to leave).
+                self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
         return handoff
 
     def forget(self, handoff: Handoff) -> None:
@@ -210,7 +221,7 @@ class SyncWaiting:
                 message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
             except Exception as exc:  # connection trouble: grants are lost until we are back
                 log.debug("redlock-deco: grant subscription failed (%r); subscribing again", exc)
-                self._subscribed = False
+                self._subscribed_event.clear()
                 _closed(self._pubsub)
                 self._pubsub = None
                 time.sleep(min(RETRY_DELAY, max(0.0, deadline - time.monotonic())))
@@ -219,7 +230,7 @@ class SyncWaiting:
                 continue
             kind = _text(message.get("type"))
             if kind == "subscribe":
-                self._subscribed = True
+                self._subscribed_event.set()
             elif kind == "message":
                 now = time.monotonic()
                 with self._lock:

@@ -243,3 +243,17 @@ def test_abandon_is_one_release_that_leaves_the_queue() -> None:
 def test_unknown_reply_codes_are_errors_not_false(reply: object) -> None:
     with pytest.raises(ScriptReplyError, match="unexpected reply"):
         drive(protocol.SINGLE.release(claim()), [reply], Clock())
+
+
+def test_after_a_busy_fast_try_the_waiter_queues_before_it_waits_even_if_listening_now() -> None:
+    """fast_try's plain SET never queues; by the time the algorithm runs, another thread may
+    have made the subscription. The waiter must still queue (a wait nobody would end)."""
+    clock = Clock()
+    claim_ = claim()
+    assert protocol.SINGLE.fast_try(claim_, 5.0, False) == claim_.plain_step()
+    assert protocol.SINGLE.fast_try(claim_, 5.0, True) is None  # contended: the script
+    registration = Registration()
+    algorithm = protocol.SINGLE.acquire(claim_, 5.0, True, clock, tried=True)
+    steps, result = drive(algorithm, [registration, [0, 20_000], 0.0], clock)
+    assert [type(s) for s in steps] == [Listen, Eval, Wait] and modes(steps) == [QUEUE]
+    assert result == protocol.Granted()
