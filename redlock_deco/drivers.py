@@ -20,6 +20,7 @@ Commands are therefore sorted into lanes, each with its own share of the pool: *
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import time
 from typing import Any, Protocol, TypeVar
@@ -134,8 +135,29 @@ def pack(args: Args) -> bytes:
     return b"".join(parts)
 
 
-# redis-py before 5.3 wants a command name for get_connection(); later ones warn about it.
-_NAMED_CHECKOUT = tuple(int(p) for p in redis.__version__.split(".")[:2]) < (5, 3)
+def checkout(pool: Any) -> Any:
+    """``pool.get_connection()``, as this redis-py wants it called."""
+    if _takes_command_name(pool):
+        return pool.get_connection("EVALSHA")
+    return pool.get_connection()
+
+
+_NAMED: dict[type, bool] = {}  # pool class -> its get_connection requires a command name
+
+
+def _takes_command_name(pool: Any) -> bool:
+    """redis-py before 5.3 requires ``get_connection(command_name)``; later ones warn on it."""
+    kind = type(pool)
+    named = _NAMED.get(kind)
+    if named is None:
+        try:
+            parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+        except (TypeError, ValueError):  # pragma: no cover - a pool without a signature
+            parameter = None
+        named = _NAMED[kind] = (
+            parameter is not None and parameter.default is inspect.Parameter.empty
+        )
+    return named
 
 
 def direct_pool(client: Any) -> Any:
@@ -219,7 +241,7 @@ class SyncTarget:
         error is in a clean state and reused.
         """
         pool = self.direct
-        conn = pool.get_connection("EVALSHA") if _NAMED_CHECKOUT else pool.get_connection()
+        conn = checkout(pool)
         packed = [pack(command(step))]
 
         def attempt() -> Any:

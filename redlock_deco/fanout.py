@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -40,7 +39,7 @@ from typing import Any
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .drivers import AsyncTarget, SyncTarget, command, fallback, lane_of
+from .drivers import AsyncTarget, SyncTarget, checkout, command, fallback, lane_of
 from .protocol import Algorithms, Eval, Fanout, Sleep, Step
 from .quorum import Quorum
 from .worker import SerialWorker
@@ -85,7 +84,6 @@ class _Master:
         # None: a cluster client, which routes by key over pools of its own; its rounds run
         # node.execute on the worker thread instead (see QuorumSyncTarget._delegate).
         self.pool: Any = getattr(node.client, "connection_pool", None)
-        self.named = self.pool is not None and _takes_command_name(self.pool)
         self.lanes = node.lanes
         self.ready: list[Any] = []  # list.pop/append are atomic: the hot path takes no lock
         self.behind: dict[int, _Backlog] = {}  # thread ident -> its unanswered connection
@@ -132,7 +130,7 @@ class _Master:
 
     def _connect(self) -> None:
         try:
-            conn = self.pool.get_connection("EVALSHA") if self.named else self.pool.get_connection()
+            conn = checkout(self.pool)
             self.give(conn)
         finally:
             with self.lock:
@@ -183,15 +181,6 @@ class _Master:
     def _hand_back(self) -> None:
         while (conn := self.pop()) is not None:
             self.pool.release(conn)
-
-
-def _takes_command_name(pool: Any) -> bool:
-    """redis-py before 5.3 requires ``get_connection(command_name)``; later ones warn on it."""
-    try:
-        parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    except (TypeError, ValueError):  # pragma: no cover - a pool without a signature
-        return False
-    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 def _connected(conn: Any) -> bool:

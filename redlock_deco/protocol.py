@@ -364,18 +364,13 @@ class SingleNode:
         registration: Any = None
         polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
-        # Not contended here lately (nobody of ours listens): try with a plain SET first.
-        plain = claim.plain_step() if mode == TRY and wait != 0 and not tried else None
         try:
             while True:
                 sent_at = clock()
                 if tried:
-                    tried, reply, code, lease_ms = False, None, 0, -1  # busy, as fast_try found
-                elif plain is not None:
-                    reply = yield plain
-                    plain = None
-                    # Busy: how long the holder has left is learnt by the queueing attempt.
-                    code, lease_ms = (1, claim.ttl_ms) if reply is not None else (0, -1)
+                    # Busy, as fast_try found; how long the holder has left is learnt by the
+                    # queueing attempt.
+                    tried, reply, code, lease_ms = False, None, 0, -1
                 else:
                     reply = yield claim.acquire_step(mode)
                     code, lease_ms = reply[0], reply[1]
@@ -428,11 +423,12 @@ class SingleNode:
                 registration.close()
 
     def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> Call | None:
-        """The lean path: the plain first attempt :meth:`acquire` would send, for the caller
-        to send itself (no generator, no step objects beyond it), where its success alone
-        grants the lease -- see :func:`fast_granted`. Busy: run ``acquire(..., tried=True)``.
-        None where the first attempt is a script (contended lately, fenced, try-once) or a
-        success needs more (replica acknowledgements)."""
+        """The lean path: a first attempt for the caller to send itself (no generator, no
+        step objects beyond it) when nobody of ours listens on this server (no contention
+        lately): one plain ``SET NX PX``, whose success alone grants the lease -- see
+        :func:`fast_granted`. Busy: run ``acquire(..., tried=True)``. None where the first
+        attempt must be a script (fenced, try-once, contended lately) or a success needs
+        more (replica acknowledgements): ``acquire`` alone then."""
         if listening or wait == 0 or claim.replicas:
             return None
         return claim.plain_step()

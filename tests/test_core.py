@@ -96,12 +96,18 @@ def test_waiter_keys_share_the_slot_even_for_keys_with_a_stray_brace(key: str) -
     assert {key_slot(k.encode()) for k in (key, *siblings)} == {key_slot(key.encode())}
 
 
-def test_acquire_first_try_not_contended_is_one_plain_set() -> None:
-    """Nobody of ours listens on this server (no contention lately): the cheapest command."""
-    clock = Clock()
-    steps, result = drive(protocol.SINGLE.acquire(claim(), 10, False, clock), [b"OK"], clock)
-    assert result == protocol.Granted()
-    assert steps == [Call(("SET", "lock:k", "tok", "NX", "PX", 30000), acquiring=True)]
+def test_the_fast_try_is_one_plain_set_where_its_success_alone_grants() -> None:
+    """Nobody of ours listens on this server (no contention lately): the cheapest command,
+    sent by the caller itself; a script wherever more is needed."""
+    plain = protocol.SINGLE.fast_try(claim(), 10, False)
+    assert plain == Call(("SET", "lock:k", "tok", "NX", "PX", 30000), acquiring=True)
+    assert protocol.fast_granted(b"OK", 1.0) == protocol.Granted()
+    assert protocol.fast_granted(None, 1.0) is None
+    assert protocol.SINGLE.fast_try(claim(), 0, False) is None  # try-once: the script
+    assert protocol.SINGLE.fast_try(claim(), 10, True) is None  # contended: queue at once
+    assert protocol.SINGLE.fast_try(claim(fencing=True), 10, False) is None
+    replicated = Claim(protocol.LOCK, Keys.for_key("lock:k"), "tok", 30_000, replicas=1)
+    assert protocol.SINGLE.fast_try(replicated, 10, False) is None
 
 
 def test_acquire_first_try_while_listening_queues_at_once() -> None:
@@ -136,11 +142,11 @@ def test_a_waiter_starts_listening_before_it_queues() -> None:
     gone): the first attempt only tries, the one after Listen queues, without waiting."""
     clock = Clock()
     registration = Registration()
-    replies = [None, registration, [0, 20_000], None, [1, 30000]]
+    replies = [[0, 20_000], registration, [0, 20_000], None, [1, 30000]]
     steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, False, clock), replies, clock)
     assert result == protocol.Granted()
-    assert [type(s) for s in steps] == [Call, Listen, Eval, Wait, Eval]
-    assert steps[1] == Listen("tok") and modes(steps) == [QUEUE, AGAIN]  # after a plain SET
+    assert [type(s) for s in steps] == [Eval, Listen, Eval, Wait, Eval]
+    assert steps[1] == Listen("tok") and modes(steps) == [TRY, QUEUE, AGAIN]
     assert steps[3].registration is registration and registration.closed
 
 
@@ -213,7 +219,7 @@ def test_a_grant_is_confirmed_when_it_must_be_or_arrived_late(confirm: bool) -> 
 
 def test_backoff_fallback_without_a_subscription() -> None:
     clock = Clock()
-    replies = [None, None, None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
+    replies = [[0, 10_000], None, None, [0, 10_000], None, [0, 10_000], None, [1, 30000]]
     steps, result = drive(
         protocol.SINGLE.acquire(claim(), 5.0, False, clock, rand=lambda: 1.0), replies, clock
     )
