@@ -46,7 +46,8 @@ def our_scripts(client: redis.Redis) -> Callable[[], object] | None:
     core: separates what the Lua costs from what the library does. These are internals, so
     when they no longer fit this harness the row is left out with a note, not the run."""
     try:
-        from redlock_deco import drivers, protocol
+        from redlock_deco import _drivers as drivers
+        from redlock_deco import _protocol as protocol
 
         claim = protocol.Claim(
             kind=protocol.LOCK,

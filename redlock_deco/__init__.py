@@ -1,7 +1,7 @@
 """redlock-deco: distributed locks and semaphores on Redis as one-line decorators."""
 
-from .decorators import limited, locked
-from .errors import (
+from ._decorators import limited, locked
+from ._errors import (
     KeyTemplateError,
     LockError,
     LockLost,
@@ -12,12 +12,29 @@ from .errors import (
     ProviderNotFound,
     RedlockDecoError,
 )
-from .events import LockEvent, LoggingListener, add_listener, remove_listener
-from .lock import Lock
-from .ownership import current_lease
-from .process import aclose
-from .providers import register_provider, unregister_provider
-from .semaphore import Semaphore
+from ._events import LockEvent, LoggingListener, add_listener, remove_listener
+from ._lock import Lock
+from ._ownership import current_lease
+from ._process import aclose
+from ._providers import register_provider, unregister_provider
+from ._semaphore import Semaphore
+
+# Our exceptions live in a private module; they name the public one, so tracebacks read
+# "redlock_deco.LockNotAcquired" and pickles (Celery's result backend) keep working whatever
+# the private layout becomes.
+for _error in (
+    KeyTemplateError,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    LockNotReplicated,
+    ProviderError,
+    ProviderNotFound,
+    RedlockDecoError,
+):
+    _error.__module__ = __name__
+del _error
 
 __all__ = [
     "KeyTemplateError",

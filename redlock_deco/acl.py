@@ -6,7 +6,7 @@ cannot drift from the keys and commands the code uses (it did once: names with a
 waiter keys no documented pattern covered, and every call on them failed with NOPERM).
 
 Keys. Every key the library writes for a lease key ``K = prefix + name`` is one of
-:func:`redlock_deco.protocol.sibling`'s three shapes, so three patterns per prefix cover them
+:func:`redlock_deco._protocol.sibling`'s three shapes, so three patterns per prefix cover them
 all -- the lease key, fencing counter, semaphore limit, waiter zset and signal list:
 
 - ``K`` itself, and ``K:suffix`` when ``K`` has a hash tag of its own: ``prefix*``;

@@ -4,7 +4,7 @@
 path by themselves.
 """
 
-from .lock import AsyncLock as Lock
-from .semaphore import AsyncSemaphore as Semaphore
+from ._lock import AsyncLock as Lock
+from ._semaphore import AsyncSemaphore as Semaphore
 
 __all__ = ["Lock", "Semaphore"]

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 import redlock_deco
-from redlock_deco import providers
+from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from redlock_deco import protocol
-from redlock_deco.protocol import Claim, Keys, Kind
+from redlock_deco import _protocol as protocol
+from redlock_deco._protocol import Claim, Keys, Kind
 
 
 class Clock:

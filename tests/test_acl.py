@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redlock_deco import Lock, Semaphore, limited, locked, register_provider
+from redlock_deco._protocol import sibling
 from redlock_deco.acl import SCRIPT_COMMANDS, acl_rules, acl_setuser, glob_escape
-from redlock_deco.protocol import sibling
 from redlock_deco.testing import LocalCluster, RedisServer
 
 USER, PASSWORD = "locker", "locks-only"

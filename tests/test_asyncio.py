@@ -156,7 +156,7 @@ def test_async_client_instances_and_factories(server: RedisServer) -> None:
             assert await lock.owned()
         async with Lock("f", provider="fact") as lock:
             assert await lock.owned()
-            factory_client = redlock_deco.providers.async_target("fact").client
+            factory_client = redlock_deco._providers.async_target("fact").client
         await client.aclose()
         await factory_client.aclose()
 
@@ -168,7 +168,7 @@ def test_url_clients_belong_to_their_loop(server: RedisServer) -> None:
 
     async def scenario() -> None:
         async with Lock("loop"):
-            seen.append(redlock_deco.providers.async_target("default").client)
+            seen.append(redlock_deco._providers.async_target("default").client)
 
     asyncio.run(scenario())
     asyncio.run(scenario())

@@ -24,8 +24,9 @@ import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError, TimeoutError
 
-from redlock_deco import LockNotAcquired, limited, locked, register_provider, renewal
-from redlock_deco.providers import SOCKET_TIMEOUT, URL_RETRIES, url_client_options
+from redlock_deco import LockNotAcquired, limited, locked, register_provider
+from redlock_deco import _renewal as renewal
+from redlock_deco._providers import SOCKET_TIMEOUT, URL_RETRIES, url_client_options
 from redlock_deco.testing import RedisServer
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from redlock_deco import protocol
-from redlock_deco.protocol import (
+from redlock_deco import _protocol as protocol
+from redlock_deco._protocol import (
     AGAIN,
     HANDOFF_MS,
     QUEUE,
@@ -23,7 +23,7 @@ from redlock_deco.protocol import (
     Sleep,
     Wait,
 )
-from redlock_deco.scripts import ScriptReplyError
+from redlock_deco._scripts import ScriptReplyError
 
 
 class Clock:

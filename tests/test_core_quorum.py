@@ -16,10 +16,11 @@ from core_helpers import no_server as no_server  # the fixture, found by its nam
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redlock_deco import protocol, quorum
-from redlock_deco.protocol import Eval, Fanout, Granted, NotGranted, Sleep
-from redlock_deco.quorum import Quorum
-from redlock_deco.scripts import ScriptReplyError
+from redlock_deco import _protocol as protocol
+from redlock_deco import _quorum as quorum
+from redlock_deco._protocol import Eval, Fanout, Granted, NotGranted, Sleep
+from redlock_deco._quorum import Quorum
+from redlock_deco._scripts import ScriptReplyError
 
 TTL_MS = 10_000
 GRANT = [1, TTL_MS]  # acquire: {1, ttl ms}

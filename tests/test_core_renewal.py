@@ -17,12 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from redlock_deco import events, protocol, renewal
-from redlock_deco.errors import LockLost
-from redlock_deco.lifecycle import RENEW_FRACTION, RETRY_DELAY, Cleanup, Lease, State
-from redlock_deco.protocol import Fanout
-from redlock_deco.quorum import Quorum
-from redlock_deco.renewal import FAILED, conclude, due, job_key, plan
+from redlock_deco import _events as events
+from redlock_deco import _protocol as protocol
+from redlock_deco import _renewal as renewal
+from redlock_deco._errors import LockLost
+from redlock_deco._lifecycle import RENEW_FRACTION, RETRY_DELAY, Cleanup, Lease, State
+from redlock_deco._protocol import Fanout
+from redlock_deco._quorum import Quorum
+from redlock_deco._renewal import FAILED, conclude, due, job_key, plan
 
 T0 = 100.0  # the injected "now" a lease was granted at
 TTL_MS = 3_000  # renew at T0 + 1 s, expires at T0 + 3 s

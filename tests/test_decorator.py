@@ -138,7 +138,7 @@ def test_provider_is_resolved_lazily_at_call_time() -> None:
 
     with pytest.raises(ProviderNotFound, match="'later'"):
         f()
-    import redlock_deco.providers as providers
+    import redlock_deco._providers as providers
 
     register_provider("later", providers._sources["default"])
     assert f() == "ok"

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import redis
 
-from redlock_deco.drivers import SyncTarget
-from redlock_deco.fanout import MAX_OWED, QuorumSyncTarget
-from redlock_deco.protocol import Eval, Fanout, Sleep
-from redlock_deco.providers import url_client_options
-from redlock_deco.scripts import Script
+from redlock_deco._drivers import SyncTarget
+from redlock_deco._fanout import MAX_OWED, QuorumSyncTarget
+from redlock_deco._protocol import Eval, Fanout, Sleep
+from redlock_deco._providers import url_client_options
+from redlock_deco._scripts import Script
 from redlock_deco.testing import LocalCluster, RedisServer
 
 
@@ -300,7 +300,7 @@ def test_a_thread_whose_replies_went_missing_gets_back_in_step(masters: list[Red
     read their own replies again (before, every later round waited out the node timeout
     there, for good -- and with one more master down, nothing was acquired any more)."""
     from redlock_deco import Lock, register_provider
-    from redlock_deco.fanout import MAX_BEHIND
+    from redlock_deco._fanout import MAX_BEHIND
     from redlock_deco.testing import FaultProxy
 
     def cycle() -> float:

@@ -14,9 +14,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redlock_deco import LockLost, Semaphore, locked, register_provider
-from redlock_deco import scripts as lua
-from redlock_deco.protocol import HANDOFF_MS, QUEUE, QUEUE_WINDOW_MS, TRY
-from redlock_deco.renewal import renewer
+from redlock_deco import _scripts as lua
+from redlock_deco._protocol import HANDOFF_MS, QUEUE, QUEUE_WINDOW_MS, TRY
+from redlock_deco._renewal import renewer
 from redlock_deco.testing import RedisServer
 
 NO_RETRY = Retry(NoBackoff(), 0)

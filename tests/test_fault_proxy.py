@@ -27,7 +27,7 @@ import workers
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redlock_deco.protocol import HANDOFF_MS, QUEUE_WINDOW_MS
+from redlock_deco._protocol import HANDOFF_MS, QUEUE_WINDOW_MS
 from redlock_deco.testing import FaultProxy, RedisServer
 
 spawn = multiprocessing.get_context("spawn")

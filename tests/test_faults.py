@@ -181,17 +181,18 @@ def test_an_abandoned_claim_is_released_once_the_server_answers(own_server: Redi
     """An acquire cut short after its SET landed (reply lost, task cancelled) leaves a lock
     nobody holds; when the in-line clean-up cannot reach the server, the renewer retries the
     token-compared release until it can -- long before the lease's own 30 s expiry."""
-    from redlock_deco import providers, renewal
-    from redlock_deco.guard import _claim
-    from redlock_deco.lifecycle import Cleanup
-    from redlock_deco.options import build_options
-    from redlock_deco.protocol import LOCK, SINGLE
+    from redlock_deco import _providers as providers
+    from redlock_deco import _renewal as renewal
+    from redlock_deco._guard import _claim
+    from redlock_deco._lifecycle import Cleanup
+    from redlock_deco._options import build_options
+    from redlock_deco._protocol import LOCK, SINGLE
 
     register_provider("flaky", own_server.client(socket_timeout=0.2, retry=NO_RETRY))
     target = providers.sync_target("flaky")
     options = build_options(ttl=30, wait=0, auto_renew=False, provider="flaky", prefix="lock:")
     claim = _claim(LOCK, options, "lock:orphaned", target)
-    from redlock_deco import drivers
+    from redlock_deco import _drivers as drivers
 
     assert drivers.run(SINGLE.acquire(claim, 0, target.listening), target)  # the SET landed
     own_server.pause()  # ... and then the server stopped answering

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redlock_deco import KeyTemplateError, Lock, locked
-from redlock_deco.naming import MAX_NAME_BYTES, bounded
+from redlock_deco._naming import MAX_NAME_BYTES, bounded
 
 FUZZ = settings(
     max_examples=150,

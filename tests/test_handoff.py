@@ -1,5 +1,5 @@
 """Direct hand-off, on a real server with real processes: a release gives the lease to the
-oldest waiter still alive, which wakes up holding it (see protocol.py and lua/waiters.lua).
+oldest waiter still alive, which wakes up holding it (see _protocol.py and lua/waiters.lua).
 
 What is checked: arrival order is service order; a releaser coming straight back queues
 behind those already waiting (no barging); a waiter whose process was killed is skipped at
@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from redlock_deco import Lock, LockNotOwned, Semaphore, locked, register_provider
-from redlock_deco.protocol import HANDOFF_MS, RECHECK
+from redlock_deco._protocol import HANDOFF_MS, RECHECK
 from redlock_deco.testing import RedisServer
 
 spawn = multiprocessing.get_context("spawn")

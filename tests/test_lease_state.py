@@ -274,8 +274,8 @@ def test_an_unconfirmed_quorum_release_is_judged_by_the_holders_clock() -> None:
     """Nobody refused, too few confirmed in time: clean only if the lease had not run out."""
     from core_helpers import make_claim
 
-    from redlock_deco.guard import _released
-    from redlock_deco.lifecycle import Lease
+    from redlock_deco._guard import _released
+    from redlock_deco._lifecycle import Lease
 
     def make() -> Lease:
         claim = make_claim("lock:q", ttl_ms=1000)

@@ -21,7 +21,7 @@ from redlock_deco import (
     register_provider,
     unregister_provider,
 )
-from redlock_deco.providers import redact, sync_target
+from redlock_deco._providers import redact, sync_target
 from redlock_deco.testing import RedisServer, free_port
 
 
@@ -156,7 +156,7 @@ def test_forked_child_builds_its_own_client_and_holds_nothing(
             fresh = sync_target("forky") is not parent_target
             not_owned = not lock.owned()
             blocked = not Lock("forked", provider="forky", wait=0).acquire()
-            from redlock_deco.renewal import renewer
+            from redlock_deco._renewal import renewer
 
             code = 0 if (fresh and not_owned and blocked and len(renewer()) == 0) else 1
         except BaseException:

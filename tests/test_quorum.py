@@ -14,7 +14,7 @@ import workers
 from flavours import Api
 
 from redlock_deco import Lock, LockNotAcquired, Semaphore, locked, register_provider
-from redlock_deco.quorum import quorum, validity_ms
+from redlock_deco._quorum import quorum, validity_ms
 from redlock_deco.testing import RedisServer
 
 spawn = multiprocessing.get_context("spawn")

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from redlock_deco import Lock, LockLost, locked, register_provider
-from redlock_deco.renewal import renewer
+from redlock_deco._renewal import renewer
 from redlock_deco.testing import RedisServer
 
 

@@ -9,8 +9,8 @@ from importlib import resources
 import pytest
 import redis
 
-from redlock_deco import scripts
-from redlock_deco.protocol import AGAIN, HANDOFF_MS, QUEUE, QUEUE_WINDOW_MS, TRY
+from redlock_deco import _scripts as scripts
+from redlock_deco._protocol import AGAIN, HANDOFF_MS, QUEUE, QUEUE_WINDOW_MS, TRY
 
 LUA = resources.files("redlock_deco").joinpath("lua")
 NAMES = sorted(p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua"))

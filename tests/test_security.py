@@ -24,10 +24,10 @@ from redlock_deco import (
     locked,
     register_provider,
 )
-from redlock_deco import scripts as lua
+from redlock_deco import _scripts as lua
+from redlock_deco._tokens import holder_of, new_token
 from redlock_deco.acl import acl_rules
 from redlock_deco.testing import RedisServer, free_port
-from redlock_deco.tokens import holder_of, new_token
 
 # host:pid:process-id:secret; the process id names the process's hand-off channel.
 TOKEN = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<procid>[0-9a-f]{8}):(?P<secret>[0-9a-f]{32})$")

@@ -18,8 +18,8 @@ from redlock_deco import (
     locked,
     register_provider,
 )
-from redlock_deco.lifecycle import Cleanup
-from redlock_deco.renewal import renewer
+from redlock_deco._lifecycle import Cleanup
+from redlock_deco._renewal import renewer
 from redlock_deco.testing import RedisServer
 
 NO_RETRY = Retry(NoBackoff(), 0)

@@ -21,8 +21,8 @@ import pytest
 import redis
 
 import redlock_deco
+import redlock_deco._process
 import redlock_deco.asyncio
-import redlock_deco.process
 from redlock_deco import limited, locked
 from redlock_deco.testing import RedisServer
 
@@ -121,7 +121,7 @@ def run_script(server: RedisServer, *parts: str) -> subprocess.CompletedProcess[
     prelude = textwrap.dedent(
         f"""
         import asyncio, gc, sys, redis
-        import redlock_deco, redlock_deco.asyncio, redlock_deco.process
+        import redlock_deco, redlock_deco.asyncio, redlock_deco._process
         from redlock_deco import limited, locked
         redlock_deco.register_provider("default", {server.url!r})
         r = redis.Redis(port={server.port})
@@ -245,7 +245,7 @@ def wait_for_clients(r: redis.Redis, count: int, timeout: float = 5.0) -> int:
 def test_aclose_releases_what_a_hand_managed_loop_holds_and_closes_its_clients(
     r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert redlock_deco.aclose is redlock_deco.process.aclose
+    assert redlock_deco.aclose is redlock_deco._process.aclose
     base = len(r.client_list())
     loop = asyncio.new_event_loop()
     try:
@@ -352,8 +352,8 @@ def test_aclose_refuses_while_a_running_task_holds_a_lease(r: redis.Redis) -> No
 @pytest.mark.slow
 def test_shutdown_on_a_stalled_server_is_bounded() -> None:
     from redlock_deco import register_provider
+    from redlock_deco._process import SHUTDOWN_TIMEOUT
     from redlock_deco.asyncio import Lock
-    from redlock_deco.process import SHUTDOWN_TIMEOUT
     from redlock_deco.testing import RedisServer
 
     with RedisServer() as own:

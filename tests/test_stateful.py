@@ -63,7 +63,7 @@ from redlock_deco import (
     limited,
     locked,
 )
-from redlock_deco.lifecycle import RENEW_FRACTION
+from redlock_deco._lifecycle import RENEW_FRACTION
 from redlock_deco.testing import RedisServer
 
 pytestmark = pytest.mark.slow

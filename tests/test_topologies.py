@@ -96,7 +96,7 @@ def test_async_cluster_client(cluster: LocalCluster) -> None:
         assert await asyncio.gather(export("a", both), export("a", both)) == [2, 2]
         async with AsyncLock("alock", provider="acluster") as lock:
             assert await lock.owned()
-        from redlock_deco import providers
+        from redlock_deco import _providers as providers
 
         await providers.async_target("acluster").client.aclose()
 

@@ -20,9 +20,10 @@ from contextlib import ExitStack
 import pytest
 import redis
 
-from redlock_deco import Lock, register_provider, worker
+from redlock_deco import Lock, register_provider
+from redlock_deco import _worker as worker
+from redlock_deco._worker import SerialWorker
 from redlock_deco.testing import RedisServer
-from redlock_deco.worker import SerialWorker
 
 ROUNDS = 10
 # The live targets' threads (renewer, renewal workers, quorum workers: 6 here) and a few
@@ -80,7 +81,8 @@ def test_re_registering_providers_does_not_pile_up_threads(
 
 IDLE_SCRIPT = """
 import sys, threading, time
-from redlock_deco import Lock, register_provider, worker
+from redlock_deco import Lock, register_provider
+from redlock_deco import _worker as worker
 register_provider("default", sys.argv[1])
 register_provider("q", sys.argv[2:])
 with Lock("t", ttl=0.3), Lock("tq", ttl=0.3, provider="q"):

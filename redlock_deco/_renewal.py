@@ -3,7 +3,7 @@
 Not a thread per lease: jobs are kept in a dict (O(1) to add at acquire and to drop at
 release, so the hot path pays almost nothing), and the renewer sleeps until the earliest job
 is due; adding a job wakes it only when that job is due earlier. Jobs are leases to renew and
-:class:`~redlock_deco.lifecycle.Cleanup` jobs (acquires cut short whose release could not
+:class:`~redlock_deco._lifecycle.Cleanup` jobs (acquires cut short whose release could not
 reach the server). What is due, what a round sends and what its outcome means is decided
 once, below; the two renewers only differ in how they wait and do I/O. Both end when they
 have nothing to do, and start again on the next job.
@@ -25,10 +25,12 @@ from typing import Any
 
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
-from . import drivers, events, process
-from .lifecycle import Cleanup, Lease
-from .protocol import Steps
-from .worker import SerialWorker
+from . import _drivers as drivers
+from . import _events as events
+from . import _process as process
+from ._lifecycle import Cleanup, Lease
+from ._protocol import Steps
+from ._worker import SerialWorker
 
 log = logging.getLogger("redlock_deco")
 

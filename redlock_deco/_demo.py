@@ -18,8 +18,8 @@ from typing import Any, TextIO
 
 import redis
 
-from .decorators import limited, locked
-from .providers import redact, register_provider
+from ._decorators import limited, locked
+from ._providers import redact, register_provider
 from .testing import redis_url
 
 

@@ -18,12 +18,18 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers, events, eviction, ownership, process, providers, renewal
-from .errors import LockError, LockLost, LockNotReplicated, ProviderError
-from .lifecycle import Cleanup, Lease
-from .options import LeaseOptions
-from .process import Holdings
-from .protocol import (
+from . import _drivers as drivers
+from . import _events as events
+from . import _eviction as eviction
+from . import _ownership as ownership
+from . import _process as process
+from . import _providers as providers
+from . import _renewal as renewal
+from ._errors import LockError, LockLost, LockNotReplicated, ProviderError
+from ._lifecycle import Cleanup, Lease
+from ._options import LeaseOptions
+from ._process import Holdings
+from ._protocol import (
     Acquired,
     Claim,
     Granted,
@@ -33,7 +39,7 @@ from .protocol import (
     SingleNode,
     fast_granted,
 )
-from .tokens import new_token
+from ._tokens import new_token
 
 
 def add_note(error: BaseException, note: str) -> None:

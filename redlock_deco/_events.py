@@ -62,10 +62,10 @@ def emit(kind: EventKind, name: str, key: str, seconds: float | None = None) -> 
 
 
 class LoggingListener:
-    """Log every event through :mod:`logging` (``redlock_deco.events`` logger by default)."""
+    """Log every event through :mod:`logging` (``redlock_deco._events`` logger by default)."""
 
     def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
-        self.logger = logger or logging.getLogger("redlock_deco.events")
+        self.logger = logger or logging.getLogger("redlock_deco._events")
         self.level = level
 
     def __call__(self, event: LockEvent) -> None:

@@ -28,7 +28,7 @@ _pool: deque[str] = deque()
 
 def reset() -> None:
     """Start afresh: a new pid in the prefix, no random bits shared with another process
-    (called again in a forked child by :mod:`redlock_deco.process`)."""
+    (called again in a forked child by :mod:`redlock_deco._process`)."""
     global _prefix
     _prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}:"
     _pool.clear()

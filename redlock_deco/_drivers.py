@@ -5,8 +5,8 @@ sync and asyncio drivers below are the same dozen lines, one with ``await``. Scr
 EVALSHA and fall back to EVAL on NOSCRIPT (a restarted or flushed server forgot the script;
 EVAL runs it and caches it again).
 
-Waiting (:class:`~redlock_deco.protocol.Listen`, :class:`~redlock_deco.protocol.Wait`) takes
-no pooled connection per waiter: the target's one subscriber (:mod:`redlock_deco.waiting`)
+Waiting (:class:`~redlock_deco._protocol.Listen`, :class:`~redlock_deco._protocol.Wait`) takes
+no pooled connection per waiter: the target's one subscriber (:mod:`redlock_deco._waiting`)
 hears every hand-off for this process.
 
 Connection lanes (:func:`lane_sizes`): a client's pool has a fixed number of connections
@@ -28,9 +28,9 @@ from typing import Any, Protocol, TypeVar
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from . import waiting
-from .protocol import SINGLE, Algorithms, Call, Eval, Listen, Sleep, Step, Steps, Wait
-from .worker import SerialWorker
+from . import _waiting as waiting
+from ._protocol import SINGLE, Algorithms, Call, Eval, Listen, Sleep, Step, Steps, Wait
+from ._worker import SerialWorker
 
 T = TypeVar("T")
 Args = tuple[str | int, ...]
@@ -188,7 +188,7 @@ class SyncTarget:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.lanes = make_lanes(pool_size(client), Places)
-        self.renewal_worker: SerialWorker | None = None  # renewal.py's, created on demand
+        self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
         self.waiting = waiting.SyncWaiting(client) if can_listen(client) else None
         self.counted = not is_cluster(client)

@@ -14,9 +14,9 @@ from typing import Any, cast
 
 import redis
 
-from .protocol import hash_tag, sibling
+from ._protocol import hash_tag, sibling
 
-TOKEN = re.compile(r"^(?P<holder>.+:\d+):[0-9a-f]{8}:[0-9a-f]{32}$")  # see tokens.py
+TOKEN = re.compile(r"^(?P<holder>.+:\d+):[0-9a-f]{8}:[0-9a-f]{32}$")  # see _tokens.py
 SIBLINGS = (":queue", ":limit")
 
 

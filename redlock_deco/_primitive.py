@@ -14,12 +14,16 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from . import drivers, guard, ownership, providers, renewal
-from .errors import KeyTemplateError, LockNotAcquired, LockNotOwned
-from .lifecycle import Lease
-from .naming import bounded, has_address
-from .options import LeaseOptions, check_seconds, check_wait, to_ms
-from .protocol import Kind
+from . import _drivers as drivers
+from . import _guard as guard
+from . import _ownership as ownership
+from . import _providers as providers
+from . import _renewal as renewal
+from ._errors import KeyTemplateError, LockNotAcquired, LockNotOwned
+from ._lifecycle import Lease
+from ._naming import bounded, has_address
+from ._options import LeaseOptions, check_seconds, check_wait, to_ms
+from ._protocol import Kind
 
 DEFAULT: Any = object()
 

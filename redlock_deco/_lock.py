@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .options import OnLost, build_options
-from .primitive import AsyncPrimitive, Base, Primitive
-from .protocol import LOCK
+from ._options import OnLost, build_options
+from ._primitive import AsyncPrimitive, Base, Primitive
+from ._protocol import LOCK
 
 
 class _LockOptions(Base):

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from . import tokens
+from . import _tokens as tokens
 
 log = logging.getLogger("redlock_deco")
 
@@ -297,7 +297,7 @@ class AsyncWaiting:
         return self._ready.is_set()
 
     async def listen(self, token: str) -> AsyncHandoff | None:
-        from . import process  # process imports the drivers, which import this module
+        from . import _process as process  # process imports the drivers, which import this module
 
         handoff = AsyncHandoff(self, token)
         early = self._board.add(token, handoff)

@@ -2,7 +2,7 @@
 event loop. One fork hook, one per-loop table with one clean-up path.
 
 - Per thread and per asyncio task: the locks held (re-entrancy) and the stack of protected
-  sections entered (``current_lease()``), see :mod:`redlock_deco.ownership`.
+  sections entered (``current_lease()``), see :mod:`redlock_deco._ownership`.
 - Per process: the sync targets built from providers, the sync renewer.
 - Per event loop (:class:`LoopState`): the asyncio targets and the clients built for that
   loop, its renewer, and the leases acquired in it.
@@ -30,8 +30,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers, tokens
-from .lifecycle import Lease
+from . import _drivers as drivers
+from . import _tokens as tokens
+from ._lifecycle import Lease
 
 log = logging.getLogger("redlock_deco")
 

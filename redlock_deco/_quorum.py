@@ -37,9 +37,9 @@ import random
 import time
 from collections.abc import Callable
 
-from . import scripts
-from .protocol import Acquired, Claim, Fanout, Granted, Kind, NotGranted, Sleep, Steps, backoff
-from .scripts import Outcome
+from . import _scripts as scripts
+from ._protocol import Acquired, Claim, Fanout, Granted, Kind, NotGranted, Sleep, Steps, backoff
+from ._scripts import Outcome
 
 # Redlock's allowance for clock drift between masters: 1% of the ttl plus 2 ms.
 DRIFT_FRACTION = 0.01
@@ -108,7 +108,7 @@ class Quorum:
         """Give the lease back on every master: True if a quorum confirmed it was ours;
         False if any master answered it was not (someone else's, or gone) and no quorum
         confirmed; None if nobody refused but too few answered in time (masters queued or
-        paused): unconfirmed, not lost -- the holder's own clock decides (guard.py)."""
+        paused): unconfirmed, not lost -- the holder's own clock decides (_guard.py)."""
         replies = yield Fanout(claim.release_step())
         if _granted(replies, "release", Outcome.RELEASED) >= quorum(self.masters, claim.limit):
             return True

@@ -21,9 +21,9 @@ import string
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .errors import KeyTemplateError
-from .targets import binds_instance, default_name
-from .targets import describe as describe  # re-exported: the decorators' messages use it
+from ._errors import KeyTemplateError
+from ._targets import binds_instance, default_name
+from ._targets import describe as describe  # re-exported: the decorators' messages use it
 
 #: ``render(instance, args, kwargs) -> name``; ``instance`` is wrapt's (self/cls or None).
 Renderer = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], str]

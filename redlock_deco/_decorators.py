@@ -16,11 +16,13 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import wrapt
 
-from . import guard, ownership, targets
-from .errors import LockNotAcquired
-from .naming import check_name, compile_name, describe
-from .options import LeaseOptions, OnBusy, OnLost, build_options, check_on_busy
-from .protocol import LOCK, SEMAPHORE, Kind
+from . import _guard as guard
+from . import _ownership as ownership
+from . import _targets as targets
+from ._errors import LockNotAcquired
+from ._naming import check_name, compile_name, describe
+from ._options import LeaseOptions, OnBusy, OnLost, build_options, check_on_busy
+from ._protocol import LOCK, SEMAPHORE, Kind
 
 P = ParamSpec("P")
 R = TypeVar("R")

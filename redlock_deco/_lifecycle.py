@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import LockLost
-from .protocol import Claim
+from ._errors import LockLost
+from ._protocol import Claim
 
 # Renew when a third of the lease has passed: two more attempts fit before it would expire.
 RENEW_FRACTION = 1 / 3

@@ -3,7 +3,7 @@
 Each ``lua/*.lua`` file starts with its contract (KEYS, ARGV, returns). A header line
 ``-- include: waiters`` prepends ``lua/waiters.lua``, so the queue and hand-off logic exists
 once in Lua although every lock and semaphore script uses it. Scripts are run with EVALSHA and fall
-back to EVAL on NOSCRIPT (a restarted or flushed server), see :mod:`redlock_deco.drivers`.
+back to EVAL on NOSCRIPT (a restarted or flushed server), see :mod:`redlock_deco._drivers`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-from .errors import RedlockDecoError
+from ._errors import RedlockDecoError
 
 
 @dataclass(frozen=True, slots=True)

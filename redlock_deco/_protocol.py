@@ -2,7 +2,7 @@
 
 An algorithm is a generator that yields *steps* (run this script, block on that list for so
 long, sleep) and receives each step's reply; it returns its result. The thin drivers in
-:mod:`redlock_deco.drivers` execute the steps on a sync or an asyncio client, so the sync and
+:mod:`redlock_deco._drivers` execute the steps on a sync or an asyncio client, so the sync and
 async paths cannot drift apart, and tests can drive an algorithm with scripted replies and a
 fake clock.
 
@@ -10,7 +10,7 @@ Waiting design: direct hand-off. A waiter that finds the lease taken joins a FIF
 the server in the same script; a release then gives the lease straight to the first queued
 waiter that still listens (a short hand-off lease in its name) and PUBLISHes its token on its
 process's channel, where one subscriber per process and server wakes it (see
-:mod:`redlock_deco.waiting` and ``lua/waiters.lua``). The waiter wakes up *holding* the lease:
+:mod:`redlock_deco._waiting` and ``lua/waiters.lua``). The waiter wakes up *holding* the lease:
 no race for it, no acquire round trip, and a releaser that comes straight back queues behind
 those already waiting. It takes the lease to its own ttl through its first renewal (at a
 third of the hand-off lease), or at once when it needs a fencing token, replica
@@ -38,8 +38,8 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 from redis.crc import key_slot
 
-from . import scripts
-from .scripts import Outcome, Script
+from . import _scripts as scripts
+from ._scripts import Outcome, Script
 
 T = TypeVar("T")
 

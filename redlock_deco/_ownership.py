@@ -8,7 +8,7 @@ Async ownership is keyed by the task object itself, not by a context variable: a
 copied into child tasks, which would let a task spawned inside a locked section believe it
 holds its parent's lock. (redis-py's asyncio Lock keeps its token in a thread-local, so all
 tasks of a loop share it and can release each other's lock.) The tables live in
-:mod:`redlock_deco.process`, which resets them in a forked child.
+:mod:`redlock_deco._process`, which resets them in a forked child.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from . import process
-from .lifecycle import Lease
-from .process import Calls, Holdings
+from . import _process as process
+from ._lifecycle import Lease
+from ._process import Calls, Holdings
 
 Section = tuple[Calls, tuple[int, Lease]]  # where a protected section was recorded, and how
 _sequence = itertools.count()

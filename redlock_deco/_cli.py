@@ -8,8 +8,9 @@ import sys
 
 import redis
 
-from . import demo, inspection
-from .providers import redact
+from . import _demo as demo
+from . import _inspection as inspection
+from ._providers import redact
 
 DESCRIPTION = """\
 Distributed locks and semaphores on Redis as one-line decorators.

@@ -19,7 +19,7 @@ import logging
 import threading
 from typing import Any
 
-from .protocol import Call
+from ._protocol import Call
 
 log = logging.getLogger("redlock_deco")
 

@@ -12,9 +12,9 @@ of the limit takes effect as current holders leave.
 
 from __future__ import annotations
 
-from .options import OnLost, build_options
-from .primitive import AsyncPrimitive, Base, Primitive
-from .protocol import SEMAPHORE
+from ._options import OnLost, build_options
+from ._primitive import AsyncPrimitive, Base, Primitive
+from ._protocol import SEMAPHORE
 
 
 class _SemaphoreOptions(Base):

@@ -24,10 +24,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
-from . import process
-from .drivers import AsyncTarget, SyncTarget
-from .errors import ProviderError, ProviderNotFound
-from .fanout import QuorumAsyncTarget, QuorumSyncTarget
+from . import _process as process
+from ._drivers import AsyncTarget, SyncTarget
+from ._errors import ProviderError, ProviderNotFound
+from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)

@@ -39,10 +39,10 @@ from typing import Any
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .drivers import AsyncTarget, SyncTarget, checkout, command, fallback, lane_of
-from .protocol import Algorithms, Eval, Fanout, Sleep, Step
-from .quorum import Quorum
-from .worker import SerialWorker
+from ._drivers import AsyncTarget, SyncTarget, checkout, command, fallback, lane_of
+from ._protocol import Algorithms, Eval, Fanout, Sleep, Step
+from ._quorum import Quorum
+from ._worker import SerialWorker
 
 # How long a quorum round waits for each master: short against any sensible ttl, so a dead
 # or paused master costs a round this much, not a socket timeout.
