@@ -30,7 +30,8 @@ class SilentDropProxy:
         self.pairs: list[tuple[socket.socket, socket.socket]] = []
         self.forgotten: set[int] = set()
         self.closing = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
 
     def forget(self) -> None:
         self.forgotten.update(id(c) for c, _ in self.pairs)
@@ -38,6 +39,8 @@ class SilentDropProxy:
     def close(self) -> None:
         self.closing = True
         self.listener.close()
+        for thread in self.threads:  # none may add or keep a socket after the sweep below
+            thread.join(timeout=2)
         for c, s in self.pairs:
             for sock in (c, s):
                 with contextlib.suppress(OSError):
@@ -49,9 +52,15 @@ class SilentDropProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
             self.pairs.append((client, server))
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            pump = threading.Thread(target=self._pump, args=(client, server), daemon=True)
+            self.threads.append(pump)
+            pump.start()
 
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -92,10 +101,25 @@ def proxy(server: RedisServer) -> Iterator[SilentDropProxy]:
 def test_a_connection_forgotten_while_idle_is_retried(
     proxy: SilentDropProxy, r: redis.Redis, make: Callable[[int], object]
 ) -> None:
-    register_provider("silent", make(proxy.port))
+    provider = make(proxy.port)
+    # What execute_command itself does here is the yardstick: redis-py 6+ retries by
+    # default, 5.x does not (a default client's first command after the reset fails).
+    retries = True
+    if isinstance(provider, redis.Redis):
+        provider.ping()
+        proxy.forget()
+        try:
+            provider.ping()
+        except redis.ConnectionError:
+            retries = False
+    register_provider("silent", provider)
     with Lock("quiet", provider="silent", wait=1):
         pass  # leaves an idle connection in the pool
     proxy.forget()
-    with Lock("quiet", provider="silent", wait=1) as lock:
-        assert lock.owned()
+    if retries:
+        with Lock("quiet", provider="silent", wait=1) as lock:
+            assert lock.owned()
+    else:
+        with pytest.raises(redis.ConnectionError), Lock("quiet", provider="silent", wait=1):
+            pass
     assert r.dbsize() == 0
