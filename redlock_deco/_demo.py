@@ -14,13 +14,15 @@ import secrets
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 import redis
 
 from ._decorators import limited, locked
+from ._inspection import describe_server
 from ._providers import redact, register_provider
-from .testing import redis_url
+from .testing import find_redis_server, redis_url
 
 
 def worker(url: str, ns: str, seconds: float, limit: int) -> dict[str, Any]:
@@ -91,12 +93,14 @@ def _percentile(values: list[float], fraction: float) -> float:
 def run(url: str | None, workers: int, seconds: float, limit: int, out: TextIO) -> int:
     """Run the demo; returns the exit status (0 when every invariant held)."""
     with redis_url(url) as chosen:
-        where = "a throwaway redis-server" if not (url or os.environ.get("REDIS_URL")) else ""
+        throwaway = not (url or os.environ.get("REDIS_URL"))
+        # The binary's own name: "a throwaway valkey-server" when that is what runs.
+        where = f"a throwaway {Path(find_redis_server()).name}" if throwaway else ""
         client = redis.Redis.from_url(chosen)
-        version = client.info("server")["redis_version"]
+        server = describe_server(client.info("server"))
         out.write(
             f"redlock-deco demo: {workers} worker processes for {seconds:g}s on "
-            f"{redact(chosen)} (Redis {version}{', ' + where if where else ''})\n"
+            f"{redact(chosen)} ({server}{', ' + where if where else ''})\n"
         )
         ns = f"redlock-deco-demo:{secrets.token_hex(4)}"
         progress = Progress(out)

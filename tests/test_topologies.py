@@ -1,5 +1,7 @@
 """Redis Cluster, Sentinel failover and replica acknowledgement (replicas=N), on real
-processes: a local 3-master cluster, a primary with a replica and three sentinels."""
+processes: a local 3-master cluster, a primary with a replica and three sentinels, each built
+with ordinary commands through redis-py (testing.LocalCluster, LocalSentinels), so they run on
+any server binary, Valkey's included."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import redis.asyncio
 from redlock_deco import Lock, LockNotAcquired, Semaphore, limited, locked, register_provider
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.asyncio import Semaphore as AsyncSemaphore
-from redlock_deco.testing import LocalCluster, RedisServer
+from redlock_deco.testing import LocalCluster, LocalSentinels, RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -162,55 +164,27 @@ def test_replicas_acknowledge_then_replica_down_fails_cleanly(
 # -- Sentinel ----------------------------------------------------------------------------
 
 
-SENTINEL_CONF = """\
-sentinel monitor mymaster 127.0.0.1 {port} 2
-sentinel down-after-milliseconds mymaster 1000
-sentinel failover-timeout mymaster 10000
-sentinel parallel-syncs mymaster 1
-"""
-
-
 def test_sentinel_failover_then_new_acquisitions_succeed() -> None:
-    with RedisServer(args=PRIMARY_ARGS) as primary:
-        replica = RedisServer(args=("--replicaof", "127.0.0.1", str(primary.port)))
-        with replica:
-            await_replication(primary, 1)
-            sentinels = [
-                RedisServer(config=SENTINEL_CONF.format(port=primary.port), args=("--sentinel",))
-                for _ in range(3)
-            ]
-            try:
-                for sentinel in sentinels:
-                    sentinel.start()
-                watcher = redis.Sentinel(
-                    [("127.0.0.1", s.port) for s in sentinels], socket_timeout=1
-                )
-                register_provider("ha", watcher.master_for("mymaster", socket_timeout=1))
-                with Lock("before", provider="ha") as lock:
-                    assert lock.owned()
-                deadline = time.monotonic() + 15
-                while True:  # the sentinels must know the replica before they can promote it
-                    try:
-                        sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "mymaster")
-                        break
-                    except redis.exceptions.ResponseError:
-                        assert time.monotonic() < deadline, "sentinel never saw the replica"
-                        time.sleep(0.2)
-                while watcher.discover_master("mymaster")[1] != replica.port:
-                    assert time.monotonic() < deadline, "failover did not complete"
+    with RedisServer(args=PRIMARY_ARGS) as primary, RedisServer() as replica:
+        replica.client().replicaof("127.0.0.1", primary.port)
+        await_replication(primary, 1)
+        with LocalSentinels(primary, service="mymaster") as sentinels:
+            watcher = sentinels.client(socket_timeout=1)
+            register_provider("ha", watcher.master_for("mymaster", socket_timeout=1))
+            with Lock("before", provider="ha") as lock:
+                assert lock.owned()
+            assert sentinels.failover() == replica.port
+            assert watcher.discover_master("mymaster") == ("127.0.0.1", replica.port)
+            deadline = time.monotonic() + 15
+            acquired = False
+            while not acquired:  # the first call may meet the demoted primary once
+                try:
+                    with Lock("after", provider="ha", wait=1) as lock:
+                        acquired = lock.owned()
+                except (redis.exceptions.ConnectionError, redis.exceptions.ReadOnlyError):
+                    assert time.monotonic() < deadline
                     time.sleep(0.1)
-                acquired = False
-                while not acquired:  # the first call may meet the demoted primary once
-                    try:
-                        with Lock("after", provider="ha", wait=1) as lock:
-                            acquired = lock.owned()
-                    except (redis.exceptions.ConnectionError, redis.exceptions.ReadOnlyError):
-                        assert time.monotonic() < deadline
-                        time.sleep(0.1)
-                assert replica.client().info("replication")["role"] == "master"
-            finally:
-                for sentinel in sentinels:
-                    sentinel.__exit__(None, None, None)
+            assert replica.client().info("replication")["role"] == "master"
 
 
 def test_several_names_across_cluster_slots(cluster_client: redis.RedisCluster) -> None:
