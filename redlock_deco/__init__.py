@@ -1,5 +1,8 @@
 """redlock-deco: distributed locks and semaphores on Redis as one-line decorators."""
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
 from ._decorators import limited, locked
 from ._errors import (
     KeyTemplateError,
@@ -13,11 +16,17 @@ from ._errors import (
     RedlockDecoError,
 )
 from ._events import LockEvent, LoggingListener, add_listener, remove_listener
+from ._lifecycle import Lease
 from ._lock import Lock
 from ._ownership import current_lease
 from ._process import aclose
 from ._providers import register_provider, unregister_provider
 from ._semaphore import Semaphore
+
+try:
+    __version__: str = _version("redlock-deco")
+except _PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # Our exceptions live in a private module; they name the public one, so tracebacks read
 # "redlock_deco.LockNotAcquired" and pickles (Celery's result backend) keep working whatever
@@ -38,6 +47,7 @@ del _error
 
 __all__ = [
     "KeyTemplateError",
+    "Lease",
     "Lock",
     "LockError",
     "LockEvent",
@@ -50,6 +60,7 @@ __all__ = [
     "ProviderNotFound",
     "RedlockDecoError",
     "Semaphore",
+    "__version__",
     "aclose",
     "add_listener",
     "current_lease",

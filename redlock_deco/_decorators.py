@@ -12,7 +12,7 @@ import inspect
 import pickle
 import time
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, Literal, overload
 
 import wrapt
 
@@ -23,10 +23,7 @@ from ._errors import LockNotAcquired
 from ._naming import check_name, compile_name, describe
 from ._options import LeaseOptions, OnBusy, OnLost, build_options, check_on_busy
 from ._protocol import LOCK, SEMAPHORE, Kind
-
-P = ParamSpec("P")
-R = TypeVar("R")
-NameArg = str | Callable[..., str] | None
+from ._signatures import BusyDecorator, F, NameArg
 
 
 def _is_bare_target(name: object) -> bool:
@@ -224,8 +221,11 @@ class Protected(wrapt.FunctionWrapper):  # type: ignore[type-arg]  # wrapt decla
 _UNSET: Any = object()
 
 
+# One overload per kind of on_busy: "raise" keeps the function's type; "skip" -- or a value
+# only known to be one of the two -- adds None to its result. (on_busy=<callable> will be one
+# more, returning BusyDecorator[the fallback's result].)
 @overload
-def locked(name: Callable[P, R], /) -> Callable[P, R]: ...  # type: ignore[overload-overlap]  # bare @locked: a def function in the name slot is decorated (see docstring)
+def locked(func: F, /) -> F: ...  # bare @locked: a def function in the name slot is decorated
 
 
 @overload
@@ -235,14 +235,31 @@ def locked(
     ttl: float = 30.0,
     wait: float | None = 10.0,
     auto_renew: bool = True,
-    on_busy: OnBusy = "raise",
+    on_busy: Literal["raise"] = "raise",
     provider: str = "default",
     prefix: str = "lock:",
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
     fencing: bool = False,
-) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+) -> Callable[[F], F]: ...
+
+
+@overload
+def locked(
+    *templates: NameArg,
+    name: NameArg = None,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+) -> BusyDecorator[None]: ...
 
 
 def locked(
@@ -267,8 +284,9 @@ def locked(
     (``"<module>.<qualname>"``). The Redis key is ``prefix + name``. ``ttl`` is the lease in
     seconds (renewed in the background while the call runs if ``auto_renew``); ``wait`` bounds
     the wait (0: try once, None: forever), after which ``on_busy="raise"`` raises
-    LockNotAcquired and ``"skip"`` returns None without calling. Re-entrant per thread (per
-    task for ``async def``). Raises LockLost at exit if the lease ended meanwhile.
+    LockNotAcquired and ``"skip"`` returns None without calling (so a function returning ``T``
+    is typed as returning ``T | None``). Re-entrant per thread (per task for ``async def``).
+    Raises LockLost at exit if the lease ended meanwhile.
     ``replicas=N`` waits (WAIT) until N replicas have the lock after each acquisition, and
     counts the attempt as failed (releasing it) if fewer acknowledge in time. ``on_lost`` is
     called with the lease as soon as renewal finds it gone (``"cancel"``, for async functions,
@@ -315,6 +333,77 @@ def locked(
     return lambda func: _decorate("locked", LOCK, names, options, busy, func)
 
 
+# limit is required by every overload; each comes in two shapes, because a required limit
+# cannot follow a name that has a default: limited(name, limit) positionally, or by keyword
+# with name left out (limited(limit=3)). The on_busy kinds are as for locked.
+@overload
+def limited(
+    name: NameArg,
+    limit: int,
+    *,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def limited(
+    *,
+    name: NameArg = None,
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def limited(
+    name: NameArg,
+    limit: int,
+    *,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> BusyDecorator[None]: ...
+
+
+@overload
+def limited(
+    *,
+    name: NameArg = None,
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> BusyDecorator[None]: ...
+
+
 def limited(
     name: NameArg = None,
     limit: int = _UNSET,
@@ -328,7 +417,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
-) -> Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Let at most ``limit`` callers run the function at once, per rendered name.
 
     Takes the same ``name`` forms and options as :func:`locked`; ``limit`` is required.

@@ -65,8 +65,8 @@ class LoggingListener:
     """Log every event through :mod:`logging` (``redlock_deco._events`` logger by default)."""
 
     def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
-        self.logger = logger or logging.getLogger("redlock_deco._events")
-        self.level = level
+        self.logger: logging.Logger = logger or logging.getLogger("redlock_deco._events")
+        self.level: int = level
 
     def __call__(self, event: LockEvent) -> None:
         if not self.logger.isEnabledFor(self.level):

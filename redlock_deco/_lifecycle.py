@@ -52,6 +52,10 @@ class State(enum.Enum):
 class Lease:
     """One held lease: its claim (key, token, ttl), where it lives, and what we know of it.
 
+    What users read (``current_lease()``, ``Lock.lease``, ``on_lost`` callbacks): ``name``,
+    ``key``, ``token``, ``fencing_token``, ``remaining()`` and ``lost``. Every other attribute
+    and method is the library's own bookkeeping and may change in any release.
+
     Built complete by the guard once the server granted it. ``io`` is a lock (a
     ``threading.Lock`` for sync leases, an ``asyncio.Lock`` for asyncio ones) that every
     extension and renewal of this lease holds around its round trip, so they reach the server
@@ -96,31 +100,32 @@ class Lease:
         by_object: bool = False,
         lease_ms: int | None = None,
     ) -> None:
-        self.claim = claim
+        self.claim: Claim = claim
         # Held by a primitive object rather than a thread or task (an asyncio acquire that
         # ran as a task of its own): any task using that object may release it.
-        self.by_object = by_object
-        self.name = name
-        self.provider = provider
-        self.target = target
-        self.io = io
+        self.by_object: bool = by_object
+        self.name: str = name
+        self.provider: str = provider
+        self.target: Any = target
+        self.io: Any = io
         # Renewal must not outlive the owner: a thread or task that ended without releasing
         # stops being renewed, and its lease then expires within ttl.
-        self.alive = alive
-        self.fencing_token = fencing_token
-        self.on_lost = on_lost  # told when renewal finds the lease gone
-        self.hold_until = started + max_hold if max_hold is not None else float("inf")
-        self.pid = os.getpid()  # a forked child must never release its parent's lease
-        self.acquired_at = time.monotonic()
-        self.state = State.HELD
-        self.count = 1  # re-entrant depth of the owner
-        self.renewing = False  # the renewer dispatched a round: never dispatch a second one
-        self.ttl_ms = claim.ttl_ms
-        self.recorded_at = started  # when the request behind the recorded expiry was sent
+        self.alive: Callable[[], bool] = alive
+        self.fencing_token: int | None = fencing_token
+        # Told when renewal finds the lease gone.
+        self.on_lost: Callable[[Lease], object] | None = on_lost
+        self.hold_until: float = started + max_hold if max_hold is not None else float("inf")
+        self.pid: int = os.getpid()  # a forked child must never release its parent's lease
+        self.acquired_at: float = time.monotonic()
+        self.state: State = State.HELD
+        self.count: int = 1  # re-entrant depth of the owner
+        self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
+        self.ttl_ms: int = claim.ttl_ms
+        self.recorded_at: float = started  # when the request behind the recorded expiry was sent
         # A hand-off starts shorter than the ttl (``lease_ms``); renewals carry the ttl.
         lease = (claim.ttl_ms if lease_ms is None else lease_ms) / 1000
-        self.expires_at = started + lease
-        self.next_renew = started + lease * RENEW_FRACTION
+        self.expires_at: float = started + lease
+        self.next_renew: float = started + lease * RENEW_FRACTION
 
     def __repr__(self) -> str:
         return f"<Lease {self.key!r} {self.state.value}>"

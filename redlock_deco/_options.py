@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from ._lifecycle import Lease
 
 OnBusy = Literal["raise", "skip"]
 #: ``on_lost``: a callback taking the lease, or "cancel" (async functions: cancel the call).
-OnLost = Callable[[Any], object] | Literal["cancel"] | None
+OnLost = Callable[[Lease], object] | Literal["cancel"] | None
 ON_BUSY_CHOICES: tuple[OnBusy, ...] = ("raise", "skip")
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any, TypeVar, overload
 
 from . import _process as process
+from ._errors import LockError
 from ._lifecycle import Lease
 from ._process import Calls, Holdings
 
@@ -62,8 +64,23 @@ def leave_calls(sections: list[Section]) -> None:
         leave_call(section)
 
 
-def current_lease() -> Lease | None:
+_NO_DEFAULT: Any = object()
+D = TypeVar("D")
+
+
+@overload
+def current_lease() -> Lease: ...
+@overload
+def current_lease(default: D) -> Lease | D: ...
+def current_lease(default: Any = _NO_DEFAULT) -> Any:
     """The innermost lease held by the calling thread or task, inside a protected call.
+
+    Inside a ``@locked``/``@limited`` call or a ``with Lock(...)``/``Semaphore(...)`` block
+    there always is one: ``.name``, ``.key``, ``.token``, ``.fencing_token``, ``.remaining()``,
+    ``.lost``. Outside one, it raises :class:`LockError` -- a lease read there is a bug (say, in
+    a thread or task started inside the call, which does not inherit it), better reported
+    than answered with None -- unless ``default`` is given, which is returned instead (as
+    :meth:`contextvars.ContextVar.get` does): ``current_lease(None)``.
 
     Sync code running inside a task and a task's loop running inside a locked sync call both
     happen: the most recently entered of the two stacks' tops is the innermost.
@@ -75,4 +92,15 @@ def current_lease() -> Lease | None:
     except RuntimeError:
         pass  # no running loop in this thread
     tops = [calls[-1] for calls in candidates if calls]
-    return max(tops, key=lambda entry: entry[0])[1] if tops else None
+    if tops:
+        return max(tops, key=lambda entry: entry[0])[1]
+    if default is not _NO_DEFAULT:
+        return default
+    raise LockError(
+        "current_lease() was called outside any protected call of this thread or task: call "
+        "it inside a @locked/@limited function or a `with Lock(...)` block (a thread or task "
+        "started inside one does not inherit its lease), or pass a default, as in "
+        "current_lease(None), to get that instead",
+        name="",  # no lock is concerned: there is none
+        key="",
+    )

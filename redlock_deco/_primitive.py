@@ -89,10 +89,10 @@ class Base:
                 "name from a stable attribute (an id) instead",
                 template=name,
             )
-        self.name = bounded(name)
-        self.key = options.prefix + self.name
-        self.options = options
-        self.limit = options.limit
+        self.name: str = bounded(name)
+        self.key: str = options.prefix + self.name
+        self.options: LeaseOptions = options
+        self.limit: int = options.limit
         self._mine: weakref.WeakKeyDictionary[Any, list[Holding]] = weakref.WeakKeyDictionary()
         self._object_owner = ObjectOwner()
 

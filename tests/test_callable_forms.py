@@ -44,7 +44,7 @@ class Gauge:
         self._mu = threading.Lock()
 
     def enter(self) -> None:
-        lease = current_lease()
+        lease = current_lease(None)
         with self._mu:
             self.inside += 1
             self.peak = max(self.peak, self.inside)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import redis
 from flavours import Api
 
-from redlock_deco import Lock, LockLost, current_lease, limited, locked
+from redlock_deco import Lock, LockError, LockLost, current_lease, limited, locked
 from redlock_deco.asyncio import Lock as AsyncLock
 
 
@@ -39,11 +40,11 @@ def test_current_lease_is_the_innermost_protected_call(api: Api, r: redis.Redis)
     outer = api.decorate(locked("outer:{n}", ttl=5), outer_body)
 
     async def scenario(api: Api) -> None:
-        assert current_lease() is None
+        assert current_lease(None) is None
         await api.call(outer, 1)
         async with api.Lock("block", ttl=5):
             look()
-        assert current_lease() is None
+        assert current_lease(None) is None
 
     api.run(scenario)
     assert [(name, key) for name, key, _, _ in seen] == [
@@ -51,6 +52,31 @@ def test_current_lease_is_the_innermost_protected_call(api: Api, r: redis.Redis)
         ("block", "lock:block"),
     ]  # fmt: skip
     assert all(4.0 < left <= 5.0 and not lost for _, _, left, lost in seen)
+
+
+def test_current_lease_outside_a_protected_call_raises(api: Api) -> None:
+    """There is no lease outside a protected call -- nor in a thread (sync) or task (async)
+    started inside one, which does not inherit it: LockError, or the default if given."""
+
+    async def elsewhere() -> object:
+        with pytest.raises(LockError, match="outside any protected call"):
+            current_lease()
+        return current_lease(None)
+
+    async def body() -> object:
+        assert current_lease().key == "lock:parent"
+        return await api.join(api.spawn(elsewhere))
+
+    protected = api.decorate(locked("parent", ttl=5), body)
+
+    async def scenario(api: Api) -> None:
+        with pytest.raises(LockError, match=re.escape("current_lease(None)")):  # shows how
+            current_lease()
+        default = object()
+        assert current_lease(default) is default
+        assert await api.call(protected) is None
+
+    api.run(scenario)
 
 
 def test_on_lost_is_called_promptly_by_the_renewer(api: Api, r: redis.Redis) -> None:

@@ -96,7 +96,7 @@ def test_current_lease_when_sections_end_out_of_order() -> None:
     lease = current_lease()
     assert lease is not None and lease.key == "lock:export"  # still inside that block
     assert list(rows) == [2]
-    assert current_lease() is None
+    assert current_lease(None) is None
 
 
 def test_current_lease_after_a_with_block_ends_inside_a_call() -> None:
@@ -108,7 +108,7 @@ def test_current_lease_after_a_with_block_ends_inside_a_call() -> None:
         return inside and inside.key, after and after.key
 
     assert call() == ("lock:inner-block", "lock:outer-call")
-    assert current_lease() is None
+    assert current_lease(None) is None
 
 
 def test_fenced_call_nested_in_an_unfenced_holder_raises_clearly() -> None:
@@ -131,11 +131,11 @@ def test_fenced_call_nested_in_an_unfenced_holder_raises_clearly() -> None:
 def test_unfenced_call_nested_in_a_fenced_holder_keeps_its_token() -> None:
     @locked("ledger", fencing=True)
     def outer() -> tuple[int | None, int | None]:
-        return current_lease().fencing_token, inner()  # type: ignore[union-attr]
+        return current_lease().fencing_token, inner()
 
     @locked("ledger")
     def inner() -> int | None:
-        return current_lease().fencing_token  # type: ignore[union-attr]
+        return current_lease().fencing_token
 
     first, nested = outer()
     assert first is not None and nested == first

@@ -1038,7 +1038,7 @@ class SectionOwner:
 
     @staticmethod
     def current() -> str | None:
-        lease = current_lease()
+        lease = current_lease(None)
         return None if lease is None else lease.token
 
     def main(self) -> None:
@@ -1263,7 +1263,7 @@ class Sections(RuleBasedStateMachine):
     @invariant()
     def innermost_is_current(self) -> None:
         assert ok(self.owner.call("probe"), "probe") == self.innermost(), self.open
-        assert current_lease() is None, "another thread's section leaked into this one"
+        assert current_lease(None) is None, "another thread's section leaked into this one"
         for name in ("a", "b"):
             tokens = {s.token for s in self.open if s.name == name and not self.lock_lost[name]}
             assert self.admin.get(f"lock:{name}") == (tokens.pop() if tokens else None)

@@ -1,0 +1,143 @@
+"""What type checkers must infer for decorated functions: checked, never run, by mypy --strict
+and pyright (tests/test_typing.py). ``assert_type`` fails the check when an inferred type
+differs; each ignore comment fails it when the error it expects disappears (unused ignores
+are errors in both tools), so the rejected forms stay rejected."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from typing_extensions import assert_type  # typing.assert_type is 3.11+; we check for 3.10
+
+from redlock_deco import Lease, Lock, Semaphore, current_lease, limited, locked
+from redlock_deco import asyncio as aio
+
+
+@locked("order:{order_id}")
+def charge(order_id: int, amount: float = 1.0) -> str:
+    return f"{order_id}:{amount}"
+
+
+@locked("order:{order_id}", on_busy="raise")
+def charge_raising(order_id: int) -> str:
+    return str(order_id)
+
+
+@locked("order:{order_id}", wait=0, on_busy="skip")
+def charge_or_skip(order_id: int) -> str:
+    return str(order_id)
+
+
+@locked
+def bare() -> int:
+    return 1
+
+
+@locked("job:{job}")
+async def run(job: str) -> int:
+    return len(job)
+
+
+@locked("job:{job}", on_busy="skip")
+async def run_or_skip(job: str) -> int:
+    return len(job)
+
+
+@limited("api:{tenant}", 3)
+def call_api(tenant: str) -> bytes:
+    return tenant.encode()
+
+
+@limited("api:{tenant}", limit=3, on_busy="skip")
+def call_api_or_skip(tenant: str) -> bytes:
+    return tenant.encode()
+
+
+@limited(limit=2, on_busy="skip")
+async def export_or_skip(fmt: str) -> bytes:
+    return fmt.encode()
+
+
+class Account:
+    def __init__(self, account_id: int) -> None:
+        self.id = account_id
+
+    @locked("acct:{self.id}", on_busy="skip")
+    def withdraw(self, amount: int) -> int:
+        return amount
+
+    @classmethod
+    @locked("{cls.__name__}:open", on_busy="skip")
+    def open_inside(cls, count: int) -> list[Account]:
+        return [cls(i) for i in range(count)]
+
+    @locked("{cls.__name__}:open", on_busy="skip")
+    @classmethod
+    def open_outside(cls, count: int) -> list[Account]:
+        return [cls(i) for i in range(count)]
+
+    @locked("ledger:{day}")
+    @staticmethod
+    def close_day(day: str) -> str:
+        return day
+
+    @locked("ledger:{day}", on_busy="skip")
+    @staticmethod
+    async def close_day_or_skip(day: str) -> str:
+        return day
+
+
+async def results() -> None:
+    # on_busy="raise" (the default, or said): the result type is unchanged.
+    assert_type(charge(7), str)
+    assert_type(charge(7, amount=2.5), str)
+    assert_type(charge_raising(7), str)
+    assert_type(bare(), int)
+    assert_type(await run("x"), int)
+    assert_type(call_api("acme"), bytes)
+    # on_busy="skip": a busy call returns None instead; for async def, awaiting gives it.
+    assert_type(charge_or_skip(7), str | None)
+    assert_type(await run_or_skip("x"), int | None)
+    assert_type(call_api_or_skip("acme"), bytes | None)
+    assert_type(await export_or_skip("csv"), bytes | None)
+    # Methods: self and cls are bound; classmethod/staticmethod inside or outside.
+    account = Account(1)
+    assert_type(account.withdraw(5), int | None)
+    assert_type(Account.open_inside(2), list[Account] | None)
+    assert_type(Account.open_outside(2), list[Account] | None)
+    assert_type(Account.close_day("d"), str)
+    assert_type(await Account.close_day_or_skip("d"), str | None)
+    # Inside a protected call the lease is always there (outside, current_lease() raises).
+    assert_type(current_lease(), Lease)
+    assert_type(current_lease(None), Lease | None)
+    assert_type(current_lease().remaining(), float)
+    assert_type(current_lease().fencing_token, int | None)
+    # The primitives: `with` gives the object itself; lease is None unless held.
+    with Lock("order:7") as lock, Semaphore("api", limit=3) as slot:
+        assert_type(lock, Lock)
+        assert_type(slot, Semaphore)
+        assert_type(lock.lease, Lease | None)
+    async with aio.Lock("order:7") as alock:
+        assert_type(alock, aio.Lock)
+        assert_type(await alock.acquire(wait=0), bool)
+
+
+def configured(mode: Literal["raise", "skip"]) -> None:
+    # on_busy known only to be one of the two: a call may return None.
+    @locked("job", on_busy=mode)
+    def job() -> int:
+        return 1
+
+    assert_type(job(), int | None)
+
+
+def rejected() -> None:
+    # The decorated function keeps its parameter types.
+    charge("seven")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    charge_or_skip(7, 8)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    # limit is required by @limited's type, as at run time.
+    limited("api:{tenant}")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue]
+    # on_busy takes "raise" or "skip" (a fallback callable comes later).
+    locked("x", on_busy="ignore")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    # Semaphore has no default limit either.
+    Semaphore("api")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
