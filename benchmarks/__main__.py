@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from redlock_deco._inspection import describe_server
 from redlock_deco.testing import RedisServer
 
 from . import (
@@ -44,7 +45,7 @@ def main() -> int:
         info = server.client().info("server")
         results = Results(
             command="python -m benchmarks " + " ".join(sys.argv[1:]),
-            redis_version=str(info["redis_version"]),
+            server=describe_server(info),
             redis_binary=server.binary,
         )
         results.rtt = _rtt(server.client())

@@ -20,7 +20,7 @@ OURS = "redlock-deco @locked"
 @dataclass
 class Results:
     command: str
-    redis_version: str
+    server: str  # product and version: Valkey reports a Redis version for compatibility
     redis_binary: str
     seconds: float = 0.0
     rtt: float = 0.0  # median idle PING round trip, seconds
@@ -63,7 +63,7 @@ def markdown(r: Results) -> str:
         "",
         f"- machine: {platform.platform()}, {platform.machine()}, "
         f"{_cpus()} CPUs; Python {platform.python_version()}",
-        f"- redis-server {r.redis_version} (`{r.redis_binary}`); redis-py {_version('redis')}",
+        f"- {r.server} (`{r.redis_binary}`); redis-py {_version('redis')}",
         f"- redlock-deco {_version('redlock-deco')}, python-redis-lock "
         f"{_version('python-redis-lock')}, pottery {_version('pottery')}, py-redis-semaphore "
         f"{_version('py-redis-semaphore')}, redis-semaphore-eval "

@@ -199,8 +199,10 @@ ACL_CASES = settings(
 def test_every_key_of_any_name_is_granted(admin: redis.Redis, prefix: str, name: str) -> None:
     """ACL DRYRUN (Redis >= 7) asks the server itself: are the lease key and all its
     bookkeeping keys granted, for any name, under any prefix?"""
-    if int(admin.info("server")["redis_version"].split(".")[0]) < 7:
-        pytest.skip("ACL DRYRUN needs Redis 7 (the layout tests above cover 6.2)")
+    try:  # asked of the server itself: version numbers differ between Redis and Valkey
+        admin.execute_command("ACL", "DRYRUN", "default", "PING")
+    except redis.ResponseError as error:
+        pytest.skip(f"no ACL DRYRUN on this server ({error}); the layout tests above cover it")
     admin.execute_command("ACL", "SETUSER", "dry", "on", ">x", *acl_rules([prefix]))
     try:
         key = prefix + name
