@@ -7,10 +7,12 @@ take the lease, call, give it back, and raise LockLost if the lease ended meanwh
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import pickle
 import time
+import types
 from collections.abc import Callable
 from typing import Any, Literal, overload
 
@@ -183,9 +185,42 @@ def _by_reference(module: str, qualname: str) -> Any:
     return found
 
 
+class _ByValueRefused:
+    """Kept in a decorated function's ``__dict__``; refuses to be pickled.
+
+    Pickling by reference never pickles a function's ``__dict__``. cloudpickle (joblib/loky,
+    Dask, Ray) and dill pickle functions of ``__main__`` -- a script, a notebook -- *by
+    value*: they rebuild the plain function from its code and ``__dict__``, so the other
+    process would run it with no lock at all. This makes that a clear error instead.
+    """
+
+    __slots__ = ("qualname",)
+
+    def __init__(self, qualname: str) -> None:
+        self.qualname = qualname
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise pickle.PicklingError(
+            f"{self.qualname} is decorated by redlock-deco and is being pickled by value "
+            "(cloudpickle and dill do that for functions of __main__, e.g. a script or a "
+            "notebook), which would drop its lock in the other process; define it in an "
+            "importable module so it pickles by reference"
+        )
+
+
 class ProtectedMethod(wrapt.BoundFunctionWrapper):  # type: ignore[type-arg]  # as below
     """A decorated method as seen through its class or an instance: pickles as that
-    attribute of that object (an instance pickles itself), the way a bound method does."""
+    attribute of that object (an instance pickles itself), the way a bound method does.
+    Copies as a bound method does too (wrapt's proxies refuse to be copied)."""
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        instance = self._self_instance
+        if instance is None or isinstance(instance, type):
+            return self
+        return getattr(copy.deepcopy(instance, memo), self.__name__)
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         instance = self._self_instance
@@ -201,6 +236,19 @@ class Protected(wrapt.FunctionWrapper):  # type: ignore[type-arg]  # wrapt decla
     process imports the module and finds the same decorated function there."""
 
     __bound_function_wrapper__ = ProtectedMethod
+
+    def __init__(self, wrapped: Any, wrapper: Any) -> None:
+        super().__init__(wrapped, wrapper)
+        # Stored on the wrapped function (a proxy shares its __dict__): see _ByValueRefused.
+        # Only a plain function can be pickled by value (nor has a __dict__ to store it in).
+        if isinstance(wrapped, types.FunctionType):
+            self._redlock_deco_by_value = _ByValueRefused(wrapped.__qualname__)
+
+    def __copy__(self) -> Protected:
+        return self  # a function copies as itself; wrapt's proxy would raise
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Protected:
+        return self
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, tuple[str, str]]:
         module = getattr(self, "__module__", None)
@@ -296,7 +344,8 @@ def locked(
     (``current_lease().fencing_token``), for a downstream store to reject stale writers.
 
     Bare ``@locked`` works. A ``def`` function given positionally is taken as the function to
-    decorate; pass a name function as ``name=`` (a lambda works either way).
+    decorate; pass a name function as ``name=`` (a positional lambda works at run time, but
+    type checkers take it for bare ``@locked``).
 
     Bound methods (``locked("order:{order_id}")(obj.charge)``), ``functools.partial`` objects
     and callable objects can be decorated too: template fields (and a name callable's

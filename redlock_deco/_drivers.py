@@ -59,15 +59,20 @@ def routing(client: Any, step: Step) -> dict[str, Any]:
     return {}
 
 
-# Pools at least this large are treated as unbounded (redis-py 5's default is 2**31): no
-# lanes, and no per-command cost for them.
+# Pools at least this large are practically unbounded (redis-py 5's default is 2**31). We
+# still bound our own use of them, as if they had redis-py 6's default size: otherwise 1,000
+# waiters starting at once open a connection each for their first attempt (and run out of
+# file descriptors), where a bounded pool lets them take turns.
 UNBOUNDED_POOL = 10_000
+ASSUMED_POOL = 100
 
 
 def pool_size(client: Any) -> int | None:
-    """How many connections ``client``'s pool may open, or None if practically unbounded."""
+    """How many connections of ``client``'s pool we may use (None: not a pooled client)."""
     size = getattr(getattr(client, "connection_pool", None), "max_connections", None)
-    return size if isinstance(size, int) and 0 < size < UNBOUNDED_POOL else None
+    if not isinstance(size, int) or size <= 0:
+        return None
+    return size if size < UNBOUNDED_POOL else ASSUMED_POOL
 
 
 class Places:

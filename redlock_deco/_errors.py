@@ -6,6 +6,8 @@ Connection failures are deliberately absent: redis-py's own ``ConnectionError`` 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 
@@ -18,12 +20,47 @@ def _rebuild(
     return error
 
 
+def _also_from_args(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, which also accepts what the error's ``args`` hold: ``(message, context)``.
+
+    Celery's JSON results store an error as its type and ``args`` and rebuild it with
+    ``cls(*args)``; the subclasses' own constructors take keyword-only context, so without
+    this the rebuild fails and Celery hands back a bare ``Exception``.
+    """
+
+    @functools.wraps(init)
+    def __init__(self: RedlockDecoError, *args: Any, **kwargs: Any) -> None:
+        if not kwargs and len(args) == 2 and isinstance(args[1], dict):
+            RedlockDecoError.__init__(self, str(args[0]), **args[1])
+        else:
+            init(self, *args, **kwargs)
+
+    return __init__
+
+
 class RedlockDecoError(Exception):
     """Base class of every error raised by redlock-deco itself.
 
-    Pickles with its type, message and attributes (Celery stores task errors that way): the
-    subclasses take keyword-only context, which the default pickling cannot pass back.
+    Its context (``name``, ``key``, ``waited``...) is kept as attributes and in ``args``,
+    after the message: ``(message, {"name": ..., ...})``, and ``str()`` is the message. So it
+    survives pickling (Celery's pickle results) and ``cls(*args)`` (Celery's JSON results)
+    with its type, message and attributes.
     """
+
+    def __init__(self, message: str = "", /, **context: Any) -> None:
+        if context:
+            super().__init__(message, context)
+        else:
+            super().__init__(message)
+        self.__dict__.update(context)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _also_from_args(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild, (type(self), self.args, dict(self.__dict__))
@@ -32,9 +69,10 @@ class RedlockDecoError(Exception):
 class ProviderError(RedlockDecoError):
     """A provider value is unusable, or gives the wrong kind of client for the call."""
 
+    provider: str | None
+
     def __init__(self, message: str, *, provider: str | None = None) -> None:
-        super().__init__(message)
-        self.provider = provider
+        super().__init__(message, provider=provider)
 
 
 class ProviderNotFound(ProviderError, LookupError):
@@ -53,34 +91,39 @@ class ProviderNotFound(ProviderError, LookupError):
 class KeyTemplateError(RedlockDecoError, ValueError):
     """A lock-name template does not fit the decorated function or its arguments."""
 
+    template: str | None
+    field: str | None
+
     def __init__(
         self, message: str, *, template: str | None = None, field: str | None = None
     ) -> None:
-        super().__init__(message)
-        self.template = template
-        self.field = field
+        super().__init__(message, template=template, field=field)
 
 
 class LockError(RedlockDecoError):
     """A lock or semaphore operation failed; ``name`` and ``key`` say which one."""
 
+    name: str
+    key: str
+
     def __init__(self, message: str, *, name: str, key: str) -> None:
-        super().__init__(message)
-        self.name = name
-        self.key = key
+        super().__init__(message, name=name, key=key)
 
 
 class LockNotAcquired(LockError):
     """The wait ran out before the lock (or a semaphore slot) could be taken."""
 
+    waited: float
+
     def __init__(self, *, name: str, key: str, waited: float) -> None:
-        super().__init__(
+        RedlockDecoError.__init__(
+            self,
             f"could not acquire {key!r} within {waited:.3f}s (it is held by someone else); "
             "raise `wait`, or pass on_busy='skip' to return None instead",
             name=name,
             key=key,
+            waited=waited,
         )
-        self.waited = waited
 
 
 class LockNotOwned(LockError):
@@ -98,10 +141,13 @@ class LockNotReplicated(LockNotAcquired):
     Raised whatever ``on_busy`` says: a missing replica is a fault to see, not a busy lock.
     """
 
+    replicas: int
+    acknowledged: int
+
     def __init__(
         self, *, name: str, key: str, waited: float, replicas: int, acknowledged: int
     ) -> None:
-        LockError.__init__(
+        RedlockDecoError.__init__(
             self,
             f"acquired {key!r} on the primary, but only {acknowledged} of the {replicas} "
             f"replica(s) required by replicas={replicas} acknowledged it (tried for "
@@ -109,7 +155,7 @@ class LockNotReplicated(LockNotAcquired):
             "in sync (INFO replication), or lower replicas=",
             name=name,
             key=key,
+            waited=waited,
+            replicas=replicas,
+            acknowledged=acknowledged,
         )
-        self.waited = waited
-        self.replicas = replicas
-        self.acknowledged = acknowledged
