@@ -43,6 +43,18 @@ from typing import Any, Final
 
 import redis
 
+__all__ = [
+    "ENV_BINARY",
+    "START_TIMEOUT",
+    "FaultProxy",
+    "LocalCluster",
+    "LocalSentinels",
+    "RedisServer",
+    "find_redis_server",
+    "free_port",
+    "redis_url",
+]
+
 #: The environment variable that chooses the server binary (see the module docstring).
 ENV_BINARY: Final[str] = "REDLOCK_DECO_REDIS_SERVER"
 #: Seconds a server or a cluster gets to be ready; sentinels get twice that (they meet every
