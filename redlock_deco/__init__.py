@@ -3,6 +3,7 @@
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from ._admin import Released
 from ._decorators import limited, locked
 from ._errors import (
     KeyTemplateError,
@@ -59,6 +60,7 @@ __all__ = [
     "ProviderError",
     "ProviderNotFound",
     "RedlockDecoError",
+    "Released",
     "Semaphore",
     "__version__",
     "aclose",

@@ -13,19 +13,32 @@ import inspect
 import pickle
 import time
 import types
-from collections.abc import Callable
-from typing import Any, Literal, overload
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Literal, TypeVar, overload
 
 import wrapt
 
+from . import _events as events
 from . import _guard as guard
 from . import _ownership as ownership
 from . import _targets as targets
 from ._errors import LockNotAcquired
-from ._naming import check_name, compile_name, describe
-from ._options import LeaseOptions, OnBusy, OnLost, build_options, check_on_busy
+from ._naming import check_name, compile_name, describe, full_args, own_args
+from ._options import (
+    LeaseOptions,
+    OnBusy,
+    OnBusyArg,
+    OnLost,
+    build_options,
+    check_on_busy,
+    explains_bad_arguments,
+)
 from ._protocol import LOCK, SEMAPHORE, Kind
-from ._signatures import BusyDecorator, F, NameArg
+from ._signatures import AsyncBusyDecorator, BusyDecorator, F, NameArg
+
+#: What an ``on_busy`` fallback returns (awaited first if it is awaitable, on the async path).
+B = TypeVar("B")
 
 
 def _is_bare_target(name: object) -> bool:
@@ -55,10 +68,11 @@ def _decorate(
     kind: Kind,
     names: tuple[NameArg, ...],
     options: LeaseOptions,
-    on_busy: OnBusy,
+    on_busy: OnBusyArg,
     func: Any,
 ) -> Any:
     underlying = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
+    targets.refuse_class(decorator, underlying)
     if not callable(underlying):
         raise TypeError(_not_callable(decorator, func, names))
     if targets.is_generator(underlying):
@@ -69,15 +83,43 @@ def _decorate(
         )
     renders = [compile_name(name, underlying) for name in names]
     render = renders[0]
+    # Event labels, worked out once here: a template and a function name, never per call.
+    options = replace(options, source=events.decorated(names, underlying, options.provider))
     # Seen through partials, callable objects and __wrapped__: an async def in disguise on the
     # sync path would get its lease back before its body ran, leaving the body unprotected.
     run_async = targets.is_async(underlying)
     prefix = options.prefix
     skip = on_busy == "skip"
+    fallback = None if isinstance(on_busy, str) else on_busy
+    if fallback is not None:
+        targets.check_fallback(decorator, fallback, underlying, run_async)
+    # The fallback gets the arguments as the function would: self/cls put back for methods.
+    call_args = full_args if targets.binds_instance(underlying) else own_args
 
-    def busy(lock_name: str, key: str, started: float) -> None:
+    def busy(
+        lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
+    ) -> Any:
+        if fallback is not None:
+            return fallback(*call_args(instance, args), **kw)
         if not skip:
             raise LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
+        return None
+
+    def busy_sync(
+        lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
+    ) -> Any:
+        result = busy(lock_name, key, started, instance, args, kw)
+        if fallback is not None and targets.returned_awaitable(result):
+            targets.refuse_awaitable(f"{decorator}(on_busy=...)", fallback, result)
+        return result
+
+    async def busy_async(
+        lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
+    ) -> Any:
+        result = busy(lock_name, key, started, instance, args, kw)
+        if fallback is not None and inspect.isawaitable(result):
+            result = await result  # an async fallback, or a sync one returning an awaitable
+        return result
 
     def call_locked(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
         lock_name = render(instance, args, kwargs)
@@ -85,7 +127,7 @@ def _decorate(
         started = time.monotonic()
         lease = guard.enter(kind, options, lock_name, key, options.wait)
         if lease is None:
-            return busy(lock_name, key, started)
+            return busy_sync(lock_name, key, started, instance, args, kwargs)
         section = ownership.enter_call(lease, task=False)
         try:
             result = wrapped(*args, **kwargs)
@@ -107,7 +149,7 @@ def _decorate(
         started = time.monotonic()
         lease = await guard.enter_async(kind, options, lock_name, key, options.wait)
         if lease is None:
-            return busy(lock_name, key, started)
+            return await busy_async(lock_name, key, started, instance, args, kwargs)
         section = ownership.enter_call(lease, task=True)
         try:
             result = await wrapped(*args, **kwargs)
@@ -132,7 +174,7 @@ def _decorate(
         leases = guard.enter_all(kind, options, names_by_key, options.wait)
         if leases is None:
             key = ", ".join(sorted(names_by_key))
-            return busy(", ".join(names_by_key.values()), key, started)
+            return busy_sync(", ".join(names_by_key.values()), key, started, instance, args, kwargs)
         sections = [ownership.enter_call(lease, task=False) for lease in leases]
         try:
             result = wrapped(*args, **kwargs)
@@ -154,7 +196,8 @@ def _decorate(
         leases = await guard.enter_all_async(kind, options, names_by_key, options.wait)
         if leases is None:
             key = ", ".join(sorted(names_by_key))
-            return busy(", ".join(names_by_key.values()), key, started)
+            names = ", ".join(names_by_key.values())
+            return await busy_async(names, key, started, instance, args, kwargs)
         sections = [ownership.enter_call(lease, task=True) for lease in leases]
         try:
             result = await wrapped(*args, **kwargs)
@@ -270,8 +313,9 @@ _UNSET: Any = object()
 
 
 # One overload per kind of on_busy: "raise" keeps the function's type; "skip" -- or a value
-# only known to be one of the two -- adds None to its result. (on_busy=<callable> will be one
-# more, returning BusyDecorator[the fallback's result].)
+# only known to be one of the two -- adds None to its result; a fallback adds its own result
+# (an async one's awaited result, and then only async functions may be decorated: a sync call
+# cannot await it).
 @overload
 def locked(func: F, /) -> F: ...  # bare @locked: a def function in the name slot is decorated
 
@@ -310,13 +354,48 @@ def locked(
 ) -> BusyDecorator[None]: ...
 
 
+@overload
+def locked(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    *templates: NameArg,
+    name: NameArg = None,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+) -> AsyncBusyDecorator[B]: ...
+
+
+@overload
+def locked(
+    *templates: NameArg,
+    name: NameArg = None,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+) -> BusyDecorator[B]: ...
+
+
+@explains_bad_arguments
 def locked(
     *templates: Any,
     name: Any = _UNSET,
     ttl: float = 30.0,
     wait: float | None = 10.0,
     auto_renew: bool = True,
-    on_busy: OnBusy = "raise",
+    on_busy: OnBusyArg = "raise",
     provider: str = "default",
     prefix: str = "lock:",
     replicas: int = 0,
@@ -333,8 +412,11 @@ def locked(
     seconds (renewed in the background while the call runs if ``auto_renew``); ``wait`` bounds
     the wait (0: try once, None: forever), after which ``on_busy="raise"`` raises
     LockNotAcquired and ``"skip"`` returns None without calling (so a function returning ``T``
-    is typed as returning ``T | None``). Re-entrant per thread (per task for ``async def``).
-    Raises LockLost at exit if the lease ended meanwhile.
+    is typed as returning ``T | None``); a callable (a *fallback*) is called instead with the
+    call's arguments (``self``/``cls`` included for methods) and its result returned (awaited
+    if it is awaitable, for an ``async def``; a sync function needs a sync fallback).
+    Re-entrant per thread (per task for ``async def``). Raises LockLost at exit if the lease
+    ended meanwhile.
     ``replicas=N`` waits (WAIT) until N replicas have the lock after each acquisition, and
     counts the attempt as failed (releasing it) if fewer acknowledge in time. ``on_lost`` is
     called with the lease as soon as renewal finds it gone (``"cancel"``, for async functions,
@@ -372,6 +454,8 @@ def locked(
         if templates:
             raise TypeError("give the lock name once: positionally or as name=, not both")
         templates = (name,)
+    elif len(templates) == 1 and inspect.isclass(templates[0]):
+        targets.refuse_class("locked", templates[0])  # bare @locked on a class
     elif len(templates) == 1 and _is_bare_target(templates[0]):
         return _decorate("locked", LOCK, (None,), options, busy, templates[0])
     names = templates or (None,)
@@ -453,6 +537,75 @@ def limited(
 ) -> BusyDecorator[None]: ...
 
 
+@overload
+def limited(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    name: NameArg,
+    limit: int,
+    *,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> AsyncBusyDecorator[B]: ...
+
+
+@overload
+def limited(
+    name: NameArg,
+    limit: int,
+    *,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> BusyDecorator[B]: ...
+
+
+@overload
+def limited(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    *,
+    name: NameArg = None,
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> AsyncBusyDecorator[B]: ...
+
+
+@overload
+def limited(
+    *,
+    name: NameArg = None,
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+) -> BusyDecorator[B]: ...
+
+
+@explains_bad_arguments
 def limited(
     name: NameArg = None,
     limit: int = _UNSET,
@@ -460,7 +613,7 @@ def limited(
     ttl: float = 30.0,
     wait: float | None = 10.0,
     auto_renew: bool = True,
-    on_busy: OnBusy = "raise",
+    on_busy: OnBusyArg = "raise",
     provider: str = "default",
     prefix: str = "sem:",
     replicas: int = 0,
@@ -474,6 +627,8 @@ def limited(
     free). When callers disagree on ``limit`` for one name, each call's own limit applies at
     its admission. Raises LockLost at exit if the slot's lease ended meanwhile.
     """
+    if inspect.isclass(name):
+        targets.refuse_class("limited", name)  # @limited on a class
     if limit is _UNSET:
         raise TypeError("limited() needs limit=<int>: how many callers may run at once")
     options = build_options(

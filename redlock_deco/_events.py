@@ -2,10 +2,18 @@
 
 ``add_listener(fn)`` registers ``fn(event)``; events are ``acquired`` (with the time waited),
 ``released`` (with the time held), ``busy`` (``wait`` ran out, with the time waited), ``lost``
-(found by renewal or at release) and ``renewed``. Listeners run synchronously where the event
-happens (the calling thread or task, or the renewer); keep them quick. A listener that raises
-is logged and ignored. With no listener registered nothing is built: the hot path pays one
-truth test of a tuple.
+(found by renewal or at release) and ``renewed``. A lease's last event is ``released``: a
+``lost`` for it comes first (so a listener can tell a hold that ended lost without waiting for
+news that may never come). Listeners run synchronously where the event happens (the calling
+thread or task, or the renewer); keep them quick. A listener that raises is logged and
+ignored. With no listener registered nothing is built: the hot path pays one truth test of a
+tuple.
+
+Labels: ``name`` and ``key`` are per call (``order:7``) and grow with the data, so they must
+never be metric labels. ``template``, ``function`` and ``provider`` are fixed where the lock is
+written -- one value per decorated function or primitive object -- and are what metrics and
+span attributes are labelled by. They are worked out once, when the function is decorated or
+the object built (a :class:`Source`), never per call.
 """
 
 from __future__ import annotations
@@ -14,7 +22,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from ._targets import default_name
 
 EventKind = Literal["acquired", "released", "busy", "lost", "renewed"]
 Listener = Callable[["LockEvent"], object]
@@ -27,11 +37,79 @@ _registering = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    """Where a lease comes from: the low-cardinality labels of its events, built once per
+    decorated function or primitive object (see :class:`LockEvent`)."""
+
+    template: str
+    function: str | None
+    provider: str
+
+    @classmethod
+    def direct(cls, name: str, provider: str) -> Source:
+        """A ``Lock``/``Semaphore`` used directly: its name is its template."""
+        return cls(name, None, provider)
+
+
+def decorated(names: tuple[Any, ...], func: Callable[..., Any], provider: str) -> Source:
+    """The source of a decorated function's events (``names`` as given to the decorator)."""
+    templates = ", ".join(_template(name, func) for name in names)
+    return Source(templates, _qualified(func), provider)
+
+
+def _template(name: Any, func: Callable[..., Any]) -> str:
+    if isinstance(name, str):
+        return name
+    if name is None:
+        return default_name(func)
+    return _qualified(name) + "()"  # a name callable: its own name, never what it returns
+
+
+def _qualified(func: Callable[..., Any]) -> str:
+    """``"<module>.<qualname>"`` of the code ``func`` runs; its type's for an object without
+    one (never a repr: an address would make a label per object)."""
+    try:
+        return default_name(func)
+    except TypeError:
+        kind = type(func)
+        return f"{kind.__module__}.{kind.__qualname__}"
+
+
+@dataclass(frozen=True, slots=True)
 class LockEvent:
+    """One thing that happened to a lease (see :func:`add_listener`).
+
+    Per call -- never use these as metric labels, they grow with your data:
+
+    - ``name``: the rendered name (``"order:7"``); ``key``: the Redis key (``"lock:order:7"``).
+    - ``seconds``: ``acquired``/``busy``: the time waited; ``released``: the time held;
+      None for ``lost`` and ``renewed``.
+
+    Fixed where the lock is written -- label metrics and spans by these:
+
+    - ``template``: the name as written in the code. ``@locked("order:{order_id}")`` gives
+      ``"order:{order_id}"``; ``@locked`` with no name gives the default name
+      (``"<module>.<qualname>"``); a name callable gives its qualified name followed by
+      ``()`` (``"app.orders.lock_name()"``); several names give their templates joined by
+      ``", "``. For ``Lock(name)`` and ``Semaphore(name)`` used directly it is the name
+      itself, so it is low-cardinality only if the names you give them are.
+    - ``function``: the decorated function's ``"<module>.<qualname>"`` (for a bound method,
+      a partial or a callable object, the code the call runs, as ``name=None`` names it);
+      None for a ``Lock`` or ``Semaphore`` used directly.
+    - ``provider``: the provider's registered name (``"default"``).
+
+    The last three have defaults only so that events built by hand the 0.1 way
+    (``LockEvent(kind, name, key, seconds)``) still construct; every event the library
+    emits sets them.
+    """
+
     kind: EventKind
     name: str
     key: str
     seconds: float | None = None  # acquired/busy: time waited; released: time held
+    template: str = ""
+    function: str | None = None
+    provider: str = ""
 
 
 def add_listener(listener: Listener) -> None:
@@ -52,8 +130,9 @@ def remove_listener(listener: Listener) -> None:
         )  # bound methods are new objects each time, equal by value
 
 
-def emit(kind: EventKind, name: str, key: str, seconds: float | None = None) -> None:
-    event = LockEvent(kind, name, key, seconds)
+def emit(kind: EventKind, name: str, key: str, seconds: float | None, source: Source) -> None:
+    event = LockEvent(kind, name, key, seconds, source.template, source.function,
+                      source.provider)  # fmt: skip
     for listener in listeners:
         try:
             listener(event)

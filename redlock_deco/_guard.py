@@ -104,7 +104,8 @@ def _not_granted(
             acknowledged=result.acknowledged,
         )  # fmt: skip
     if events.listeners:
-        events.emit("busy", name, key, waited)
+        source = options.source or events.Source.direct(name, options.provider)
+        events.emit("busy", name, key, waited, source)
 
 
 def _new_lease(
@@ -126,10 +127,10 @@ def _new_lease(
     lease = Lease(
         claim, name=name, provider=options.provider, target=target, started=started, io=io,
         alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
-        on_lost=on_lost, by_object=by_object, lease_ms=granted.lease_ms,
+        on_lost=on_lost, by_object=by_object, lease_ms=granted.lease_ms, source=options.source,
     )  # fmt: skip
     if events.listeners:
-        events.emit("acquired", name, claim.keys.key, lease.acquired_at - started)
+        events.emit("acquired", name, claim.keys.key, lease.acquired_at - started, lease.source)
     return lease
 
 
@@ -145,9 +146,11 @@ def _released(lease: Lease, answer: bool | None, was_lost: bool) -> bool:
     else:
         lease.lose()
     if events.listeners:
-        events.emit("released", lease.name, lease.key, time.monotonic() - lease.acquired_at)
-        if not released and not was_lost:  # found at release (renewal reports its own)
-            events.emit("lost", lease.name, lease.key)
+        held = time.monotonic() - lease.acquired_at
+        if not released and not was_lost:  # found at release (renewal reported its own)
+            events.emit("lost", lease.name, lease.key, None, lease.source)
+        # Last: a lease's "released" closes it, after any "lost" (listeners rely on it).
+        events.emit("released", lease.name, lease.key, held, lease.source)
     return released and not was_lost
 
 

@@ -63,9 +63,42 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
     return sorted(found, key=lambda entry: str(entry["key"]))
 
 
-def _lock(client: redis.Redis, raw_key: bytes, key: str) -> dict[str, Any] | None:
+def one(client: redis.Redis, key: str) -> dict[str, Any] | str:
+    """What ``key`` holds, for ``redlock-deco release`` to show before removing it: an entry
+    as :func:`held` lists them (a foreign token, such as redis-py's Lock's, shown cut short),
+    or a sentence saying why there is none."""
+    kind = _text(client.type(key))
+    entry: dict[str, Any] | None = None
+    if kind == "string":
+        entry = _lock(client, key.encode(), key, foreign_tokens=True)
+    elif kind == "zset":
+        seconds, micros = client.time()
+        entry = _semaphore(client, key.encode(), key, seconds * 1000 + micros // 1000, every=True)
+    if entry is not None:
+        return entry
+    if kind == "none":
+        return f"{key}: nothing held"
+    return f"{key}: a {kind} that is no lock or semaphore (it will be refused)"
+
+
+def foreign(raw: bytes | str) -> str:
+    """A token that is not ours, for display: its first characters only (a token is what
+    releases a lock)."""
+    return f"{_text(raw)[:6]}... (not a redlock-deco token)"
+
+
+def shown(raw: bytes | str) -> str:
+    """Any token, for display: ``host:pid`` of ours (never the secret part), else cut short."""
+    return _holder(raw) or foreign(raw)
+
+
+def _lock(
+    client: redis.Redis, raw_key: bytes, key: str, foreign_tokens: bool = False
+) -> dict[str, Any] | None:
     value = client.get(raw_key)
     holder = _holder(value) if isinstance(value, bytes) else None
+    if holder is None and foreign_tokens and value is not None:
+        holder = foreign(value)
     if holder is None:
         return None
     ttl_ms = int(client.pttl(raw_key))
@@ -78,15 +111,18 @@ def _lock(client: redis.Redis, raw_key: bytes, key: str) -> dict[str, Any] | Non
     }
 
 
-def _semaphore(client: redis.Redis, raw_key: bytes, key: str, now_ms: int) -> dict[str, Any] | None:
+def _semaphore(
+    client: redis.Redis, raw_key: bytes, key: str, now_ms: int, every: bool = False
+) -> dict[str, Any] | None:
+    """A semaphore's live holders (``every``: ended leases too, with 0 left)."""
     members = cast(list[tuple[bytes, float]], client.zrange(raw_key, 0, -1, withscores=True))
     holders = []
     for member, ends in members:
         holder = _holder(member)
         if holder is None:
             return None  # not one of ours
-        if ends > now_ms:
-            holders.append({"holder": holder, "remaining": (ends - now_ms) / 1000})
+        if ends > now_ms or every:
+            holders.append({"holder": holder, "remaining": max(0.0, (ends - now_ms) / 1000)})
     if not holders:
         return None
     limit = client.get(sibling(key, "limit"))

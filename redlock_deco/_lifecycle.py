@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._errors import LockLost
+from ._events import Source
 from ._protocol import Claim
 
 # Renew when a third of the lease has passed: two more attempts fit before it would expire.
@@ -63,6 +64,7 @@ class Lease:
     """
 
     __slots__ = (
+        "_source",
         "acquired_at",
         "alive",
         "by_object",
@@ -99,6 +101,7 @@ class Lease:
         on_lost: Callable[[Lease], object] | None = None,
         by_object: bool = False,
         lease_ms: int | None = None,
+        source: Source | None = None,
     ) -> None:
         self.claim: Claim = claim
         # Held by a primitive object rather than a thread or task (an asyncio acquire that
@@ -106,6 +109,8 @@ class Lease:
         self.by_object: bool = by_object
         self.name: str = name
         self.provider: str = provider
+        # The labels its events carry; None: a primitive used directly (see ``source``).
+        self._source: Source | None = source
         self.target: Any = target
         self.io: Any = io
         # Renewal must not outlive the owner: a thread or task that ended without releasing
@@ -135,6 +140,14 @@ class Lease:
     @property
     def key(self) -> str:
         return self.claim.keys.key
+
+    @property
+    def source(self) -> Source:
+        """The labels of its events. A ``Lock``/``Semaphore`` used directly has none of its
+        own: its name is its template (built here, only when an event needs it)."""
+        if self._source is not None:
+            return self._source
+        return Source.direct(self.name, self.provider)
 
     @property
     def token(self) -> str:

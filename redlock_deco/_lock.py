@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._options import OnLost, build_options
+from . import _admin as admin
+from ._admin import Released
+from ._options import OnLost, build_options, explains_bad_arguments
 from ._primitive import AsyncPrimitive, Base, Primitive
 from ._protocol import LOCK
 
@@ -10,6 +12,7 @@ from ._protocol import LOCK
 class _LockOptions(Base):
     kind = LOCK
 
+    @explains_bad_arguments
     def __init__(
         self,
         name: str,
@@ -39,15 +42,36 @@ class Lock(_LockOptions, Primitive):
     ``Lock`` object (and ``@locked`` function) naming the same key shares that ownership.
     """
 
+    api_name = "Lock"
+
     def __enter__(self) -> Lock:
         super().__enter__()
         return self
+
+    @classmethod
+    def force_release(
+        cls, name: str, *, provider: str = "default", prefix: str = "lock:"
+    ) -> Released:
+        """Remove the lock ``prefix + name`` whoever holds it: an operator's tool for a
+        stuck holder. The oldest queued waiter gets it at once (woken up holding it); the
+        former holder's next renewal finds it gone (``on_lost``, then ``LockLost``). Returns
+        what was removed; raises LockError if the key holds something else."""
+        return admin.release_sync("lock", name, prefix, provider)
 
 
 class AsyncLock(_LockOptions, AsyncPrimitive):
     """``Lock`` for asyncio (``redlock_deco.asyncio.Lock``): owned per task, not per thread,
     so tasks sharing one object can never release each other's lock."""
 
+    api_name = "redlock_deco.asyncio.Lock"
+
     async def __aenter__(self) -> AsyncLock:
         await super().__aenter__()
         return self
+
+    @classmethod
+    async def force_release(
+        cls, name: str, *, provider: str = "default", prefix: str = "lock:"
+    ) -> Released:
+        """Remove the lock ``prefix + name`` whoever holds it (see ``Lock.force_release``)."""
+        return await admin.release_async("lock", name, prefix, provider)

@@ -6,14 +6,23 @@ Everything is checked when the decorator or primitive is built, so a typo such a
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
+from ._events import Source
 from ._lifecycle import Lease
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 OnBusy = Literal["raise", "skip"]
+#: ``on_busy`` as given: a choice, or a fallback called with the call's arguments.
+OnBusyArg = OnBusy | Callable[..., object]
 #: ``on_lost``: a callback taking the lease, or "cancel" (async functions: cancel the call).
 OnLost = Callable[[Lease], object] | Literal["cancel"] | None
 ON_BUSY_CHOICES: tuple[OnBusy, ...] = ("raise", "skip")
@@ -33,6 +42,9 @@ class LeaseOptions:
     on_lost: OnLost = None
     max_hold: float | None = None
     fencing: bool = False
+    # The labels of its events (template, function, provider), set once by the decorator;
+    # None for a primitive used directly, whose name is its template.
+    source: Source | None = None
 
     @property
     def ttl_ms(self) -> int:
@@ -90,12 +102,58 @@ def check_wait(value: object) -> float | None:
     return float(value)
 
 
-def check_on_busy(value: object) -> OnBusy:
+def check_on_busy(value: object) -> OnBusyArg:
+    """ "raise", "skip", or a fallback callable (checked against the function by
+    ``_decorators``, which knows it)."""
     if value == "raise":
         return "raise"
     if value == "skip":
         return "skip"
-    raise ValueError(f"on_busy must be one of {ON_BUSY_CHOICES}, got {value!r}")
+    if isinstance(value, str):
+        raise ValueError(
+            f"on_busy must be one of {ON_BUSY_CHOICES} or a callable (a fallback called with "
+            f"the call's arguments, whose result is returned), got {value!r}"
+        )
+    if not callable(value):
+        raise TypeError(
+            f"on_busy must be 'raise', 'skip' or a callable (a fallback called with the "
+            f"call's arguments, whose result is returned), got {value!r:.80}"
+        )
+    return value
+
+
+def acquire_wait(blocking: object, timeout: object, default: float | None) -> float | None:
+    """``acquire(blocking, timeout)`` as a ``wait``, in :meth:`threading.Lock.acquire`'s
+    meaning: ``blocking=False`` tries once; ``timeout=-1`` waits forever; ``timeout=S`` waits at
+    most S seconds; ``timeout=None`` (not given) waits the object's own ``wait`` (``default``)
+    -- not forever, as threading's default would: every wait of ours is bounded unless asked.
+    """
+    if not isinstance(blocking, bool):
+        # acquire(5) meant wait=5 before blocking= existed: say so instead of waiting forever.
+        raise TypeError(
+            f"acquire(blocking=...) takes True or False, got {blocking!r:.40}; to wait at most "
+            "S seconds pass timeout=S (or wait=S)"
+        )
+    if not blocking:
+        if timeout is not None and timeout != -1:
+            # threading.Lock raises this ValueError too: a timeout means nothing to one try.
+            raise ValueError(
+                f"can't specify a timeout for a non-blocking call (blocking=False tries once), "
+                f"got timeout={timeout!r:.40}; drop timeout= or pass blocking=True"
+            )
+        return 0.0
+    if timeout is None:
+        return default
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be seconds (a number), -1 or None, got {timeout!r:.40}")
+    if timeout == -1:
+        return None
+    if timeout < 0:
+        raise ValueError(
+            f"timeout must be >= 0 seconds, or -1 to wait forever (threading.Lock's meaning), "
+            f"got {timeout!r}"
+        )
+    return check_wait(timeout)
 
 
 def check_limit(value: object) -> int:
@@ -161,3 +219,68 @@ def check_on_lost(value: object) -> OnLost:
             f"on_lost must be a callable taking the lease, 'cancel' or None, got {value!r}"
         )
     return value
+
+
+# What users of other lock libraries reach for, and what it is called here.
+_ALIASES = {
+    "timeout": "ttl= for the lease length (redis-py's Lock calls it timeout) or wait= for how "
+    "long to wait (threading's timeout)",
+    "blocking_timeout": "wait=",
+    "expire": "ttl=",
+    "expires": "ttl=",
+    "lease": "ttl=",
+    "lock_timeout": "ttl=",
+    "blocking": "wait= (0 tries once, None waits forever)",
+    "key": "name= (the key is prefix + name)",
+    "redis": "provider= (the name of a registered provider; see register_provider)",
+    "client": "provider= (the name of a registered provider; see register_provider)",
+}
+
+
+def explains_bad_arguments(func: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a public constructor or decorator factory so that a call it cannot bind raises a
+    TypeError naming the public callable, the bad argument and the accepted ones, instead of
+    Python's, which names an internal class (``_LockOptions.__init__() got an unexpected
+    keyword argument 'timeout'``). Free on a good call: the signature is consulted only
+    after a TypeError."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except TypeError:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as wrong:
+                raise TypeError(_explain(func, signature, args, kwargs, wrong)) from None
+            raise  # raised inside, by a bad value: that message already says what is wrong
+
+    return checked
+
+
+def _explain(
+    func: Callable[..., Any],
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    wrong: TypeError,
+) -> str:
+    params = list(signature.parameters.values())
+    if func.__name__ == "__init__" and args:
+        owner = type(args[0])
+        what = getattr(owner, "api_name", owner.__name__)
+        params = params[1:]  # self
+    else:
+        what = func.__name__
+    accepted = [f"*{p.name}" if p.kind == p.VAR_POSITIONAL else p.name for p in params]
+    hints = []
+    for unknown in (k for k in kwargs if k not in signature.parameters):
+        alias = _ALIASES.get(unknown)
+        close = difflib.get_close_matches(unknown, accepted, n=1)
+        if alias:
+            hints.append(f"for {unknown}=, use {alias}")
+        elif close:
+            hints.append(f"{unknown}= looks like a misspelt {close[0]}=")
+    hint = "".join(f"; {one}" for one in hints)
+    return f"{what}() {wrong}{hint}; it accepts: {', '.join(accepted)}"

@@ -22,7 +22,7 @@ from . import _renewal as renewal
 from ._errors import KeyTemplateError, LockNotAcquired, LockNotOwned
 from ._lifecycle import Lease
 from ._naming import bounded, has_address
-from ._options import LeaseOptions, check_seconds, check_wait, to_ms
+from ._options import LeaseOptions, acquire_wait, check_seconds, check_wait, to_ms
 from ._protocol import Kind
 
 DEFAULT: Any = object()
@@ -163,8 +163,17 @@ class Base:
             key=self.key,
         )
 
-    def _wait(self, wait: float | None) -> float | None:
-        return self.options.wait if wait is DEFAULT else check_wait(wait)
+    def _wait(self, blocking: bool, timeout: float | None, wait: float | None) -> float | None:
+        """How long ``acquire`` waits: ``wait=`` as given, else ``blocking``/``timeout`` in
+        threading.Lock's meaning (see options.acquire_wait), else this object's ``wait``."""
+        if wait is DEFAULT:
+            return acquire_wait(blocking, timeout, self.options.wait)
+        if blocking is not True or timeout is not None:
+            raise TypeError(
+                f"acquire() takes wait= or blocking=/timeout=, not both (got wait={wait!r}, "
+                f"blocking={blocking!r}, timeout={timeout!r}): they say the same thing"
+            )
+        return check_wait(wait)
 
     def _ttl_ms(self, ttl: float | None) -> int:
         return self.options.ttl_ms if ttl is None else to_ms(check_seconds("ttl", ttl))
@@ -176,9 +185,18 @@ class Base:
 class Primitive(Base):
     """The sync API; ownership belongs to the calling thread."""
 
-    def acquire(self, wait: float | None = DEFAULT) -> bool:
-        """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
-        lease = guard.enter(self.kind, self.options, self.name, self.key, self._wait(wait))
+    def acquire(
+        self, blocking: bool = True, timeout: float | None = None, *, wait: float | None = DEFAULT
+    ) -> bool:
+        """Take it; True if taken, False if the wait ran out.
+
+        As :meth:`threading.Lock.acquire`: ``blocking=False`` tries once; ``timeout=S`` waits
+        at most S seconds, ``timeout=-1`` forever; ``blocking=False`` with a timeout is a
+        ValueError. Without either, it waits this object's ``wait`` (not forever, unlike
+        threading). ``wait=S`` is the same as ``timeout=S`` (0 tries once, None waits forever).
+        """
+        wait = self._wait(blocking, timeout, wait)
+        lease = guard.enter(self.kind, self.options, self.name, self.key, wait)
         if lease is not None:
             self._keep(lease)
         return lease is not None
@@ -272,8 +290,12 @@ class AsyncPrimitive(Base):
             raise RuntimeError("redlock_deco.asyncio primitives must be used inside a task")
         return task
 
-    async def acquire(self, wait: float | None = DEFAULT) -> bool:
-        """Take it, waiting up to ``wait`` seconds (default: this object's ``wait``)."""
+    async def acquire(
+        self, blocking: bool = True, timeout: float | None = None, *, wait: float | None = DEFAULT
+    ) -> bool:
+        """Take it; True if taken, False if the wait ran out. ``blocking``, ``timeout`` and
+        ``wait`` as for the sync :meth:`Primitive.acquire`."""
+        wait = self._wait(blocking, timeout, wait)
         owner = self._owner()
         helper_of: Callable[[], bool] | None = None
         if _runs_alone(sys._getframe()):
@@ -281,7 +303,7 @@ class AsyncPrimitive(Base):
             helper_of = lambda: ref() is not None  # noqa: E731
             owner = self._object_owner
         lease = await guard.enter_async(
-            self.kind, self.options, self.name, self.key, self._wait(wait), helper_of=helper_of
+            self.kind, self.options, self.name, self.key, wait, helper_of=helper_of
         )
         if lease is not None:
             self._keep(lease, owner)

@@ -105,7 +105,7 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
     elif outcome:
         job.renewed(started, ttl_ms)
         if events.listeners and job.held:
-            events.emit("renewed", job.name, job.key)
+            events.emit("renewed", job.name, job.key, None, job.source)
         return not job.held
     else:
         lost = job.lose()
@@ -117,7 +117,7 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
 def notify_lost(lease: Lease) -> None:
     """Run the lease's on_lost callback; its failure must never stop the renewer."""
     if events.listeners:
-        events.emit("lost", lease.name, lease.key)
+        events.emit("lost", lease.name, lease.key, None, lease.source)
     if lease.on_lost is not None:
         try:
             lease.on_lost(lease)

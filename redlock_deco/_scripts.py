@@ -48,6 +48,7 @@ SEM_RELEASE = load("sem_release")
 SEM_EXTEND = load("sem_extend")
 SEM_OWNED = load("sem_owned")
 SEM_COUNT = load("sem_count")
+FORCE_RELEASE = load("force_release")  # an operator's: see _admin.py
 
 
 class Outcome(enum.Enum):
@@ -58,6 +59,7 @@ class Outcome(enum.Enum):
     OWNER = "owner"
     NOT_OWNER = "not owner"
     GONE = "gone"  # released: the lease was not there any more (ended, or released already)
+    WRONG_TYPE = "wrong type"  # force release: the key is no lock or semaphore of that kind
 
 
 class ScriptReplyError(RedlockDecoError):
@@ -76,6 +78,9 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("extend", 0): Outcome.NOT_OWNER,
     ("owned", 1): Outcome.OWNER,
     ("owned", 0): Outcome.NOT_OWNER,
+    ("force_release", 1): Outcome.RELEASED,
+    ("force_release", 0): Outcome.GONE,
+    ("force_release", 3): Outcome.WRONG_TYPE,
 }
 
 

@@ -12,7 +12,9 @@ of the limit takes effect as current holders leave.
 
 from __future__ import annotations
 
-from ._options import OnLost, build_options
+from . import _admin as admin
+from ._admin import Released
+from ._options import OnLost, build_options, explains_bad_arguments
 from ._primitive import AsyncPrimitive, Base, Primitive
 from ._protocol import SEMAPHORE
 
@@ -21,6 +23,7 @@ class _SemaphoreOptions(Base):
     kind = SEMAPHORE
     noun = "semaphore"
 
+    @explains_bad_arguments
     def __init__(
         self,
         name: str,
@@ -45,15 +48,38 @@ class _SemaphoreOptions(Base):
 class Semaphore(_SemaphoreOptions, Primitive):
     """A distributed counting semaphore with ``limit`` slots; slots belong to the thread."""
 
+    api_name = "Semaphore"
+
     def __enter__(self) -> Semaphore:
         super().__enter__()
         return self
+
+    @classmethod
+    def force_release(
+        cls, name: str, *, provider: str = "default", prefix: str = "sem:"
+    ) -> Released:
+        """Remove the semaphore ``prefix + name`` -- every holder -- whoever holds it: an
+        operator's tool for stuck holders. Queued waiters get the freed slots at once (up to
+        the limit, woken up holding one); the former holders' next renewals find theirs gone
+        (``on_lost``, then ``LockLost``). Returns what was removed; raises LockError if the
+        key holds something else."""
+        return admin.release_sync("semaphore", name, prefix, provider)
 
 
 class AsyncSemaphore(_SemaphoreOptions, AsyncPrimitive):
     """``Semaphore`` for asyncio (``redlock_deco.asyncio.Semaphore``); slots belong to the
     task that took them."""
 
+    api_name = "redlock_deco.asyncio.Semaphore"
+
     async def __aenter__(self) -> AsyncSemaphore:
         await super().__aenter__()
         return self
+
+    @classmethod
+    async def force_release(
+        cls, name: str, *, provider: str = "default", prefix: str = "sem:"
+    ) -> Released:
+        """Remove the semaphore ``prefix + name`` whoever holds it (see
+        ``Semaphore.force_release``)."""
+        return await admin.release_async("semaphore", name, prefix, provider)

@@ -4,8 +4,10 @@ and what a call returns when the lock stays busy.
 ``on_busy="raise"`` (the default) returns the function as it was typed (``Callable[[F], F]``):
 a busy call raises, so the result type is unchanged. Any other ``on_busy`` returns a
 :class:`BusyDecorator` whose parameter is what a busy call returns instead -- ``None`` for
-``"skip"``, and a fallback's result type once ``on_busy=<callable>`` exists -- so a function
-returning ``T`` becomes one returning ``T | B`` (awaiting gives ``T | B`` for ``async def``).
+``"skip"``, a fallback's result type for ``on_busy=<callable>`` -- so a function returning
+``T`` becomes one returning ``T | B`` (awaiting gives ``T | B`` for ``async def``). An async
+fallback gives an :class:`AsyncBusyDecorator`, which takes only async functions: a sync call
+could not await it.
 """
 
 from __future__ import annotations
@@ -52,3 +54,21 @@ class BusyDecorator(Protocol[B_co]):
     ) -> Callable[P, Coroutine[Any, Any, R | B_co]]: ...
     @overload
     def __call__(self, func: Callable[P, R], /) -> Callable[P, R | B_co]: ...
+
+
+class AsyncBusyDecorator(Protocol[B_co]):
+    """``@locked(..., on_busy=<async fallback>)``: decorates only functions returning a
+    coroutine (a sync call cannot await the fallback); awaiting a busy call gives ``B_co``."""
+
+    @overload
+    def __call__(
+        self, func: classmethod[T, P, Coroutine[Any, Any, R]], /
+    ) -> classmethod[T, P, Coroutine[Any, Any, R | B_co]]: ...
+    @overload
+    def __call__(
+        self, func: staticmethod[P, Coroutine[Any, Any, R]], /
+    ) -> staticmethod[P, Coroutine[Any, Any, R | B_co]]: ...
+    @overload
+    def __call__(
+        self, func: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R | B_co]]: ...

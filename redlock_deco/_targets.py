@@ -156,3 +156,47 @@ def _call_method(obj: Any) -> Any:
     except AttributeError:
         return None
     return call if inspect.isfunction(call) or inspect.ismethod(call) else None
+
+
+def refuse_class(decorator: str, obj: object) -> None:
+    """Decorating a class would lock only the building of its instances: say what to do."""
+    if inspect.isclass(obj):
+        raise TypeError(
+            f"@{decorator} cannot decorate class {obj.__qualname__}: the lock would cover only "
+            f"the building of each instance, not what its methods do; decorate the methods "
+            f"that need it instead (@{decorator}(...) above `def method(self, ...)`)"
+        )
+
+
+def check_fallback(
+    decorator: str, fallback: Callable[..., Any], func: Callable[..., Any], run_async: bool
+) -> None:
+    """``on_busy=fallback`` must be callable as ``func`` is called (``self``/``cls`` included for
+    a method), and a sync function's fallback must be sync: a sync call cannot await."""
+    if not run_async and is_async(fallback):
+        raise TypeError(
+            f"@{decorator}(on_busy={describe(fallback)}): the fallback is async but "
+            f"{describe(func)} is sync, and a sync call cannot await it; give a sync fallback "
+            "(or make the function async def)"
+        )
+    try:
+        wanted = inspect.signature(func)
+        offered = inspect.signature(fallback)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to compare
+        return
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for param in wanted.parameters.values():
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            args.append(None)
+        elif param.kind == param.KEYWORD_ONLY:
+            kwargs[param.name] = None
+    try:
+        offered.bind(*args, **kwargs)
+    except TypeError as wrong:
+        raise TypeError(
+            f"@{decorator}(on_busy={describe(fallback)}): a fallback taking {offered} cannot "
+            f"take the arguments of {describe(func)}{wanted} ({wrong}); it is called with the "
+            "call's own arguments (self or cls included for methods), so give it the same "
+            "parameters, or *args, **kwargs"
+        ) from None

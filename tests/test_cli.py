@@ -1,19 +1,27 @@
-"""The command line: demo and inspect, run as real subprocesses, plus --help."""
+"""The command line: demo, inspect (and --watch) and release, run as real subprocesses, plus
+--help; every failure one line on stderr, broken pipes quiet."""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from redlock_deco import Lock, Semaphore
+from redlock_deco import Lock, LockNotOwned, Semaphore
+from redlock_deco._cli import _watch_arguments
 from redlock_deco.testing import RedisServer, find_redis_server, free_port
+
+ME = f"{socket.gethostname()}:{os.getpid()}"
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -102,7 +110,7 @@ def test_inspect_needs_a_url_and_never_prints_passwords() -> None:
 def test_help_explains_each_command_with_an_example() -> None:
     top = cli("--help")
     assert top.returncode == 0 and "redlock-deco demo" in top.stdout
-    for command in ("demo", "inspect"):
+    for command in ("demo", "inspect", "release"):
         page = cli(command, "--help")
         assert page.returncode == 0 and "example" in page.stdout
         assert f"redlock-deco {command}" in page.stdout
@@ -115,3 +123,172 @@ def test_console_script_is_the_same_command() -> None:
         [str(script), "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0 and "inspect" in done.stdout
+
+
+def one_line(stderr: str) -> str:
+    """A failure's report: exactly one line, no traceback."""
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_release_refuses_without_a_terminal_and_releases_with_yes(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    lock = Lock("order:7", ttl=30)
+    sem = Semaphore("export", limit=2, ttl=30)
+    assert lock.acquire() and sem.acquire()
+    asked = cli("release", "lock:order:7", "sem:export", "lock:free", "--url", server.url)
+    assert asked.returncode == 2
+    assert "--yes" in one_line(asked.stderr) and "nothing was released" in asked.stderr
+    assert "lock:order:7" in asked.stdout and ME in asked.stdout  # what it would remove
+    assert "lock:free: nothing held" in asked.stdout
+    assert r.exists("lock:order:7", "sem:export") == 2  # untouched
+    done = cli("release", "lock:order:7", "sem:export", "--url", server.url, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"lock:order:7: removed lock held by {ME} ({done.stdout.split('(')[1].split(')')[0]})",
+        f"sem:export: removed semaphore held by {ME} ({done.stdout.split('(')[2].split(')')[0]})",
+    ]
+    assert r.dbsize() == 0
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    with pytest.raises(LockNotOwned):
+        sem.release()
+
+
+def test_release_asks_on_a_terminal(server: RedisServer, r: redis.Redis) -> None:
+    lock = Lock("asked", ttl=30)
+    assert lock.acquire()
+    for answer, status, left in (("n", 1, 1), ("y", 0, 0)):
+        primary, secondary = pty.openpty()  # stdin a terminal, where an operator answers
+        try:
+            done = subprocess.Popen(
+                [sys.executable, "-m", "redlock_deco", "release", "lock:asked",
+                 "--url", server.url],
+                stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            os.write(primary, f"{answer}\n".encode())
+            out, err = done.communicate(timeout=60)
+        finally:
+            os.close(primary)
+            os.close(secondary)
+        assert done.returncode == status, err
+        assert "release 1 key(s)? [y/N]" in out and r.exists("lock:asked") == left
+        if answer == "y":
+            assert f"lock:asked: removed lock held by {ME}" in out
+        else:
+            assert out.rstrip().endswith("nothing released")
+    with pytest.raises(LockNotOwned):
+        lock.release()
+
+
+def test_release_refuses_a_key_that_is_no_lock(server: RedisServer, r: redis.Redis) -> None:
+    r.hset("lock:h", "field", 1)
+    done = cli("release", "lock:h", "--url", server.url, "--yes")
+    assert done.returncode == 1
+    assert "holds neither a lock nor a semaphore" in one_line(done.stderr)
+    assert r.hget("lock:h", "field") == b"1"
+
+
+def test_inspect_watch_refreshes_until_ctrl_c(server: RedisServer) -> None:
+    lock = Lock("watched", ttl=30)
+    lock.acquire()
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "redlock_deco", "inspect", "--url", server.url, "--watch", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert watching.stdout is not None
+    tables = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = watching.stdout.readline()
+        if "lock:watched" in line:
+            tables += 1
+            if tables == 2:
+                lock.release()  # a later refresh shows it gone
+        if "nothing is held" in line:
+            break
+    watching.send_signal(signal.SIGINT)
+    _out, err = watching.communicate(timeout=30)
+    assert tables == 2 and watching.returncode == 0 and err == ""  # a clean exit, no traceback
+
+
+def test_inspect_watch_redraws_in_place_on_a_terminal(server: RedisServer) -> None:
+    primary, secondary = pty.openpty()
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "redlock_deco", "inspect", "--url", server.url, "--watch=0.1"],
+        stdout=secondary, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    os.close(secondary)
+    seen = b""
+    try:
+        while seen.count(b"\x1b[H") < 2:
+            seen += os.read(primary, 4096)
+        watching.send_signal(signal.SIGINT)
+        _out, err = watching.communicate(timeout=30)
+    finally:
+        watching.kill()
+        os.close(primary)
+    assert watching.returncode == 0 and err == ""
+    assert seen.startswith(b"\x1b[2J")  # cleared once, then redrawn from the top
+    assert b"nothing is held\x1b[K" in seen
+
+
+def test_watch_takes_a_pattern_given_where_seconds_may_go() -> None:
+    assert _watch_arguments(None, None) == ("*", None)
+    assert _watch_arguments(None, "") == ("*", 2.0)
+    assert _watch_arguments("lock:*", "0.5") == ("lock:*", 0.5)
+    assert _watch_arguments(None, "lock:*") == ("lock:*", 2.0)  # `--watch 'lock:*'`
+    with pytest.raises(Exception, match="SECONDS"):
+        _watch_arguments("lock:*", "soon")
+
+
+def test_failures_are_one_line_without_a_traceback(server: RedisServer) -> None:
+    no_scheme = cli("inspect", "--url", "localhost:6379")
+    assert no_scheme.returncode == 2
+    assert "write it as redis://HOST:PORT/DB" in one_line(no_scheme.stderr)
+    assert "e.g. redis://localhost:6379/0" in no_scheme.stderr
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    for command in ("inspect", "demo", "release"):
+        started = time.monotonic()
+        args = ("lock:x",) if command == "release" else ()
+        done = cli(command, *args, "--url", nowhere)
+        assert done.returncode == 2 and time.monotonic() - started < 10
+        assert f"cannot reach {nowhere}" in one_line(done.stderr)
+    debug = cli("inspect", "--url", nowhere, "--debug")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr  # asked for it
+    top = cli("--debug", "inspect", "--url", nowhere)
+    assert "Traceback" in top.stderr
+
+
+def test_rediss_to_a_plain_server_fails_fast_with_a_hint(server: RedisServer) -> None:
+    started = time.monotonic()
+    done = cli("inspect", "--url", server.url.replace("redis://", "rediss://"))
+    took = time.monotonic() - started  # the interpreter's start included
+    line = one_line(done.stderr)
+    assert done.returncode == 2 and took < 5, (took, line)
+    assert "answers without TLS: use redis:// instead of rediss://" in line
+
+
+def test_a_reader_that_goes_away_is_no_error(server: RedisServer, r: redis.Redis) -> None:
+    # More than a pipe buffer of table, so writing it meets the closed pipe.
+    with r.pipeline(transaction=False) as pipe:
+        for i in range(3000):
+            pipe.set(f"lock:many:{i}", f"host:1:{i:08x}:{'0' * 32}", px=60_000)
+        pipe.execute()
+    for command in (
+        ("inspect", "--url", server.url),
+        ("demo", "--url", server.url, "--seconds", "1.5", "--workers", "1"),
+    ):
+        with subprocess.Popen(
+            [sys.executable, "-m", "redlock_deco", *command],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ) as reading:  # fmt: skip
+            assert reading.stdout is not None and reading.stderr is not None
+            assert reading.stdout.readline()  # `| head -1`
+            reading.stdout.close()
+            status = reading.wait(60)
+            assert reading.stderr.read() == "", command  # quiet: no BrokenPipeError, traceback
+        assert status == (1 if command[0] == "inspect" else 0)  # the demo still proves its case
+    assert not any(r.scan_iter(match="redlock-deco-demo:*"))  # and cleans up after itself

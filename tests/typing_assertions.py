@@ -9,7 +9,7 @@ from typing import Literal
 
 from typing_extensions import assert_type  # typing.assert_type is 3.11+; we check for 3.10
 
-from redlock_deco import Lease, Lock, Semaphore, current_lease, limited, locked
+from redlock_deco import Lease, Lock, Released, Semaphore, current_lease, limited, locked
 from redlock_deco import asyncio as aio
 
 
@@ -56,6 +56,37 @@ def call_api_or_skip(tenant: str) -> bytes:
 @limited(limit=2, on_busy="skip")
 async def export_or_skip(fmt: str) -> bytes:
     return fmt.encode()
+
+
+def cached_charge(order_id: int) -> str:
+    return f"cached {order_id}"
+
+
+async def run_later(job: str) -> bytes:
+    return job.encode()
+
+
+@locked("order:{order_id}", wait=0, on_busy=cached_charge)
+def charge_or_cached(order_id: int) -> int:
+    return order_id
+
+
+@locked("job:{job}", on_busy=run_later)
+async def run_or_later(job: str) -> int:
+    return len(job)
+
+
+def no_quota(tenant: str) -> float:
+    return 0.0
+
+
+@limited("api:{tenant}", limit=3, on_busy=no_quota)
+async def call_api_or_zero(tenant: str) -> bytes:
+    return tenant.encode()
+
+
+def sync_job(job: str) -> int:
+    return len(job)
 
 
 class Account:
@@ -107,6 +138,10 @@ async def results() -> None:
     assert_type(Account.open_outside(2), list[Account] | None)
     assert_type(Account.close_day("d"), str)
     assert_type(await Account.close_day_or_skip("d"), str | None)
+    # on_busy=<fallback>: its result instead (an async fallback's awaited result).
+    assert_type(charge_or_cached(7), int | str)
+    assert_type(await run_or_later("x"), int | bytes)
+    assert_type(await call_api_or_zero("acme"), bytes | float)
     # Inside a protected call the lease is always there (outside, current_lease() raises).
     assert_type(current_lease(), Lease)
     assert_type(current_lease(None), Lease | None)
@@ -120,6 +155,12 @@ async def results() -> None:
     async with aio.Lock("order:7") as alock:
         assert_type(alock, aio.Lock)
         assert_type(await alock.acquire(wait=0), bool)
+        assert_type(await alock.acquire(False), bool)
+    # threading.Lock's acquire, beside wait=; the operator's force release.
+    assert_type(Lock("x").acquire(blocking=False), bool)
+    assert_type(Semaphore("x", limit=2).acquire(True, timeout=1.5), bool)
+    assert_type(Lock.force_release("order:7"), Released)
+    assert_type(await aio.Semaphore.force_release("api", provider="p"), Released)
 
 
 def configured(mode: Literal["raise", "skip"]) -> None:
@@ -137,7 +178,9 @@ def rejected() -> None:
     charge_or_skip(7, 8)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     # limit is required by @limited's type, as at run time.
     limited("api:{tenant}")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue]
-    # on_busy takes "raise" or "skip" (a fallback callable comes later).
+    # on_busy takes "raise", "skip" or a fallback callable; an async fallback needs an async
+    # function (a sync call cannot await it).
+    locked("x", on_busy=run_later)(sync_job)  # type: ignore[arg-type]  # pyright: ignore[reportCallIssue, reportArgumentType]
     locked("x", on_busy="ignore")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
     # Semaphore has no default limit either.
     Semaphore("api")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
