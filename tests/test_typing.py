@@ -1,9 +1,9 @@
 """The types users see tell the truth.
 
-Every ```python block of README.md, every file in examples/ and tests/typing_assertions.py
-(``assert_type`` checks, and ignores on calls that must stay errors) pass both ``mypy --strict``
-and pyright in strict mode -- one run of each over all of them. ``pyright --verifytypes`` scores
-the public API as (nearly) completely typed.
+Every ```python block of README.md, every file in examples/ (recipes/ too) and
+tests/typing_assertions.py (``assert_type`` checks, and ignores on calls that must stay errors)
+pass both ``mypy --strict`` and pyright in strict mode -- one run of each over all of them.
+``pyright --verifytypes`` scores the public API as (nearly) completely typed.
 
 A README block that is deliberately a fragment is skipped only when the line right above its
 fence is ``<!-- typecheck: skip (why) -->``, visible in the README's source.
@@ -91,7 +91,7 @@ def checked_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             path = folder / f"readme_line_{block.line}.py"
             path.write_text(block.code)
             files.append(path)
-    return [*files, *sorted(EXAMPLES.glob("*.py")), ASSERTIONS]
+    return [*files, *sorted(EXAMPLES.rglob("*.py")), ASSERTIONS]
 
 
 def test_readme_blocks_are_found_and_rarely_skipped() -> None:
