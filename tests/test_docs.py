@@ -21,10 +21,10 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from markdown_blocks import python_blocks
 
 import redlock_deco
 import redlock_deco.asyncio
@@ -36,7 +36,6 @@ if not (ROOT / "mkdocs.yml").exists():
     pytest.skip("docs/ and mkdocs.yml are not in this tree (an sdist)", allow_module_level=True)
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "_tools" not in path.parts)
 SKIP_MARKER = "<!-- run: skip"
-OPENING = re.compile(r"^(?P<indent> *)```python *$")
 PAGE_TIMEOUT = 60  # seconds for one page's blocks; the slowest page takes a few
 BUILD_TIMEOUT = 120
 
@@ -50,39 +49,15 @@ for block in json.load(open(sys.argv[1], encoding="utf-8")):
 """
 
 
-@dataclass(frozen=True)
-class Block:
-    line: int  # of the opening fence, 1-based
-    code: str
-    skipped: bool
-    marker: str  # the line above the fence
-
-
-def python_blocks(text: str) -> list[Block]:
-    """The ```python blocks of ``text``, dedented by their fence's indent (list items)."""
-    lines = text.splitlines()
-    blocks = []
-    for start, line in enumerate(lines):
-        opening = OPENING.match(line)
-        if not opening:
-            continue
-        indent = opening["indent"]
-        end = start + 1
-        while lines[end].strip() != "```":  # IndexError: a block that is never closed
-            end += 1
-        body = [row.removeprefix(indent) for row in lines[start + 1 : end]]
-        above = lines[start - 1].strip() if start else ""
-        blocks.append(
-            Block(start + 1, "\n".join(body) + "\n", above.startswith(SKIP_MARKER), above)
-        )
-    return blocks
-
-
 def page_id(page: Path) -> str:
     return page.relative_to(DOCS).as_posix()
 
 
-RUNNABLE = [page for page in PAGES if any(not b.skipped for b in python_blocks(page.read_text()))]
+RUNNABLE = [
+    page
+    for page in PAGES
+    if any(not b.skipped for b in python_blocks(page.read_text(), SKIP_MARKER))
+]
 
 
 def test_pages_have_code_to_run() -> None:
@@ -93,7 +68,7 @@ def test_pages_have_code_to_run() -> None:
 def test_page_code_runs(page: Path, server: RedisServer, tmp_path: Path) -> None:
     blocks = [
         {"line": block.line, "code": block.code, "page": str(page.relative_to(ROOT))}
-        for block in python_blocks(page.read_text())
+        for block in python_blocks(page.read_text(), SKIP_MARKER)
         if not block.skipped
     ]
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
@@ -109,7 +84,7 @@ def test_page_code_runs(page: Path, server: RedisServer, tmp_path: Path) -> None
 
 def test_skipped_blocks_say_why() -> None:
     for page in PAGES:
-        for block in python_blocks(page.read_text()):
+        for block in python_blocks(page.read_text(), SKIP_MARKER):
             if block.skipped:
                 assert re.fullmatch(r"<!-- run: skip \(.+\) -->", block.marker), (
                     f"{page_id(page)}:{block.line}: a skipped block needs a reason: "

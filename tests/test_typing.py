@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
+from markdown_blocks import Block, python_blocks
 
 import redlock_deco
 
@@ -31,7 +30,6 @@ README = ROOT / "README.md"
 EXAMPLES = ROOT / "examples"
 ASSERTIONS = Path(__file__).resolve().with_name("typing_assertions.py")
 SKIP_MARKER = "<!-- typecheck: skip"
-OPENING = re.compile(r"^(?P<indent> *)```python *$")
 # Checked as the oldest Python the package supports: a README line that needs a newer one
 # would fail its readers there.
 PYTHON_VERSION = "3.10"
@@ -45,29 +43,8 @@ typed_redis_py = pytest.mark.skipif(
 )
 
 
-@dataclass(frozen=True)
-class Block:
-    line: int  # of the opening fence, 1-based
-    code: str
-    skipped: bool
-
-
 def readme_blocks(text: str) -> list[Block]:
-    """The ```python blocks of ``text``, dedented by their fence's indent (list items)."""
-    lines = text.splitlines()
-    blocks = []
-    for start, line in enumerate(lines):
-        opening = OPENING.match(line)
-        if not opening:
-            continue
-        indent = opening["indent"]
-        end = start + 1
-        while lines[end].strip() != "```":  # IndexError: a block that is never closed
-            end += 1
-        body = [row.removeprefix(indent) for row in lines[start + 1 : end]]
-        above = lines[start - 1].strip() if start else ""
-        blocks.append(Block(start + 1, "\n".join(body) + "\n", above.startswith(SKIP_MARKER)))
-    return blocks
+    return python_blocks(text, SKIP_MARKER)
 
 
 PACKAGE_PARENT = Path(redlock_deco.__file__).resolve().parent.parent
