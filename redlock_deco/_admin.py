@@ -16,6 +16,14 @@ The former holder finds out by itself: its next renewal (or extend, or release) 
 token, finds another or none, and reports the lease lost -- ``on_lost`` and ``LockLost``, as
 for any lease that expired under it.
 
+Decision record -- what may be removed. Only what is a lease: a key named like one's
+bookkeeping (``sibling``'s ``:queue``, ``:limit``, ``:fence``) is refused before anything is
+sent, and a string holding no lock token (ours, or redis-py's ``Lock``'s ``uuid1().hex``) is
+refused by the script unless ``force`` says the caller knows it is a lock: the key names an
+operator types are full Redis keys, and ``session:abc`` must not go because it was mistyped.
+``expect`` makes the removal conditional on who holds it: the operator confirmed removing
+*those* holders, and one who released in the meantime must not cost the next holder its lease.
+
 On a quorum the script runs on every master; a master that does not answer is reported
 (``Released.unreachable``), and fewer answering than a majority raises the error: the lease
 might then still hold on a quorum of masters.
@@ -23,20 +31,25 @@ might then still hold on a quorum of masters.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from . import _drivers as drivers
 from . import _providers as providers
 from . import _scripts as scripts
 from ._errors import LockError
 from ._guard import add_note
-from ._inspection import shown
+from ._inspection import bookkeeping, not_a_lock, shown, wrong_type
 from ._naming import bounded
 from ._protocol import HANDOFF_MS, Eval, Fanout, Steps, sibling
 from ._scripts import Outcome
 
 KINDS = ("lock", "semaphore")
+
+#: The holders a force release may remove: one token, several, or None for whoever holds it.
+Expect: TypeAlias = "str | bytes | Iterable[str | bytes] | None"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +60,9 @@ class Released:
     removed holders as ``(holder, seconds of lease they had left)`` -- the holder is
     ``host:pid`` (never a token's secret part), the seconds ``None`` for a key without expiry;
     ``handed_to`` the waiters (``host:pid``) that now hold it, served in arrival order;
-    ``unreachable`` the quorum masters that did not answer.
+    ``unreachable`` the quorum masters that did not answer; ``changed`` who holds it now when
+    that was not who ``expect`` named (then nothing was removed); ``recognised`` False when
+    what was removed was a string holding no lock token (removed because of ``force``).
     """
 
     key: str
@@ -55,6 +70,8 @@ class Released:
     holders: tuple[tuple[str, float | None], ...] = ()
     handed_to: tuple[str, ...] = ()
     unreachable: int = 0
+    changed: tuple[str, ...] = ()
+    recognised: bool = True
 
     @property
     def removed(self) -> bool:
@@ -62,10 +79,15 @@ class Released:
         return bool(self.holders)
 
     def __str__(self) -> str:
+        if self.changed and not self.removed:
+            now = ", ".join(self.changed)
+            return f"{self.key}: held by {now}, not as expected; nothing removed"
         if not self.removed:
             return f"{self.key}: nothing held"
         held = ", ".join(f"{holder} ({_left(seconds)})" for holder, seconds in self.holders)
         text = f"{self.key}: removed {self.kind} held by {held}"
+        if not self.recognised:
+            text = f"{self.key}: removed a string that is not a recognised lock, as forced: {held}"
         if self.handed_to:
             text += f"; handed to waiting {', '.join(self.handed_to)}"
         if self.unreachable:
@@ -83,16 +105,37 @@ def _text(raw: Any) -> str:
     return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="backslashreplace")
 
 
-def force_release(key: str, kind: str, *, counted: bool, masters: int) -> Steps[Released]:
+def force_release(
+    key: str, kind: str, *, counted: bool, masters: int, expect: Expect = None, force: bool = False
+) -> Steps[Released]:
     """Remove ``key`` (``kind`` "lock", "semaphore", or "" for whichever it is) and serve its
-    waiters; on ``masters`` > 1, on every master of a quorum."""
+    waiters; on ``masters`` > 1, on every master of a quorum. With ``expect``, only if every
+    holder is one of those tokens; with ``force``, a string that holds no lock token too."""
+    refused = bookkeeping(key)
+    if refused is not None:
+        raise LockError(refused, name=key, key=key)
+    digests = digests_of(expect)
+    compare = ("0",) if digests is None else ("1", *digests)
     step = Eval(
         scripts.FORCE_RELEASE,
         (key, sibling(key, "queue"), sibling(key, "limit")),
-        (HANDOFF_MS, int(counted), kind),
+        (HANDOFF_MS, int(counted), kind, int(force), *compare),
     )
     replies: list[Any] = [(yield step)] if masters == 1 else (yield Fanout(step))
     return merge(key, kind, replies)
+
+
+def digests_of(expect: Expect) -> tuple[str, ...] | None:
+    """The SHA-1 (hex) of each expected token, as the script compares them: a value that is
+    not UTF-8 (a forced one, read as bytes) arrives intact, and ARGV names no secret."""
+    if expect is None:
+        return None
+    tokens = [expect] if isinstance(expect, (str, bytes)) else list(expect)
+    for token in tokens:
+        if not isinstance(token, (str, bytes)):
+            raise TypeError(f"force_release: expect takes tokens (str or bytes), got {token!r:.80}")
+    raw = (token.encode() if isinstance(token, str) else token for token in tokens)
+    return tuple(hashlib.sha1(data, usedforsecurity=False).hexdigest() for data in raw)
 
 
 def merge(key: str, kind: str, replies: list[Any]) -> Released:
@@ -106,16 +149,24 @@ def merge(key: str, kind: str, replies: list[Any]) -> Released:
         raise error
     holders: dict[str, float | None] = {}
     served: dict[str, None] = {}
+    changed: dict[str, None] = {}
     found = ""
+    recognised = True
     for reply in replies:
         if isinstance(reply, BaseException):
             continue
         outcome = scripts.outcome("force_release", reply[0])
         if outcome is Outcome.WRONG_TYPE:
-            raise _wrong_type(key, kind, _text(reply[1]))
+            raise LockError(wrong_type(key, kind, _text(reply[1])), name=key, key=key)
+        if outcome is Outcome.NOT_A_LOCK:
+            raise LockError(not_a_lock(key), name=key, key=key)
+        if outcome is Outcome.CHANGED:
+            changed.update(dict.fromkeys(shown(_text(token)) for token in reply[1]))
+            continue
         if outcome is Outcome.GONE:
             continue
         found = _text(reply[1])
+        recognised = recognised and int(reply[4]) == 1
         flat = reply[2]
         for token, ms in zip(flat[::2], flat[1::2], strict=True):
             seconds = None if int(ms) == -1 else int(ms) / 1000
@@ -130,28 +181,15 @@ def merge(key: str, kind: str, replies: list[Any]) -> Released:
         tuple((shown(token), seconds) for token, seconds in holders.items()),
         tuple(shown(token) for token in served),
         len(failed),
+        tuple(changed),
+        recognised,
     )
 
 
-def _wrong_type(key: str, kind: str, found: str) -> LockError:
-    if kind == "semaphore" and found == "string":
-        what = "a lock, not a semaphore: use Lock.force_release for it"
-    elif kind == "lock" and found == "zset":
-        what = "a sorted set (a semaphore's?), not a lock: use Semaphore.force_release for it"
-    elif found == "zset":
-        what = "a sorted set whose members are not redlock-deco tokens, so no semaphore"
-    else:  # the script cannot name other types (TYPE is not in the least-privilege ACL)
-        what = "neither a lock nor a semaphore (not a string or a sorted set)"
-    return LockError(
-        f"{key!r} holds {what}; nothing was removed (`redlock-deco inspect` lists what is held)",
-        name=key,
-        key=key,
-    )
-
-
-def _steps(target: Any, key: str, kind: str) -> Steps[Released]:
+def _steps(target: Any, key: str, kind: str, expect: Expect, force: bool) -> Steps[Released]:
     masters = getattr(target.algorithms, "masters", 1)
-    return force_release(key, kind, counted=getattr(target, "counted", True), masters=masters)
+    counted = getattr(target, "counted", True)
+    return force_release(key, kind, counted=counted, masters=masters, expect=expect, force=force)
 
 
 def key_of(name: object, prefix: object, provider: object) -> str:
@@ -162,21 +200,28 @@ def key_of(name: object, prefix: object, provider: object) -> str:
     return str(prefix) + bounded(str(name))
 
 
-def release_sync(kind: str, name: str, prefix: str, provider: str) -> Released:
+def release_sync(
+    kind: str, name: str, prefix: str, provider: str, expect: Expect = None, force: bool = False
+) -> Released:
     """Force-release a lock or semaphore through the sync client(s) of ``provider``."""
     key = key_of(name, prefix, provider)
     target = providers.sync_target(provider)
-    return drivers.run(_steps(target, key, kind), target)
+    return drivers.run(_steps(target, key, kind, expect, force), target)
 
 
-async def release_async(kind: str, name: str, prefix: str, provider: str) -> Released:
+async def release_async(
+    kind: str, name: str, prefix: str, provider: str, expect: Expect = None, force: bool = False
+) -> Released:
     """Force-release a lock or semaphore through the asyncio client(s) of ``provider``."""
     key = key_of(name, prefix, provider)
     target = providers.async_target(provider)
-    return await drivers.run_async(_steps(target, key, kind), target)
+    return await drivers.run_async(_steps(target, key, kind, expect, force), target)
 
 
-def release_on(client: Any, key: str) -> Released:
-    """Force-release ``key``, whichever kind it is, on one sync client (the CLI's)."""
-    target = drivers.SyncTarget(client)
-    return drivers.run(force_release(key, "", counted=target.counted, masters=1), target)
+def release_on(
+    client: Any, key: str, *, counted: bool, expect: Expect = None, force: bool = False
+) -> Released:
+    """Force-release ``key``, whichever kind it is, on one sync client (the CLI's, which
+    says whether PUBLISH counts prove a waiter gone there: not on a cluster node)."""
+    steps = force_release(key, "", counted=counted, masters=1, expect=expect, force=force)
+    return drivers.run(steps, drivers.SyncTarget(client))

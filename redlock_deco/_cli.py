@@ -77,8 +77,13 @@ Removes each KEY (the full Redis key, as inspect shows it: lock:order:7) whoever
 a holder that is stuck: its queued waiters are served at once, as a release would (the oldest
 gets the lock, woken up holding it; a semaphore's slots go to up to its limit of them), and the
 former holder's next renewal finds its lease gone (on_lost, LockLost). Without --yes it shows
-what it would remove and asks; with stdin not a terminal it refuses instead. Prints what it
-removed. On a quorum, run it against every master.
+what it would remove and asks; with stdin not a terminal it refuses instead. What is removed
+is what was shown: a key whose holders changed in the meantime is left alone (run the command
+again), one that showed nothing held is skipped. With --yes it removes whoever holds it then.
+Keys that hold no lock are refused untouched: other types, a lock's bookkeeping (...:queue,
+:limit, :fence), and strings that hold no lock token (ours or redis-py Lock's) unless given
+--force. Prints what it removed. On a cluster, point --url at the node serving the key; on a
+quorum, run it against every master.
 
 examples:
   redlock-deco release lock:order:7 --url redis://localhost:6379/0
@@ -152,6 +157,10 @@ def parser() -> argparse.ArgumentParser:
     free.add_argument("keys", nargs="+", metavar="KEY", help="full Redis key, as inspect shows")
     free.add_argument("--url", help="Redis URL (default: $REDIS_URL)")
     free.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    free.add_argument(
+        "--force", action="store_true",
+        help="also remove a string that holds no lock token (an application's value?)",
+    )  # fmt: skip
     return top
 
 
@@ -300,15 +309,19 @@ def _release(args: argparse.Namespace) -> int:
     url = _required_url(args)
     client = _client(url)
     try:
-        found = _ask(url, lambda: [inspection.one(client, key) for key in args.keys])
-        held = [entry for entry in found if isinstance(entry, dict)]
-        if not args.yes:
-            for entry in found:
-                if isinstance(entry, str):
-                    print(entry)
-            if not held:
-                return 0
-            print(f"would release, on {redact(url)}:\n{inspection.render_table(held)}")
+        counted = _ask(url, lambda: _counted(client))
+        found = [_ask(url, lambda key=key: _found(client, key, args.force)) for key in args.keys]
+        failed = 0
+        for item in found:
+            if item.refused:
+                print(f"redlock-deco release: {item.note}", file=sys.stderr)
+                failed += 1
+            elif item.entry is None:
+                print(item.note)
+        held = [item for item in found if item.entry is not None]
+        if held and not args.yes:
+            table = inspection.render_table([item.entry for item in held])
+            print(f"would release, on {redact(url)}:\n{table}")
             if not sys.stdin.isatty():
                 raise CliError(
                     "stdin is not a terminal, so nothing can be confirmed: add --yes to "
@@ -318,16 +331,83 @@ def _release(args: argparse.Namespace) -> int:
             if not _confirmed(f"release {len(held)} key(s)? [y/N] "):
                 print("nothing released")
                 return 1
-        failed = 0
-        for key in args.keys:
-            try:
-                print(_ask(url, lambda key=key: admin.release_on(client, key)))
-            except RedlockDecoError as exc:
-                print(f"redlock-deco release: {exc}", file=sys.stderr)
+        for item in held:
+            # Confirmed: remove only the holders shown (one may have released, and another
+            # taken it, while the operator read the table). --yes: whoever holds it now.
+            expect = None if args.yes else item.tokens
+            if not _removed(client, url, item.key, counted, expect, args.force):
                 failed += 1
         return 1 if failed else 0
     finally:
         client.close()
+
+
+def _removed(
+    client: redis.Redis,
+    url: str,
+    key: str,
+    counted: bool,
+    expect: tuple[bytes | str, ...] | None,
+    force: bool,
+) -> bool:
+    """Force-release ``key`` and say what happened; False if it was refused or had changed."""
+    try:
+        released = _ask(
+            url,
+            lambda: admin.release_on(client, key, counted=counted, expect=expect, force=force),
+        )
+    except redis.exceptions.AskError as exc:
+        print(f"redlock-deco release: {_elsewhere(key, exc)}", file=sys.stderr)
+        return False
+    except RedlockDecoError as exc:
+        print(f"redlock-deco release: {exc}", file=sys.stderr)
+        return False
+    if released.changed and not released.removed:
+        print(
+            f"redlock-deco release: {key} changed since it was shown (now held by "
+            f"{', '.join(released.changed)}); nothing removed; run the command again",
+            file=sys.stderr,
+        )
+        return False
+    if expect is not None and not released.removed:
+        print(f"{key}: nothing held any more (released since it was shown)")
+    else:
+        print(released)
+    return True
+
+
+def _found(client: redis.Redis, key: str, force: bool) -> inspection.Found:
+    """What ``key`` holds, or why it is refused (a cluster node that does not serve it)."""
+    try:
+        return inspection.one(client, key, force)
+    except redis.exceptions.AskError as exc:  # MOVED is one too
+        return inspection.Found(key, note=_elsewhere(key, exc), refused=True)
+
+
+def _elsewhere(key: str, exc: redis.exceptions.AskError) -> str:
+    """A cluster node's redirection, explained. It is not followed: the operator names the
+    server a removal goes to, and a URL for another node may need other credentials."""
+    where = f"{exc.host}:{exc.port}"
+    if isinstance(exc, redis.exceptions.MovedError):
+        return (
+            f"{key!r} is served by another node of this cluster, {where} (slot "
+            f"{exc.slot_id}): point --url at that node; nothing was removed"
+        )
+    return (
+        f"{key!r} is moving to {where} (slot {exc.slot_id} is being migrated): run the "
+        "command again once the migration is done; nothing was removed"
+    )
+
+
+def _counted(client: redis.Redis) -> bool:
+    """Does a PUBLISH count of 0 prove a waiter gone on this server? Not on a cluster node,
+    which counts only its own subscribers (the head waiter would be skipped, heard or not),
+    and not when INFO is denied: then a waiter that is gone keeps the lock for a hand-off
+    lease, rather than a live one losing its turn."""
+    try:
+        return not client.info("cluster").get("cluster_enabled")
+    except redis.exceptions.ResponseError:  # NOPERM: a user without INFO
+        return False
 
 
 def _confirmed(question: str) -> bool:

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
-from ._protocol import hash_tag, sibling
+from ._protocol import SUFFIXES, hash_tag, sibling
 
-TOKEN = re.compile(r"^(?P<holder>.+:\d+):[0-9a-f]{8}:[0-9a-f]{32}$")  # see _tokens.py
-SIBLINGS = (":queue", ":limit")
+TOKEN = re.compile(r"(?P<holder>.+:[0-9]+):[0-9a-f]{8}:[0-9a-f]{32}")  # see _tokens.py
+REDIS_PY_TOKEN = re.compile(r"[0-9a-f]{32}")  # redis-py's Lock: uuid.uuid1().hex
+SIBLINGS = tuple(f":{suffix}" for suffix in SUFFIXES)
+ROLES = {"queue": "waiter queue", "limit": "semaphore limit", "fence": "fencing counter"}
 
 
 def describe_server(info: Mapping[str, Any]) -> str:
@@ -38,8 +41,64 @@ def _text(raw: bytes | str) -> str:
 
 
 def _holder(raw: bytes | str) -> str | None:
-    found = TOKEN.match(_text(raw))
+    found = TOKEN.fullmatch(_text(raw))
     return found.group("holder") if found else None
+
+
+def is_lock_token(raw: bytes | str) -> bool:
+    """Is ``raw`` a lock's token: ours, or redis-py's ``Lock``'s (what
+    ``lua/force_release.lua`` accepts without ``force``)?"""
+    return _holder(raw) is not None or REDIS_PY_TOKEN.fullmatch(_text(raw)) is not None
+
+
+def lease_of(key: str) -> tuple[str, str] | None:
+    """``(lease key, suffix)`` if ``key`` is a lease key's bookkeeping as :func:`sibling`
+    names it (``{lock:x}:queue``, ``lock:{t}:fence``, ``{s12}:lock:a}b:limit``), else None."""
+    for suffix in SUFFIXES:
+        stem = key.removesuffix(f":{suffix}")
+        if stem == key or hash_tag(key) is None:
+            continue
+        # The lease key after a slot's tag ({sN}:K), inside the tag ({K}), or before the
+        # suffix (K:suffix, K with a tag of its own): the first that names ``key`` back.
+        inner = (stem.partition("}:")[2], stem[1:-1]) if stem.startswith("{") else ()
+        for lease in (*inner, stem):
+            if lease and sibling(lease, suffix) == key:
+                return lease, suffix
+    return None
+
+
+def bookkeeping(key: str) -> str | None:
+    """Why ``key`` is no lease to force-release (it is one's bookkeeping), or None."""
+    found = lease_of(key)
+    if found is None:
+        return None
+    lease, suffix = found
+    return (
+        f"{key!r} is the {ROLES[suffix]} of {lease!r}, not a lock or semaphore: nothing was "
+        f"removed (release {lease!r} instead)"
+    )
+
+
+def not_a_lock(key: str) -> str:
+    """Why a string that holds no lock token is refused."""
+    return (
+        f"{key!r} holds a string that is no lock token (neither redlock-deco's nor redis-py "
+        "Lock's), perhaps an application's value: nothing was removed (force=True, or "
+        "--force on the command line, removes it anyway)"
+    )
+
+
+def wrong_type(key: str, kind: str, found: str) -> str:
+    """Why ``key`` (``found``: "string", "zset" or "other") is no ``kind`` ("" for either)."""
+    if kind == "semaphore" and found == "string":
+        what = "a lock, not a semaphore: use Lock.force_release for it"
+    elif kind == "lock" and found == "zset":
+        what = "a sorted set (a semaphore's?), not a lock: use Semaphore.force_release for it"
+    elif found == "zset":
+        what = "a sorted set whose members are not redlock-deco tokens, so no semaphore"
+    else:  # the script cannot name other types (TYPE is not in the least-privilege ACL)
+        what = "neither a lock nor a semaphore (not a string or a sorted set)"
+    return f"{key!r} holds {what}; nothing was removed (`redlock-deco inspect` lists what is held)"
 
 
 def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
@@ -49,7 +108,7 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for raw_key in client.scan_iter(match=pattern, count=1000):
         key = _text(raw_key)
-        if key.endswith(SIBLINGS) and hash_tag(key) is not None:
+        if key.endswith(SIBLINGS) and lease_of(key) is not None:
             continue  # a lock's or semaphore's own bookkeeping, not a lease
         kind = _text(client.type(raw_key))
         if kind == "string":
@@ -63,22 +122,45 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
     return sorted(found, key=lambda entry: str(entry["key"]))
 
 
-def one(client: redis.Redis, key: str) -> dict[str, Any] | str:
-    """What ``key`` holds, for ``redlock-deco release`` to show before removing it: an entry
-    as :func:`held` lists them (a foreign token, such as redis-py's Lock's, shown cut short),
-    or a sentence saying why there is none."""
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What ``redlock-deco release`` found at a key, to show before removing it."""
+
+    key: str
+    entry: dict[str, Any] | None = None  # what is held, as held() lists it; None: nothing
+    tokens: tuple[bytes | str, ...] = ()  # the holders' tokens as read (never shown)
+    note: str = ""  # without an entry: why
+    refused: bool = False  # the key holds something that is not ours to remove
+
+
+def one(client: redis.Redis, key: str, force: bool = False) -> Found:
+    """What ``key`` holds, with the tokens the removal must still find there: an entry as
+    :func:`held` lists them (a redis-py Lock's token shown cut short; with ``force``, a
+    string that is no lock token too, of kind "value"), or a sentence saying why there is
+    none."""
+    why = bookkeeping(key)
+    if why is not None:
+        return Found(key, note=why, refused=True)
     kind = _text(client.type(key))
-    entry: dict[str, Any] | None = None
     if kind == "string":
-        entry = _lock(client, key.encode(), key, foreign_tokens=True)
+        value = client.get(key)
+        if value is not None:
+            recognised = is_lock_token(value)
+            if not recognised and not force:
+                return Found(key, note=not_a_lock(key), refused=True)
+            lock = _lock_entry(key, shown(value), int(client.pttl(key)))
+            lock["kind"] = "lock" if recognised else "value"
+            return Found(key, lock, (value,))
     elif kind == "zset":
+        members = cast(list[tuple[bytes, float]], client.zrange(key, 0, -1, withscores=True))
         seconds, micros = client.time()
-        entry = _semaphore(client, key.encode(), key, seconds * 1000 + micros // 1000, every=True)
-    if entry is not None:
-        return entry
-    if kind == "none":
-        return f"{key}: nothing held"
-    return f"{key}: a {kind} that is no lock or semaphore (it will be refused)"
+        entry = _semaphore_entry(client, key, members, seconds * 1000 + micros // 1000, True)
+        if entry is None:
+            return Found(key, note=wrong_type(key, "", "zset"), refused=True)
+        return Found(key, entry, tuple(member for member, _ends in members))
+    elif kind != "none":
+        return Found(key, note=wrong_type(key, "", "other"), refused=True)
+    return Found(key, note=f"{key}: nothing held")
 
 
 def foreign(raw: bytes | str) -> str:
@@ -92,16 +174,15 @@ def shown(raw: bytes | str) -> str:
     return _holder(raw) or foreign(raw)
 
 
-def _lock(
-    client: redis.Redis, raw_key: bytes, key: str, foreign_tokens: bool = False
-) -> dict[str, Any] | None:
+def _lock(client: redis.Redis, raw_key: bytes, key: str) -> dict[str, Any] | None:
     value = client.get(raw_key)
     holder = _holder(value) if isinstance(value, bytes) else None
-    if holder is None and foreign_tokens and value is not None:
-        holder = foreign(value)
     if holder is None:
         return None
-    ttl_ms = int(client.pttl(raw_key))
+    return _lock_entry(key, holder, int(client.pttl(raw_key)))
+
+
+def _lock_entry(key: str, holder: str, ttl_ms: int) -> dict[str, Any]:
     return {
         "kind": "lock",
         "key": key,
@@ -111,11 +192,19 @@ def _lock(
     }
 
 
-def _semaphore(
-    client: redis.Redis, raw_key: bytes, key: str, now_ms: int, every: bool = False
+def _semaphore(client: redis.Redis, raw_key: bytes, key: str, now_ms: int) -> dict[str, Any] | None:
+    members = cast(list[tuple[bytes, float]], client.zrange(raw_key, 0, -1, withscores=True))
+    return _semaphore_entry(client, key, members, now_ms)
+
+
+def _semaphore_entry(
+    client: redis.Redis,
+    key: str,
+    members: list[tuple[bytes, float]],
+    now_ms: int,
+    every: bool = False,
 ) -> dict[str, Any] | None:
     """A semaphore's live holders (``every``: ended leases too, with 0 left)."""
-    members = cast(list[tuple[bytes, float]], client.zrange(raw_key, 0, -1, withscores=True))
     holders = []
     for member, ends in members:
         holder = _holder(member)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from . import _admin as admin
 from ._admin import Released
 from ._options import OnLost, build_options, explains_bad_arguments
@@ -50,13 +52,30 @@ class Lock(_LockOptions, Primitive):
 
     @classmethod
     def force_release(
-        cls, name: str, *, provider: str = "default", prefix: str = "lock:"
+        cls,
+        name: str,
+        *,
+        provider: str = "default",
+        prefix: str = "lock:",
+        expect: str | bytes | Iterable[str | bytes] | None = None,
+        force: bool = False,
     ) -> Released:
         """Remove the lock ``prefix + name`` whoever holds it: an operator's tool for a
         stuck holder. The oldest queued waiter gets it at once (woken up holding it); the
         former holder's next renewal finds it gone (``on_lost``, then ``LockLost``). Returns
-        what was removed; raises LockError if the key holds something else."""
-        return admin.release_sync("lock", name, prefix, provider)
+        what was removed (``Released``).
+
+        ``expect``: the holder's token (``str``, or ``bytes`` as read from the key), or an
+        iterable of them -- remove the lock only if one of them holds it; held by another,
+        nothing is removed and the result's ``changed`` says who holds it now. ``None`` (the
+        default) removes whoever holds it. ``force``: also remove a string that holds no
+        lock token (neither ours nor redis-py ``Lock``'s ``uuid1().hex``), perhaps an
+        application's value under a mistyped name; the result's ``recognised`` is then
+        False. Raises LockError, removing nothing, if the key holds something else (another
+        type, a string that is no lock token without ``force``) or is a lock's or
+        semaphore's bookkeeping (``...:queue``, ``:limit``, ``:fence``).
+        """
+        return admin.release_sync("lock", name, prefix, provider, expect, force)
 
 
 class AsyncLock(_LockOptions, AsyncPrimitive):
@@ -71,7 +90,14 @@ class AsyncLock(_LockOptions, AsyncPrimitive):
 
     @classmethod
     async def force_release(
-        cls, name: str, *, provider: str = "default", prefix: str = "lock:"
+        cls,
+        name: str,
+        *,
+        provider: str = "default",
+        prefix: str = "lock:",
+        expect: str | bytes | Iterable[str | bytes] | None = None,
+        force: bool = False,
     ) -> Released:
-        """Remove the lock ``prefix + name`` whoever holds it (see ``Lock.force_release``)."""
-        return await admin.release_async("lock", name, prefix, provider)
+        """Remove the lock ``prefix + name`` whoever holds it (see ``Lock.force_release``,
+        ``expect`` and ``force`` included)."""
+        return await admin.release_async("lock", name, prefix, provider, expect, force)

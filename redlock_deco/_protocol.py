@@ -148,6 +148,11 @@ def sibling(key: str, suffix: str) -> str:
     return f"{{{tag_for_slot(key_slot(key.encode()))}}}:{key}:{suffix}"
 
 
+#: Every suffix :func:`sibling` is given: a lease key's waiter queue, semaphore limit and
+#: fencing counter (``inspect`` skips such keys, a force release refuses them).
+SUFFIXES = ("queue", "limit", "fence")
+
+
 @functools.lru_cache(maxsize=1024)
 def tag_for_slot(slot: int) -> str:
     """A short hash tag whose cluster slot is ``slot`` (found by search once, then cached)."""
@@ -179,9 +184,8 @@ class Keys:
 @functools.lru_cache(maxsize=4096)
 def _keys(key: str, limited: bool, fencing: bool) -> Keys:
     """Key layouts are cached: a hot name is laid out once, not on every call."""
-    limit = sibling(key, "limit") if limited else None
-    fence = sibling(key, "fence") if fencing else None
-    return Keys(key, sibling(key, "queue"), limit, fence)
+    queue, limit, fence = (sibling(key, suffix) for suffix in SUFFIXES)
+    return Keys(key, queue, limit if limited else None, fence if fencing else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class Outcome(enum.Enum):
     NOT_OWNER = "not owner"
     GONE = "gone"  # released: the lease was not there any more (ended, or released already)
     WRONG_TYPE = "wrong type"  # force release: the key is no lock or semaphore of that kind
+    CHANGED = "changed"  # force release: held by someone the caller did not expect
+    NOT_A_LOCK = "not a lock"  # force release: a string that holds no lock token
 
 
 class ScriptReplyError(RedlockDecoError):
@@ -81,6 +83,8 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("force_release", 1): Outcome.RELEASED,
     ("force_release", 0): Outcome.GONE,
     ("force_release", 3): Outcome.WRONG_TYPE,
+    ("force_release", 4): Outcome.CHANGED,
+    ("force_release", 5): Outcome.NOT_A_LOCK,
 }
 
 

@@ -12,6 +12,8 @@ of the limit takes effect as current holders leave.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from . import _admin as admin
 from ._admin import Released
 from ._options import OnLost, build_options, explains_bad_arguments
@@ -56,14 +58,26 @@ class Semaphore(_SemaphoreOptions, Primitive):
 
     @classmethod
     def force_release(
-        cls, name: str, *, provider: str = "default", prefix: str = "sem:"
+        cls,
+        name: str,
+        *,
+        provider: str = "default",
+        prefix: str = "sem:",
+        expect: str | bytes | Iterable[str | bytes] | None = None,
     ) -> Released:
         """Remove the semaphore ``prefix + name`` -- every holder -- whoever holds it: an
         operator's tool for stuck holders. Queued waiters get the freed slots at once (up to
         the limit, woken up holding one); the former holders' next renewals find theirs gone
-        (``on_lost``, then ``LockLost``). Returns what was removed; raises LockError if the
-        key holds something else."""
-        return admin.release_sync("semaphore", name, prefix, provider)
+        (``on_lost``, then ``LockLost``). Returns what was removed (``Released``).
+
+        ``expect``: the holders' tokens (``str``, or ``bytes`` as read from the sorted set) --
+        remove the semaphore only if every holder now is one of them; held by another,
+        nothing is removed and the result's ``changed`` says who holds it now. ``None`` (the
+        default) removes whoever holds it. Raises LockError, removing nothing, if the key
+        holds something else or is a lock's or semaphore's bookkeeping (``...:queue``,
+        ``:limit``, ``:fence``).
+        """
+        return admin.release_sync("semaphore", name, prefix, provider, expect)
 
 
 class AsyncSemaphore(_SemaphoreOptions, AsyncPrimitive):
@@ -78,8 +92,13 @@ class AsyncSemaphore(_SemaphoreOptions, AsyncPrimitive):
 
     @classmethod
     async def force_release(
-        cls, name: str, *, provider: str = "default", prefix: str = "sem:"
+        cls,
+        name: str,
+        *,
+        provider: str = "default",
+        prefix: str = "sem:",
+        expect: str | bytes | Iterable[str | bytes] | None = None,
     ) -> Released:
         """Remove the semaphore ``prefix + name`` whoever holds it (see
-        ``Semaphore.force_release``)."""
-        return await admin.release_async("semaphore", name, prefix, provider)
+        ``Semaphore.force_release``, ``expect`` included)."""
+        return await admin.release_async("semaphore", name, prefix, provider, expect)

@@ -1,12 +1,14 @@
 """Operator tools: ``Lock.force_release`` / ``Semaphore.force_release`` (sync and asyncio) on a
 real server -- what is removed and reported, the waiters served at once (here, across
-processes, on a cluster), the former holder told its lease is lost, keys of other kinds
-refused untouched, and a quorum's masters all cleared."""
+processes, on a cluster), the former holder told its lease is lost, keys of other kinds,
+application values and our own bookkeeping refused untouched, ``expect`` removing only the
+holders named, and a quorum's masters all cleared."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import socket
 import threading
 import time
@@ -216,6 +218,104 @@ def test_a_stuck_redis_py_lock_without_expiry_is_released(r: redis.Redis) -> Non
     assert theirs.local.token.decode()[:6] in who and not r.exists("lock:legacy")
     with Lock("legacy", wait=0):  # ours now
         pass
+
+
+def test_expect_removes_only_the_holders_it_names(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        first = api.Lock("swapped", ttl=30)
+        assert await first.acquire()
+        shown = r.get("lock:swapped")  # what an operator was shown, and confirmed
+        await first.release()
+        second = api.Lock("swapped", ttl=30)
+        assert await second.acquire()  # taken again before the confirmation arrived
+        taken = r.get("lock:swapped")
+        kept = await force(api, "Lock", "swapped", expect=shown)
+        assert not kept.removed and kept.changed == (ME,) and kept.holders == ()
+        assert str(kept) == f"lock:swapped: held by {ME}, not as expected; nothing removed"
+        assert r.get("lock:swapped") == taken  # the new holder keeps its lease
+        assert isinstance(taken, bytes)
+        released = await force(api, "Lock", "swapped", expect=[shown, taken.decode()])
+        assert released.removed and released.changed == () and not r.exists("lock:swapped")
+        with pytest.raises(LockNotOwned):
+            await second.release()
+        gone = await force(api, "Lock", "swapped", expect=taken)  # nothing held: nothing to do
+        assert not gone.removed and gone.changed == () and str(gone).endswith("nothing held")
+
+    api.run(scenario)
+
+
+def test_a_semaphore_goes_only_if_every_holder_was_expected(r: redis.Redis) -> None:
+    a, b, c = (Semaphore("pool", limit=3, ttl=30) for _ in range(3))
+    assert a.acquire() and b.acquire()
+    shown = r.zrange("sem:pool", 0, -1)
+    assert c.acquire()  # a holder nobody was shown
+    kept = Semaphore.force_release("pool", expect=shown)
+    assert not kept.removed and kept.changed == (ME,) and r.zcard("sem:pool") == 3
+    c.release()
+    b.release()  # one shown holder left meanwhile: the rest were all shown, so they go
+    released = Semaphore.force_release("pool", expect=shown)
+    assert released.removed and len(released.holders) == 1 and not r.exists("sem:pool")
+    with pytest.raises(LockNotOwned):
+        a.release()
+    with pytest.raises(TypeError, match="expect takes tokens"):
+        Semaphore.force_release("pool", expect=[7])  # type: ignore[list-item]  # refused
+
+
+def test_a_string_that_holds_no_lock_token_is_refused_unless_forced(r: redis.Redis) -> None:
+    r.set("session:abc", '{"user": 7}')  # an application's value, no expiry
+    r.set("lock:upper", "A" * 32)  # redis-py's tokens are lowercase hex
+    r.set("cache:bin", b"\xff\xfe not utf-8")
+    for name, prefix in (("session:abc", ""), ("upper", "lock:"), ("cache:bin", "")):
+        with pytest.raises(LockError, match=f"'{prefix}{name}' holds a string that is no lock"):
+            Lock.force_release(name, prefix=prefix)
+    assert r.get("session:abc") == b'{"user": 7}' and r.ttl("session:abc") == -1
+    assert r.exists("lock:upper", "cache:bin") == 2
+    forced = Lock.force_release("session:abc", prefix="", force=True)
+    assert forced.removed and not forced.recognised and not r.exists("session:abc")
+    assert str(forced).startswith("session:abc: removed a string that is not a recognised lock")
+    value = r.get("cache:bin")  # bytes that are no UTF-8, compared as they are
+    assert Lock.force_release("cache:bin", prefix="", force=True, expect=b"other").changed
+    assert Lock.force_release("cache:bin", prefix="", force=True, expect=value).removed
+    with pytest.raises(LockLost), Lock("ours", ttl=30):  # ours needs no force, and says so
+        assert Lock.force_release("ours").recognised
+
+
+def test_bookkeeping_keys_are_refused_untouched(r: redis.Redis) -> None:
+    entered = threading.Event()
+
+    def wait() -> None:
+        with Lock("f", wait=10, fencing=True):
+            entered.set()
+
+    with (
+        Lock("f", ttl=30, fencing=True),
+        Semaphore("y", limit=2, ttl=30),
+        Lock("a}b", ttl=30, fencing=True),
+        Lock("{t}:x", ttl=30, fencing=True),
+    ):
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        until(lambda: r.exists("{lock:f}:queue"))
+        cases = [
+            ("{lock:f}:fence", "fencing counter of 'lock:f'"),
+            ("{lock:f}:queue", "waiter queue of 'lock:f'"),
+            ("{sem:y}:limit", "semaphore limit of 'sem:y'"),
+            ("lock:{t}:x:fence", "fencing counter of 'lock:{t}:x'"),
+            (next(iter(r.scan_iter("{s*}:lock:a}b:fence"))).decode(), "of 'lock:a}b'"),
+        ]
+        before = {key: r.dump(key) for key, _ in cases}
+        for key, message in cases:
+            with pytest.raises(LockError, match=re.escape(message)):
+                Lock.force_release(key, prefix="", force=True)
+            with pytest.raises(LockError, match=re.escape(message)):
+                Semaphore.force_release(key, prefix="")
+        assert {key: r.dump(key) for key, _ in cases} == before
+        assert not entered.is_set()
+    waiter.join(10)
+    assert entered.is_set()
+    # A name that merely ends like one (no hash tag: no bookkeeping key is named so) is a lock.
+    with pytest.raises(LockLost), Lock("jobs:queue", ttl=30):
+        assert Lock.force_release("jobs:queue").removed
 
 
 def test_long_names_are_found_under_their_bounded_key(r: redis.Redis) -> None:

@@ -11,15 +11,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from redlock_deco import Lock, LockNotOwned, Semaphore
+from redlock_deco import Lock, LockNotOwned, Semaphore, register_provider
 from redlock_deco._cli import _watch_arguments
-from redlock_deco.testing import RedisServer, find_redis_server, free_port
+from redlock_deco._waiting import channel
+from redlock_deco.testing import LocalCluster, RedisServer, find_redis_server, free_port
 
 ME = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -132,6 +135,13 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+def until(condition: Callable[[], object], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition never met"
+        time.sleep(0.005)
+
+
 def test_release_refuses_without_a_terminal_and_releases_with_yes(
     server: RedisServer, r: redis.Redis
 ) -> None:
@@ -181,6 +191,73 @@ def test_release_asks_on_a_terminal(server: RedisServer, r: redis.Redis) -> None
             assert out.rstrip().endswith("nothing released")
     with pytest.raises(LockNotOwned):
         lock.release()
+
+
+def prompted(process: subprocess.Popen[bytes]) -> bytes:
+    """What ``process`` printed up to its confirmation prompt (input() flushes it)."""
+    assert process.stdout is not None
+    seen = b""
+    while b"[y/N] " not in seen:
+        chunk = os.read(process.stdout.fileno(), 4096)
+        assert chunk, seen
+        seen += chunk
+    return seen
+
+
+def test_release_removes_only_what_it_showed(server: RedisServer, r: redis.Redis) -> None:
+    first = Lock("swap", ttl=30)
+    assert first.acquire()
+    primary, secondary = pty.openpty()
+    try:
+        asking = subprocess.Popen(
+            [sys.executable, "-m", "redlock_deco", "release", "lock:swap", "lock:later",
+             "--url", server.url],
+            stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        shown = prompted(asking).decode()
+        assert "lock:later: nothing held" in shown and ME in shown
+        # While the operator reads: the holder shown releases, another takes it, and the key
+        # that showed nothing held is taken too.
+        first.release()
+        second, later = Lock("swap", ttl=30), Lock("later", ttl=30)
+        assert second.acquire() and later.acquire()
+        taken = r.mget("lock:swap", "lock:later")
+        os.write(primary, b"y\n")
+        out, err = asking.communicate(timeout=60)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert asking.returncode == 1, err
+    assert one_line(err.decode()) == (
+        f"redlock-deco release: lock:swap changed since it was shown (now held by {ME}); "
+        "nothing removed; run the command again"
+    )
+    assert b"removed" not in out
+    assert r.mget("lock:swap", "lock:later") == taken  # neither new holder lost its lease
+    assert second.owned() and later.owned()
+    second.release()
+    later.release()
+
+
+def test_release_refuses_values_and_bookkeeping_unless_forced(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    r.set("session:abc", '{"user": 7}')  # an application's value, no expiry
+    with Lock("f", ttl=30, fencing=True):
+        for key, message, force in (
+            ("session:abc", "'session:abc' holds a string that is no lock token", ()),
+            ("{lock:f}:fence", "'{lock:f}:fence' is the fencing counter of 'lock:f'", ("--force",)),
+        ):
+            refused = cli("release", key, "--yes", *force, "--url", server.url)
+            assert refused.returncode == 1 and refused.stdout == ""
+            assert message in one_line(refused.stderr)
+        assert r.get("session:abc") == b'{"user": 7}' and r.exists("lock:f", "{lock:f}:fence") == 2
+    asked = cli("release", "session:abc", "--force", "--url", server.url)  # shown, then refused
+    assert asked.returncode == 2 and "value" in asked.stdout and "session:abc" in asked.stdout
+    forced = cli("release", "session:abc", "--yes", "--force", "--url", server.url)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.startswith("session:abc: removed a string that is not a recognised lock")
+    assert not r.exists("session:abc")
 
 
 def test_release_refuses_a_key_that_is_no_lock(server: RedisServer, r: redis.Redis) -> None:
@@ -292,3 +369,60 @@ def test_a_reader_that_goes_away_is_no_error(server: RedisServer, r: redis.Redis
             assert reading.stderr.read() == "", command  # quiet: no BrokenPipeError, traceback
         assert status == (1 if command[0] == "inspect" else 0)  # the demo still proves its case
     assert not any(r.scan_iter(match="redlock-deco-demo:*"))  # and cleans up after itself
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(masters=3) as local:
+        yield local
+
+
+def test_release_on_a_cluster_node_serves_the_oldest_waiter(cluster: LocalCluster) -> None:
+    """PUBLISH on a cluster node counts that node's subscribers only: the head waiter, heard
+    on another node, must not be judged gone and skipped for the next one."""
+    client = cluster.client()
+    client.flushall(target_nodes=client.PRIMARIES)
+    register_provider("cluster", client)
+    # This process hears its grants on the node serving its channel's slot: take a key that
+    # another node serves, where PUBLISH answers 0 for this process's waiter.
+    ours = client.get_node_from_key(channel()).port
+    key = next(
+        k for i in range(100) if client.get_node_from_key(k := f"lock:fair:{i}").port != ours
+    )
+    node = client.get_node_from_key(key).port
+    other = next(server.port for server in cluster.servers if server.port != node)
+    holder = Lock(key.removeprefix("lock:"), provider="cluster", ttl=30)
+    assert holder.acquire()
+    got, done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with Lock(key.removeprefix("lock:"), provider="cluster", wait=10):
+            got.set()
+            done.wait(10)
+
+    waiter = threading.Thread(target=first)
+    waiter.start()
+    listener = redis.Redis(port=node).pubsub()  # a later waiter, heard on the key's own node
+    try:
+        until(lambda: client.llen(f"{{{key}}}:queue") == 1)
+        listener.subscribe("redlock-deco:elsewhere:1:0badc0de")
+        assert listener.get_message(timeout=5)  # subscribed: PUBLISH there counts 1
+        client.rpush(f"{{{key}}}:queue", f"elsewhere:1:0badc0de:{'0' * 32}")
+        moved = cli("release", key, "--yes", "--url", f"redis://127.0.0.1:{other}/0")
+        assert moved.returncode == 1 and moved.stdout == ""
+        assert f"'{key}' is served by another node of this cluster, 127.0.0.1:{node} (slot " in (
+            one_line(moved.stderr)
+        )
+        assert "point --url at that node; nothing was removed" in moved.stderr
+        released = cli("release", key, "--yes", "--url", f"redis://127.0.0.1:{node}/0")
+        assert released.returncode == 0, released.stderr
+        assert released.stdout.rstrip().endswith(f"; handed to waiting {ME}")  # not elsewhere:1
+        assert got.wait(5)
+        with pytest.raises(LockNotOwned):
+            holder.release()
+    finally:
+        done.set()
+        waiter.join(10)
+        listener.close()
+        client.flushall(target_nodes=client.PRIMARIES)
+        client.close()
