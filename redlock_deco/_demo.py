@@ -4,16 +4,26 @@ Each worker alternates a deliberately non-atomic read-modify-write under ``@lock
 overlap would lose an update) and a gauge under ``@limited`` (any over-admission would push
 it past the limit), and records how long each hand-off of the lock took. The summary checks
 both invariants and the exit status says whether they held.
+
+The demo may run on a user's own server, so it leaves nothing behind: every key it writes
+expires ``KEEP_AFTER`` seconds after its last write (a hard kill cannot leave immortal keys),
+and a Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops the workers
+quietly -- they ignore SIGINT, the parent ends them -- and removes the keys at once.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import os
 import secrets
+import signal
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,6 +33,54 @@ from ._decorators import limited, locked
 from ._inspection import describe_server
 from ._providers import redact, register_provider
 from .testing import find_redis_server, redis_url
+
+KEEP_AFTER = 300  # seconds each demo key outlives its last write, whatever ends the demo
+
+
+def _ignore_sigint() -> None:
+    """Pool initializer: a Ctrl-C reaches the whole process group, and the parent alone
+    handles it (a worker would print a KeyboardInterrupt traceback of its own)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_MASKS = hasattr(signal, "pthread_sigmask")  # POSIX; Windows sends no SIGINT to a group
+
+
+def _mask_sigint(how: int) -> None:
+    if _MASKS:
+        signal.pthread_sigmask(how, {signal.SIGINT})
+
+
+@contextmanager
+def _worker_pool(workers: int) -> Iterator[multiprocessing.pool.Pool]:
+    """A pool of spawned workers that ignore SIGINT, terminated when the block is left (by
+    KeyboardInterrupt too).
+
+    SIGINT stays blocked here while the workers start. They inherit the blocked mask (it is
+    kept across exec), so none can raise KeyboardInterrupt before its initializer ignores
+    SIGINT; and a Ctrl-C meanwhile is held, not lost: it arrives once the pool is there to be
+    terminated."""
+    if _MASKS:
+        # It unblocks SIGINT around starting its own process: it must start before, not
+        # while SIGINT is blocked here.
+        resource_tracker.ensure_running()
+    _mask_sigint(signal.SIG_BLOCK)
+    try:
+        with multiprocessing.get_context("spawn").Pool(workers, _ignore_sigint) as pool:
+            _mask_sigint(signal.SIG_UNBLOCK)
+            yield pool
+    finally:
+        _mask_sigint(signal.SIG_UNBLOCK)
+
+
+def _count(client: redis.Redis, *changes: tuple[str, int]) -> list[int]:
+    """Add to counters, each in one transaction with its EXPIRE (INCRBY keeps a key's expiry
+    but creates a key without one: no interruption may leave a counter immortal)."""
+    with client.pipeline() as step:
+        for key, amount in changes:
+            step.incrby(key, amount)
+            step.expire(key, KEEP_AFTER)
+        return [int(value) for value in step.execute()[::2]]
 
 
 def worker(url: str, ns: str, seconds: float, limit: int) -> dict[str, Any]:
@@ -44,16 +102,16 @@ def worker(url: str, ns: str, seconds: float, limit: int) -> dict[str, Any]:
                 gaps.append(entered - float(at))
         value = int(client.get(f"{ns}:count") or 0)
         time.sleep(0.0005)  # widen the window a lost update would need
-        client.set(f"{ns}:count", value + 1)
-        client.set(f"{ns}:released", f"{me}:{time.time()}")  # just before the release
+        client.set(f"{ns}:count", value + 1, ex=KEEP_AFTER)
+        client.set(f"{ns}:released", f"{me}:{time.time()}", ex=KEEP_AFTER)  # just before release
 
     @limited(f"{ns}:slots", limit=limit, ttl=5, wait=30)
     def section() -> None:
         nonlocal peak
-        peak = max(peak, int(client.incr(f"{ns}:inside")))
+        [inside] = _count(client, (f"{ns}:inside", 1))
+        peak = max(peak, inside)
         time.sleep(0.002)
-        client.decr(f"{ns}:inside")
-        client.incr(f"{ns}:limited")
+        _count(client, (f"{ns}:inside", -1), (f"{ns}:limited", 1))
 
     locked_calls = limited_calls = 0
     deadline = time.monotonic() + seconds
@@ -104,22 +162,48 @@ def run(url: str | None, workers: int, seconds: float, limit: int, out: TextIO) 
         )
         ns = f"redlock-deco-demo:{secrets.token_hex(4)}"
         progress = Progress(out)
-        started = time.monotonic()
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            pending = pool.starmap_async(worker, [(chosen, ns, seconds, limit)] * workers)
-            while not pending.ready():
-                pending.wait(0.2)
-                progress.show(
-                    f"  {time.monotonic() - started:5.1f}s  "
-                    f"@locked calls {int(client.get(f'{ns}:count') or 0):6d}  "
-                    f"@limited calls {int(client.get(f'{ns}:limited') or 0):6d}"
-                )
-            results = pending.get()
-        counted = int(client.get(f"{ns}:count") or 0)
-        for key in client.scan_iter(match=f"{ns}:*"):
-            client.delete(key)
+        try:
+            results = _run_workers(chosen, client, ns, workers, seconds, limit, progress)
+            counted = int(client.get(f"{ns}:count") or 0)
+        except KeyboardInterrupt:
+            # The workers are gone (the pool terminated them). A throwaway server got the
+            # SIGINT too and took the keys with it; an unreachable one lets them expire.
+            with suppress(redis.ConnectionError):
+                _remove_keys(client, ns)
+            raise
+        _remove_keys(client, ns)
         client.close()
     return _summary(results, counted, limit, progress, out)
+
+
+def _run_workers(
+    url: str,
+    client: redis.Redis,
+    ns: str,
+    workers: int,
+    seconds: float,
+    limit: int,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    started = time.monotonic()
+    with _worker_pool(workers) as pool:
+        pending = pool.starmap_async(worker, [(url, ns, seconds, limit)] * workers)
+        while not pending.ready():
+            pending.wait(0.2)
+            progress.show(
+                f"  {time.monotonic() - started:5.1f}s  "
+                f"@locked calls {int(client.get(f'{ns}:count') or 0):6d}  "
+                f"@limited calls {int(client.get(f'{ns}:limited') or 0):6d}"
+            )
+        results: list[dict[str, Any]] = pending.get()
+    return results
+
+
+def _remove_keys(client: redis.Redis, ns: str) -> None:
+    """Every key of this run: its counters, and the lock and semaphore keys of workers that
+    were ended while holding (they would expire with their leases)."""
+    for key in client.scan_iter(match=f"*{ns}:*"):
+        client.delete(key)
 
 
 def _summary(

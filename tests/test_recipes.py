@@ -29,7 +29,7 @@ import pytest
 import redis
 
 import redlock_deco
-from redlock_deco import Lock, Semaphore
+from redlock_deco import Lock
 from redlock_deco.testing import RedisServer, free_port
 
 RECIPES = Path(__file__).resolve().parent.parent / "examples" / "recipes"
@@ -303,8 +303,7 @@ def celery_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def celery_recipe(celery_server: RedisServer) -> ModuleType:
     module = recipe("celery_recipe")
-    module.app.conf.update(broker_url=celery_server.url, result_backend=celery_server.url)
-    redlock_deco.register_provider("default", celery_server.url)
+    module.use_redis(celery_server.url)
     return module
 
 
@@ -314,27 +313,39 @@ def unique_day() -> str:
 
 @kombu_takes_this_redis_py
 def test_celery_enqueue_is_deduplicated_until_the_task_ends(
-    celery_recipe: ModuleType, celery_server: RedisServer
+    celery_recipe: ModuleType, celery_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(celery_recipe, "WORK_SECONDS", 0.01)  # three runs in-process
     day = unique_day()
-    queued = f"sem:queued:report:{day}"
+    marker = celery_recipe.queued_marker(day)
     client = celery_server.client()
     before = client.llen("celery")
     sent = celery_recipe.enqueue_report(day)
-    assert sent is not None and client.exists(queued)
+    assert sent is not None and client.get(marker) == sent.id.encode()
+    assert 0 < client.ttl(marker) <= celery_recipe.MARKER_TTL
     assert celery_recipe.enqueue_report(day) is None  # the same thread, again: still refused
     assert client.llen("celery") == before + 1  # one message, not two
-    client.delete("celery")  # no worker here: run the task in-process instead
-    done = celery_recipe.build_report.apply(kwargs={"day": day})
-    assert done.get()["day"] == day and not client.exists(queued)  # done for good: unmarked
+    client.delete("celery")  # no worker here: run the tasks in-process instead
+    # Runs that were not enqueued with this marker -- a plain .delay() or a beat schedule, or
+    # a task whose own marker expired and was taken again since -- leave it alone.
+    plain = celery_recipe.build_report.apply(kwargs={"day": day})
+    stale = celery_recipe.build_report.apply(
+        kwargs={"day": day}, headers={celery_recipe.MARKER_HEADER: marker}
+    )
+    assert plain.get()["day"] == stale.get()["day"] == day
+    assert client.get(marker) == sent.id.encode() and celery_recipe.enqueue_report(day) is None
+    done = celery_recipe.build_report.apply(  # the enqueued message, as a worker runs it
+        kwargs={"day": day}, task_id=sent.id, headers={celery_recipe.MARKER_HEADER: marker}
+    )
+    assert done.get()["day"] == day and not client.exists(marker)  # done for good: unmarked
     assert celery_recipe.enqueue_report(day) is not None
-    client.delete("celery")
-    Semaphore.force_release(f"queued:report:{day}")
+    client.delete("celery", marker)
 
 
-@pytest.fixture
-def celery_worker(celery_recipe: ModuleType, celery_server: RedisServer) -> Iterator[int]:
-    """A real Celery worker (prefork, 2 processes) on the Redis broker; yields its PID."""
+@pytest.fixture(scope="module")
+def celery_worker(celery_server: RedisServer) -> Iterator[int]:
+    """A real Celery worker (prefork, 2 processes) on the Redis broker; yields its PID. One
+    for the module: its tests use days of their own and wait for every task they send."""
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "--quiet", "-A", "celery_recipe", "worker", "-c", "2",
          "--without-mingle", "--without-gossip", "--without-heartbeat", "--loglevel", "WARNING"],
@@ -372,9 +383,81 @@ def test_celery_worker_runs_one_report_per_day_at_a_time(
                      key=lambda report: report["started"])  # fmt: skip
     assert reports[0]["finished"] <= reports[1]["started"], reports  # never overlapping
     assert reports[1]["retries"] >= 1  # it found the day busy and retried
-    assert not celery_server.client().exists(f"sem:queued:report:{day}")
+    marker = celery_recipe.queued_marker(day)
+    wait_until(lambda: not celery_server.client().exists(marker), "the enqueued run unmarks")
     again = celery_recipe.enqueue_report(day)  # done for good: the day may be enqueued again
     assert again is not None and again.get(timeout=DEADLINE)["retries"] == 0
+
+
+@pytest.mark.slow
+@kombu_takes_this_redis_py
+def test_celery_plain_run_leaves_an_enqueued_runs_marker(
+    celery_recipe: ModuleType, celery_worker: int, celery_server: RedisServer
+) -> None:
+    """A run sent with a plain ``.delay()`` (or by beat) ends first, while the enqueued run
+    still waits its turn: duplicates stay refused until the enqueued run itself ends."""
+    day, client = unique_day(), celery_server.client()
+    direct = celery_recipe.build_report.delay(day=day)
+    wait_until(lambda: client.exists(f"lock:report:{day}"), "the plain run holds the day")
+    sent = celery_recipe.enqueue_report(day)
+    assert sent is not None
+    refused = 0
+    while not sent.ready():  # the plain run ends meanwhile: its after_return runs too
+        assert celery_recipe.enqueue_report(day) is None, "a duplicate was sent"
+        refused += 1
+        time.sleep(0.05)
+    assert direct.ready() and direct.get()["finished"] <= sent.get()["started"]
+    assert refused >= 10  # about a second's worth of tries after the plain run ended
+    wait_until(lambda: not client.exists(celery_recipe.queued_marker(day)), "its run unmarks")
+
+
+def all_workers_busy(celery_recipe: ModuleType, client: redis.Redis) -> list[Any]:
+    """Both pool processes running a report of a day of its own."""
+    days = [unique_day() for _ in range(2)]
+    busy = [celery_recipe.build_report.delay(day=day) for day in days]
+    wait_until(lambda: client.exists(*(f"lock:report:{day}" for day in days)) == 2,
+               "both pool processes run a report")  # fmt: skip
+    return busy
+
+
+@pytest.mark.slow
+@kombu_takes_this_redis_py
+def test_celery_revoked_queued_task_removes_its_marker(
+    celery_recipe: ModuleType, celery_worker: int, celery_server: RedisServer
+) -> None:
+    day, client = unique_day(), celery_server.client()
+    marker = celery_recipe.queued_marker(day)
+    busy = all_workers_busy(celery_recipe, client)
+    sent = celery_recipe.enqueue_report(day)  # queued behind them
+    assert sent is not None
+    revoke = celery_recipe.app.control.revoke
+    assert revoke(sent.id, reply=True, limit=1, timeout=DEADLINE), "no worker acknowledged it"
+    # The worker discards the task (at once if it has reserved it, else when it receives it);
+    # task_revoked unmarks it.
+    wait_until(lambda: not client.exists(marker), "the revoked task's marker is removed")
+    assert sent.state == "REVOKED" and all(run.get(timeout=DEADLINE) for run in busy)
+    again = celery_recipe.enqueue_report(day)  # not an hour later: at once
+    assert again is not None and again.get(timeout=DEADLINE)["day"] == day
+    wait_until(lambda: not client.exists(marker), "the new run unmarks")
+
+
+@pytest.mark.slow
+@kombu_takes_this_redis_py
+def test_celery_terminated_running_task_removes_its_marker(
+    celery_recipe: ModuleType, celery_worker: int, celery_server: RedisServer
+) -> None:
+    day, client = unique_day(), celery_server.client()
+    marker = celery_recipe.queued_marker(day)
+    sent = celery_recipe.enqueue_report(day)
+    assert sent is not None
+    wait_until(lambda: client.exists(f"lock:report:{day}"), "a worker process runs the report")
+    revoke = celery_recipe.app.control.revoke
+    assert revoke(sent.id, terminate=True, reply=True, limit=1, timeout=DEADLINE)
+    wait_until(lambda: not client.exists(marker), "the terminated task's marker is removed")
+    assert sent.state == "REVOKED"
+    again = celery_recipe.enqueue_report(day)  # not an hour later: at once
+    assert again is not None and again.get(timeout=DEADLINE)["day"] == day
+    wait_until(lambda: not client.exists(marker), "the new run unmarks")
 
 
 @pytest.mark.slow
@@ -407,7 +490,8 @@ def test_celery_killed_worker_process_frees_the_lock_within_its_lease(
     report = sent.get(timeout=DEADLINE)
     assert report["pid"] != holder
     assert min(report["started"], rerun["started"]) >= freed_at - 0.25  # not before it ended
-    assert not client.exists(f"sem:queued:report:{day}")
+    marker = celery_recipe.queued_marker(day)
+    wait_until(lambda: not client.exists(marker), "the redelivered run unmarks")
 
 
 # -- every recipe as a script ------------------------------------------------------------------
