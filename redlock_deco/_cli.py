@@ -382,6 +382,14 @@ def _found(client: redis.Redis, key: str, force: bool) -> inspection.Found:
         return inspection.one(client, key, force)
     except redis.exceptions.AskError as exc:  # MOVED is one too
         return inspection.Found(key, note=_elsewhere(key, exc), refused=True)
+    except redis.exceptions.ResponseError as exc:
+        # redis-py before 6 parses MOVED/ASK only on cluster clients: a plain client gets
+        # the bare reply, "MOVED <slot> <host>:<port>".
+        kind, _, rest = str(exc).partition(" ")
+        redirect = {"MOVED": redis.exceptions.MovedError, "ASK": redis.exceptions.AskError}
+        if kind not in redirect:
+            raise
+        return inspection.Found(key, note=_elsewhere(key, redirect[kind](rest)), refused=True)
 
 
 def _elsewhere(key: str, exc: redis.exceptions.AskError) -> str:

@@ -377,6 +377,7 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
+@pytest.mark.slow  # a local cluster, like the other cluster tests
 def test_release_on_a_cluster_node_serves_the_oldest_waiter(cluster: LocalCluster) -> None:
     """PUBLISH on a cluster node counts that node's subscribers only: the head waiter, heard
     on another node, must not be judged gone and skipped for the next one."""
