@@ -118,7 +118,7 @@ def force_release(
     compare = ("0",) if digests is None else ("1", *digests)
     step = Eval(
         scripts.FORCE_RELEASE,
-        (key, sibling(key, "queue"), sibling(key, "limit")),
+        (key, *(sibling(key, suffix) for suffix in ("queue", "limit", "readers"))),
         (HANDOFF_MS, int(counted), kind, int(force), *compare),
     )
     replies: list[Any] = [(yield step)] if masters == 1 else (yield Fanout(step))

@@ -32,9 +32,10 @@ from ._options import (
     OnLost,
     build_options,
     check_on_busy,
+    check_shared,
     explains_bad_arguments,
 )
-from ._protocol import LOCK, SEMAPHORE, Kind
+from ._protocol import LOCK, SEMAPHORE, SHARED, Kind
 from ._signatures import AsyncBusyDecorator, BusyDecorator, F, NameArg
 
 #: What an ``on_busy`` fallback returns (awaited first if it is awaitable, on the async path).
@@ -334,6 +335,7 @@ def locked(
     on_lost: OnLost = None,
     max_hold: float | None = None,
     fencing: bool = False,
+    shared: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -351,6 +353,7 @@ def locked(
     on_lost: OnLost = None,
     max_hold: float | None = None,
     fencing: bool = False,
+    shared: bool = False,
 ) -> BusyDecorator[None]: ...
 
 
@@ -368,6 +371,7 @@ def locked(  # type: ignore[overload-overlap]  # an async fallback first: its re
     on_lost: OnLost = None,
     max_hold: float | None = None,
     fencing: bool = False,
+    shared: bool = False,
 ) -> AsyncBusyDecorator[B]: ...
 
 
@@ -385,6 +389,7 @@ def locked(
     on_lost: OnLost = None,
     max_hold: float | None = None,
     fencing: bool = False,
+    shared: bool = False,
 ) -> BusyDecorator[B]: ...
 
 
@@ -402,6 +407,7 @@ def locked(
     on_lost: OnLost = None,
     max_hold: float | None = None,
     fencing: bool = False,
+    shared: bool = False,
 ) -> Any:
     """Let one caller at a time run the function, per rendered name, across all processes.
 
@@ -444,11 +450,22 @@ def locked(
     sorted key order (so callers naming them in opposite orders cannot deadlock), within one
     ``wait``, and released together; each lives in its own key, so they may sit in different
     cluster slots or go through a quorum.
+
+    ``shared=True`` takes the name(s) in shared (read) mode: any number of shared callers at
+    once, or one exclusive caller (every ``@locked``/``Lock`` of that name without
+    ``shared``), never both; waiters are served in arrival order, consecutive readers
+    together, so a queued writer stops new readers and neither side starves. Several names
+    are all taken in that one mode (still all or nothing, in sorted key order, which keeps
+    reader-writer locks deadlock-free too); for mixed modes nest two decorators, in the same
+    order everywhere. Re-entry: shared inside shared or inside exclusive is allowed; exclusive
+    inside shared (an upgrade) raises LockError. Not with ``fencing``, nor on a quorum
+    provider (ProviderError at the first call).
     """
     options = build_options(
         ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
         replicas=replicas, on_lost=on_lost, max_hold=max_hold, fencing=fencing,
     )  # fmt: skip
+    kind = SHARED if check_shared(shared, fencing) else LOCK
     busy = check_on_busy(on_busy)
     if name is not _UNSET:
         if templates:
@@ -457,13 +474,13 @@ def locked(
     elif len(templates) == 1 and inspect.isclass(templates[0]):
         targets.refuse_class("locked", templates[0])  # bare @locked on a class
     elif len(templates) == 1 and _is_bare_target(templates[0]):
-        return _decorate("locked", LOCK, (None,), options, busy, templates[0])
+        return _decorate("locked", kind, (None,), options, busy, templates[0])
     names = templates or (None,)
     if len(names) > 1 and any(n is None for n in names):
         raise TypeError("with several lock names, every one must be a template or a callable")
     for one in names:
         check_name(one)
-    return lambda func: _decorate("locked", LOCK, names, options, busy, func)
+    return lambda func: _decorate("locked", kind, names, options, busy, func)
 
 
 # limit is required by every overload; each comes in two shapes, because a required limit

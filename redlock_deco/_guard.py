@@ -39,7 +39,6 @@ from ._protocol import (
     SingleNode,
     fast_granted,
 )
-from ._tokens import new_token
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -51,11 +50,25 @@ def add_note(error: BaseException, note: str) -> None:
     notes.append(note)
 
 
-def _reenter(held: Holdings | None, options: LeaseOptions, key: str) -> Lease | None:
-    """The owner's lease on ``key`` if it already holds it (then counted once more)."""
+def _reenter(held: Holdings | None, kind: Kind, options: LeaseOptions, key: str) -> Lease | None:
+    """The owner's lease on ``key`` if it already holds it (then counted once more).
+
+    Shared in shared, exclusive in exclusive, and shared inside exclusive (it stays
+    exclusive) re-enter. Exclusive inside shared -- an upgrade -- raises at once: two readers
+    upgrading would each wait for the other to leave, forever.
+    """
     lease = held.get((options.provider, key)) if held is not None else None
     if lease is None:
         return None
+    if lease.claim.kind.shared and not kind.shared:
+        raise LockError(
+            f"this owner holds {key!r} shared (read) and asks for it exclusively: upgrading "
+            "a shared lock is refused, because two readers upgrading at once would each wait "
+            "for the other forever; take it exclusively from the start (or release the "
+            "shared hold first, knowing that others may write in between)",
+            name=lease.name,
+            key=key,
+        )
     if options.fencing and lease.fencing_token is None:
         # Re-entering would hand the fenced call the outer holder's lease, which has no
         # token: the store it protects could not tell this writer from a stale one.
@@ -74,7 +87,7 @@ def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
     keys = Keys.for_key(key, kind, options.fencing)
     confirm = options.fencing or options.replicas > 0 or not options.auto_renew
     counted = getattr(target, "counted", True)
-    return Claim(kind, keys, new_token(), options.ttl_ms, options.limit, options.replicas,
+    return Claim(kind, keys, kind.new_token(), options.ttl_ms, options.limit, options.replicas,
                  confirm, counted)  # fmt: skip
 
 
@@ -83,7 +96,16 @@ def _left(wait: float | None, started: float) -> float | None:
     return None if wait is None else max(0.0, wait - (time.monotonic() - started))
 
 
-def _check_fencing(options: LeaseOptions, target: Any) -> None:
+def _check_target(kind: Kind, options: LeaseOptions, target: Any) -> None:
+    """Refuse what a quorum of masters cannot do: fencing, and shared (read) locks."""
+    if kind.shared and not isinstance(target.algorithms, SingleNode):
+        raise ProviderError(
+            f"shared=True needs one Redis (a server, a cluster or a Sentinel primary): "
+            f"provider {options.provider!r} is a quorum of masters, where waiters poll "
+            "instead of queueing, so nothing would stop a stream of readers from starving a "
+            "writer forever; use an exclusive lock there, or a single-node provider",
+            provider=options.provider,
+        )
     if options.fencing and not isinstance(target.algorithms, SingleNode):
         raise ProviderError(
             f"fencing=True needs one Redis (a server, a cluster or a Sentinel primary): "
@@ -202,11 +224,11 @@ def enter(
     """Take the lease on ``key`` for the calling thread (or count a re-entry); None if
     ``wait`` ran out."""
     held = ownership.thread_holdings() if kind.reentrant else None
-    lease = _reenter(held, options, key)
+    lease = _reenter(held, kind, options, key)
     if lease is not None:
         return lease
     target = providers.sync_target(options.provider)
-    _check_fencing(options, target)
+    _check_target(kind, options, target)
     claim = _claim(kind, options, key, target)
     algorithms = target.algorithms
     first = algorithms.fast_try(claim, wait, target.listening)
@@ -324,11 +346,11 @@ async def enter_async(
     """
     task, task_alive = task_owner()
     held = ownership.task_holdings(task) if kind.reentrant and helper_of is None else None
-    lease = _reenter(held, options, key)
+    lease = _reenter(held, kind, options, key)
     if lease is not None:
         return lease
     target = providers.async_target(options.provider)
-    _check_fencing(options, target)
+    _check_target(kind, options, target)
     if not target.checked:  # before acquiring: a cancellation here leaves nothing held
         await eviction.check_async_once(target)
     claim = _claim(kind, options, key, target)

@@ -1,7 +1,8 @@
 """``redlock-deco inspect``: the locks and semaphores held now on one Redis.
 
 Walks the keyspace with SCAN (never KEYS, which blocks the server), recognises locks (a string
-holding one of our tokens) and semaphores (a sorted set of tokens scored by lease end), and
+holding one of our tokens), locks held shared (a string saying so, with its readers' sorted
+set beside it) and semaphores (a sorted set of tokens scored by lease end), and
 reports each holder as ``host:pid`` -- never the secret part of its token. On a cluster or a
 quorum, point it at each node in turn: SCAN sees one server.
 """
@@ -16,12 +17,18 @@ from typing import Any, cast
 
 import redis
 
-from ._protocol import SUFFIXES, hash_tag, sibling
+from ._protocol import SHARED_VALUE, SUFFIXES, hash_tag, sibling
 
-TOKEN = re.compile(r"(?P<holder>.+:[0-9]+):[0-9a-f]{8}:[0-9a-f]{32}")  # see _tokens.py
+# See _tokens.py; a reader's token ends in "/r" (_protocol.READER_SUFFIX).
+TOKEN = re.compile(r"(?P<holder>.+:[0-9]+):[0-9a-f]{8}:[0-9a-f]{32}(?:/r)?")
 REDIS_PY_TOKEN = re.compile(r"[0-9a-f]{32}")  # redis-py's Lock: uuid.uuid1().hex
 SIBLINGS = tuple(f":{suffix}" for suffix in SUFFIXES)
-ROLES = {"queue": "waiter queue", "limit": "semaphore limit", "fence": "fencing counter"}
+ROLES = {
+    "queue": "waiter queue",
+    "limit": "semaphore limit",
+    "fence": "fencing counter",
+    "readers": "readers (shared holders)",
+}
 
 
 def describe_server(info: Mapping[str, Any]) -> str:
@@ -112,7 +119,7 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
             continue  # a lock's or semaphore's own bookkeeping, not a lease
         kind = _text(client.type(raw_key))
         if kind == "string":
-            entry = _lock(client, raw_key, key)
+            entry = _lock(client, raw_key, key, now_ms)
         elif kind == "zset":
             entry = _semaphore(client, raw_key, key, now_ms)
         else:
@@ -144,6 +151,12 @@ def one(client: redis.Redis, key: str, force: bool = False) -> Found:
     kind = _text(client.type(key))
     if kind == "string":
         value = client.get(key)
+        if value is not None and _text(value) == SHARED_VALUE:
+            seconds, micros = client.time()
+            entry, tokens = _shared(client, key, seconds * 1000 + micros // 1000, every=True)
+            if entry is not None:
+                return Found(key, entry, tokens)
+            return Found(key, note=f"{key}: nothing held (its readers' leases have ended)")
         if value is not None:
             recognised = is_lock_token(value)
             if not recognised and not force:
@@ -174,12 +187,35 @@ def shown(raw: bytes | str) -> str:
     return _holder(raw) or foreign(raw)
 
 
-def _lock(client: redis.Redis, raw_key: bytes, key: str) -> dict[str, Any] | None:
+def _lock(client: redis.Redis, raw_key: bytes, key: str, now_ms: int) -> dict[str, Any] | None:
     value = client.get(raw_key)
+    if value is not None and _text(value) == SHARED_VALUE:
+        return _shared(client, key, now_ms)[0]
     holder = _holder(value) if isinstance(value, bytes) else None
     if holder is None:
         return None
     return _lock_entry(key, holder, int(client.pttl(raw_key)))
+
+
+def _shared(
+    client: redis.Redis, key: str, now_ms: int, every: bool = False
+) -> tuple[dict[str, Any] | None, tuple[bytes, ...]]:
+    """A lock held shared: its live readers (``every``: ended leases too), and their tokens."""
+    members = cast(
+        list[tuple[bytes, float]], client.zrange(sibling(key, "readers"), 0, -1, withscores=True)
+    )
+    holders = [
+        {
+            "holder": _holder(member) or foreign(member),
+            "remaining": max(0.0, (ends - now_ms) / 1000),
+        }
+        for member, ends in members
+        if ends > now_ms or every
+    ]
+    if not holders:
+        return None, ()
+    entry = {"kind": "shared", "key": key, "holders": holders, "slots": len(holders), "limit": None}
+    return entry, tuple(member for member, _ends in members)
 
 
 def _lock_entry(key: str, holder: str, ttl_ms: int) -> dict[str, Any]:
@@ -235,6 +271,8 @@ def render_table(entries: list[dict[str, Any]]) -> str:
     for entry in entries:
         limit = entry["limit"] if entry["limit"] is not None else "?"
         slots = f"{entry['slots']}/{limit}"
+        if entry["kind"] == "shared":
+            slots = f"{entry['slots']} reader{'s' if entry['slots'] != 1 else ''}"
         for index, holder in enumerate(entry["holders"]):
             remaining = holder["remaining"]
             rows.append(

@@ -6,13 +6,13 @@ from collections.abc import Iterable
 
 from . import _admin as admin
 from ._admin import Released
-from ._options import OnLost, build_options, explains_bad_arguments
+from ._options import OnLost, build_options, check_shared, explains_bad_arguments
 from ._primitive import AsyncPrimitive, Base, Primitive
-from ._protocol import LOCK
+from ._protocol import LOCK, SHARED, Kind
 
 
 class _LockOptions(Base):
-    kind = LOCK
+    kind: Kind = LOCK
 
     @explains_bad_arguments
     def __init__(
@@ -28,12 +28,20 @@ class _LockOptions(Base):
         on_lost: OnLost = None,
         max_hold: float | None = None,
         fencing: bool = False,
+        shared: bool = False,
     ) -> None:
         options = build_options(
             ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
             replicas=replicas, on_lost=on_lost, max_hold=max_hold, fencing=fencing,
         )  # fmt: skip
+        if check_shared(shared, fencing):
+            self.kind = SHARED
         super().__init__(name, options)
+
+    @property
+    def shared(self) -> bool:
+        """True if this object takes the lock in shared (read) mode."""
+        return self.kind.shared
 
 
 class Lock(_LockOptions, Primitive):
@@ -42,6 +50,15 @@ class Lock(_LockOptions, Primitive):
     Ownership belongs to the calling thread, like :class:`threading.RLock`: the same thread
     may acquire again (it only counts), and only the thread that acquired may release. Every
     ``Lock`` object (and ``@locked`` function) naming the same key shares that ownership.
+
+    ``shared=True`` takes it in shared (read) mode: any number of shared holders at once, or
+    one exclusive holder (every ``Lock`` without ``shared``), never both. Waiters are served
+    in arrival order, consecutive readers together, so a queued writer stops new readers and
+    neither side starves. An owner holding it shared may take it shared again; holding it
+    exclusively, it may take it shared too (the hold stays exclusive); asking for it
+    exclusively while holding it shared raises LockError at once (an upgrade would deadlock
+    two upgraders). Not on a quorum provider (ProviderError). See the README's "Readers and
+    writers".
     """
 
     api_name = "Lock"

@@ -210,6 +210,21 @@ def build_options(
     )
 
 
+def check_shared(shared: object, fencing: bool) -> bool:
+    """``shared``: take the lock in shared (read) mode; never together with fencing."""
+    if not isinstance(shared, bool):
+        raise TypeError(
+            f"shared must be True (read mode: many readers, no writer) or False (exclusive), "
+            f"got {shared!r}; every name of one decorator is taken in the same mode"
+        )
+    if shared and fencing:
+        raise ValueError(
+            "shared=True with fencing=True: readers write nothing a fencing token could guard, "
+            "so they get none; pass fencing=True to the exclusive (writing) side only"
+        )
+    return shared
+
+
 def check_on_lost(value: object) -> OnLost:
     """A callable taking the lease, "cancel" (async functions only), or None."""
     if value is None or value == "cancel":

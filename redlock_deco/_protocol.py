@@ -40,6 +40,7 @@ from redis.crc import key_slot
 
 from . import _scripts as scripts
 from ._scripts import Outcome, Script
+from ._tokens import new_token
 
 T = TypeVar("T")
 
@@ -148,9 +149,14 @@ def sibling(key: str, suffix: str) -> str:
     return f"{{{tag_for_slot(key_slot(key.encode()))}}}:{key}:{suffix}"
 
 
-#: Every suffix :func:`sibling` is given: a lease key's waiter queue, semaphore limit and
-#: fencing counter (``inspect`` skips such keys, a force release refuses them).
-SUFFIXES = ("queue", "limit", "fence")
+#: Every suffix :func:`sibling` is given: a lease key's waiter queue, semaphore limit,
+#: fencing counter and a lock's readers (``inspect`` skips such keys, a force release refuses
+#: them).
+SUFFIXES = ("queue", "limit", "fence", "readers")
+#: What a lock key holds while readers hold it (``lua/waiters.lua``): never a token.
+SHARED_VALUE = "redlock-deco:shared"
+#: How a reader's token ends (the queue tells waiting readers from writers by it).
+READER_SUFFIX = "/r"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -171,21 +177,26 @@ class Keys:
     queue: str  # the waiters, in arrival order
     limit: str | None = None  # semaphores: where the limit is kept for `inspect`
     fence: str | None = None  # fenced locks: the per-name fencing counter
+    readers: str | None = None  # locks: their shared holders (token -> end of its lease)
 
     @classmethod
     def for_key(cls, key: str, kind: Kind | None = None, fencing: bool = False) -> Keys:
         return _keys(key, kind is not None and not kind.reentrant, fencing)
 
     def extra(self) -> tuple[str, ...]:
-        """The semaphore's limit key, if any (the scripts' last key)."""
-        return () if self.limit is None else (self.limit,)
+        """A semaphore's limit key, or a lock's readers key (the scripts' third key)."""
+        if self.limit is not None:
+            return (self.limit,)
+        return () if self.readers is None else (self.readers,)
 
 
 @functools.lru_cache(maxsize=4096)
 def _keys(key: str, limited: bool, fencing: bool) -> Keys:
     """Key layouts are cached: a hot name is laid out once, not on every call."""
-    queue, limit, fence = (sibling(key, suffix) for suffix in SUFFIXES)
-    return Keys(key, queue, limit if limited else None, fence if fencing else None)
+    queue, limit, fence, readers = (sibling(key, suffix) for suffix in SUFFIXES)
+    if limited:
+        return Keys(key, queue, limit, fence if fencing else None)
+    return Keys(key, queue, None, fence if fencing else None, readers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +209,13 @@ class Kind:
     owned_script: Script
     count_script: Script
     reentrant: bool
+    shared: bool = False  # a reader of a token lock (see lua/waiters.lua)
 
     def count_step(self, key: str) -> Eval:
-        return Eval(self.count_script, (key,), ("",))
+        return Eval(self.count_script, (key, *Keys.for_key(key, self).extra()), ("",))
+
+    def new_token(self) -> str:
+        return new_token() + READER_SUFFIX if self.shared else new_token()
 
 
 LOCK = Kind(
@@ -210,6 +225,16 @@ LOCK = Kind(
     scripts.LOCK_OWNED,
     scripts.LOCK_COUNT,
     reentrant=True,
+)
+#: A token lock taken in shared (read) mode: any number of readers, or one ``LOCK`` holder.
+SHARED = Kind(
+    scripts.SHARED_ACQUIRE,
+    scripts.SHARED_RELEASE,
+    scripts.SHARED_EXTEND,
+    scripts.SHARED_OWNED,
+    scripts.LOCK_COUNT,
+    reentrant=True,
+    shared=True,
 )
 SEMAPHORE = Kind(
     scripts.SEM_ACQUIRE,
@@ -242,7 +267,7 @@ class Claim:
         there is), where nothing else is needed from it: a lock, unfenced, whose caller is
         prepared to wait (a try-once caller needs the script's check for an attempt that
         a client retry re-sent after it had landed)."""
-        if not self.kind.reentrant or self.keys.fence is not None:
+        if not self.kind.reentrant or self.kind.shared or self.keys.fence is not None:
             return None
         args = ("SET", self.keys.key, self.token, "NX", "PX", self.ttl_ms)
         return Call(args, acquiring=True)
@@ -269,7 +294,7 @@ class Claim:
         return Eval(self.kind.extend_script, keys, (self.token, ttl_ms))
 
     def owned_step(self) -> Eval:
-        return Eval(self.kind.owned_script, (self.keys.key,), (self.token,))
+        return Eval(self.kind.owned_script, (self.keys.key, *self.keys.extra()), (self.token,))
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@
 -- nobody left to serve, the queue and the semaphore's limit key are gone too.
 -- include: waiters
 -- KEYS[1] lease key: a lock's token string, or a semaphore's holders zset
--- KEYS[2] waiter queue (same hash slot); KEYS[3] semaphore limit (same hash slot)
+-- KEYS[2] waiter queue (same hash slot); KEYS[3] semaphore limit (same hash slot); KEYS[4] a
+--         lock's readers (same hash slot): while they hold it, the lock key says SHARED
 -- ARGV[1] hand-off lease in ms; ARGV[2] '1' if PUBLISH counts prove a waiter gone ('0' on a
 --         cluster); ARGV[3] expected kind: 'lock', 'semaphore', or '' for whichever it is
 -- ARGV[4] '1' (force): a string that holds no lock token is removed too
@@ -54,6 +55,27 @@ if type(token) == 'table' and token.err then
   members = redis.pcall('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   kind = (type(members) == 'table' and members.err) and 'other' or 'zset'
 end
+if kind == 'string' and expected ~= 'semaphore' and token == SHARED then
+  -- Held by readers: every one of them goes.
+  members = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+  local tokens = {}
+  for i = 1, #members, 2 do
+    tokens[#tokens + 1] = members[i]
+  end
+  if unexpected(tokens) then
+    return {4, tokens}
+  end
+  local now = now_ms()
+  local removed = {}
+  for i = 1, #members, 2 do
+    removed[#removed + 1] = members[i]
+    removed[#removed + 1] = tonumber(members[i + 1]) - now
+  end
+  redis.call('DEL', KEYS[1], KEYS[4])
+  local writer = lock_serve(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], 0)
+  local served = writer and {writer} or redis.call('ZRANGE', KEYS[4], 0, -1)
+  return {1, 'lock', removed, served, 1}
+end
 if kind == 'string' and expected ~= 'semaphore' then
   -- A redis-py Lock (a uuid, perhaps with no expiry) is as stuck as ours.
   local recognised = string.match(token, ours) or string.match(token, redis_py)
@@ -67,8 +89,9 @@ if kind == 'string' and expected ~= 'semaphore' then
   redis.call('DEL', KEYS[1])
   -- The old holder's next renewal or release compares its token, finds another or none,
   -- and reports the lease lost.
-  local served = lock_serve(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-  return {1, 'lock', removed, {served}, recognised and 1 or 0}
+  local writer = lock_serve(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], 0)
+  local served = writer and {writer} or redis.call('ZRANGE', KEYS[4], 0, -1)
+  return {1, 'lock', removed, served, recognised and 1 or 0}
 end
 if kind == 'zset' and expected ~= 'lock' then
   local tokens = {}

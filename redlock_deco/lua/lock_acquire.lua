@@ -1,7 +1,9 @@
--- Take a token lock, or queue for it and report how long its holder's lease has left.
+-- Take a token lock (exclusively), or queue for it and report how long its holder's lease
+-- has left.
 -- include: waiters
--- KEYS[1] lock key (a plain string holding the owner's token, as redis-py's Lock uses)
--- KEYS[2] waiter queue of this lock (same hash slot); KEYS[3] (fencing only) fence counter
+-- KEYS[1] lock key (a plain string holding the owner's token, as redis-py's Lock uses; or
+--         SHARED while readers hold it); KEYS[2] waiter queue of this lock (same hash slot);
+-- KEYS[3] its readers (same hash slot); KEYS[4] (fencing only) fence counter
 -- ARGV[1] token; ARGV[2] lease ttl in ms
 -- ARGV[3] mode: 0 try once (never queues); 1 queue if busy; 2 again: this waiter queued
 --         before, so it may have been handed the lock, and it keeps its place in the queue
@@ -9,54 +11,59 @@
 --         prove a waiter gone, '0' on a cluster; ARGV[7] limit (unused by locks)
 -- ARGV[8] (fencing only) how long to keep the fence counter, in ms
 -- returns {1, ttl ms[, fencing token]} acquired
---       | {0, ms until the holder's lease ends, or -1 if it never ends}
+--       | {0, ms until the holder's lease ends (the longest reader's), or -1 if it never ends}
 local mode = ARGV[3]
 local mine = false
-if mode == '2' then
-  local holder = redis.call('GET', KEYS[1])
+local holder = nil
+if mode ~= '2' then
+  mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  if not mine then
+    holder = redis.call('GET', KEYS[1])  -- a key of another type raises WRONGTYPE here
+    if mode == '0' and holder == ARGV[1] then
+      -- This very attempt already landed once: a client retry re-sent it after losing the
+      -- reply. Without this the caller would give up on a lock it holds. (Mode 1 finds out
+      -- at its next check, as mode 2.)
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      mine = true
+    end
+  end
+else
+  holder = redis.call('GET', KEYS[1])
   if holder == ARGV[1] then
     -- Handed to us (or a client retry re-sent an attempt that had landed): confirm it.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     redis.call('LREM', KEYS[2], 0, ARGV[1])
     mine = true
-  elseif not holder then
-    -- Free with waiters queued: a holder crashed, or a grantee never took its hand-off.
-    -- Serve the queue in order; the lock is ours if we come first or nobody else listens.
-    local served = lock_serve(KEYS[1], KEYS[2], ARGV[5], ARGV[6])
-    if not served or served == ARGV[1] then
-      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-      redis.call('LREM', KEYS[2], 0, ARGV[1])
-      mine = true
-    end
   end
-else
-  mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-  if not mine and mode == '0' and redis.call('GET', KEYS[1]) == ARGV[1] then
-    -- This very attempt already landed once: a client retry re-sent it after losing the
-    -- reply. Without this the caller would give up on a lock it holds. (Mode 1 finds out at
-    -- its next check, as mode 2.)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not mine and holder == SHARED and readers_live(KEYS[3], now_ms()) == 0 then
+  -- Every reader's lease has ended (crashed readers): as free as a missing key.
+  redis.call('DEL', KEYS[1])
+  holder = false
+end
+if not mine and not holder then
+  -- Free with waiters queued: a holder crashed, or a grantee never took its hand-off.
+  -- Serve the queue in order; the lock is ours if we come first or nobody else listens.
+  local served = lock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], 0)
+  if served == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('LREM', KEYS[2], 0, ARGV[1])
     mine = true
   end
 end
 if mine then
-  if KEYS[3] then
+  if KEYS[4] then
     -- Strictly above every earlier token of this name: the counter, floored by the server's
     -- clock in microseconds so the sequence survives the counter key's expiry.
     local t = redis.call('TIME')
     local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local fence = math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, floor)
-    redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', ARGV[8])
+    local fence = math.max(tonumber(redis.call('GET', KEYS[4]) or '0') + 1, floor)
+    redis.call('SET', KEYS[4], string.format('%d', fence), 'PX', ARGV[8])
     return {1, tonumber(ARGV[2]), fence}
   end
   return {1, tonumber(ARGV[2])}
 end
 local left = redis.call('PTTL', KEYS[1])
-if left == -1 then
-  -- A key without expiry is none of ours (we always set one): if it is not even a string,
-  -- GET raises WRONGTYPE, so the caller hears of it now instead of waiting out `wait`.
-  redis.call('GET', KEYS[1])
-end
 if mode ~= '0' then
   queue_join(KEYS[2], ARGV[1], ARGV[4], mode == '2')
 end

@@ -35,18 +35,69 @@ local function queue_join(queue, token, window, again)
   redis.call('PEXPIRE', queue, window)
 end
 
--- Hand the free lock to the first queued waiter still listening: its token, or nil.
-local function lock_serve(key, queue, handoff, counted)
+-- A token lock's readers (shared holders) live in a sorted set beside it, token -> end of
+-- its lease in server-clock ms, while the lock key holds SHARED (never a token) and lives
+-- exactly as long as the longest of those leases: so a plain SET NX, redis-py's Lock
+-- included, finds the key taken while anyone reads. Readers' tokens end in '/r', which is
+-- how the queue tells a waiting reader from a waiting writer.
+local SHARED = 'redlock-deco:shared'
+
+local function reads(token)
+  return string.sub(token, -2) == '/r'
+end
+
+-- Drop readers whose lease has ended (crashed, or never renewed); how many remain.
+local function readers_live(readers, now)
+  redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
+  return redis.call('ZCARD', readers)
+end
+
+-- After readers came or went: the lock key holds SHARED for exactly as long as the longest
+-- reader's lease, the readers' set too; with no reader left, both go (if no writer took the
+-- key meanwhile). Returns how many read.
+local function readers_settle(key, readers, now)
+  local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    if redis.call('GET', key) == SHARED then
+      redis.call('DEL', key)
+    end
+    return 0
+  end
+  local left = math.max(1, tonumber(last[2]) - now)
+  redis.call('SET', key, SHARED, 'PX', left)
+  redis.call('PEXPIRE', readers, left)
+  return redis.call('ZCARD', readers)
+end
+
+-- The lock is free, or only read (`live` readers, already swept): serve the queue in order,
+-- as a release does. Readers at its head are admitted together (each with a hand-off lease
+-- of its own); a writer at its head is handed the lock once nobody reads, and blocks every
+-- reader queued behind it until then. Returns the writer's token if one was handed the lock.
+local function lock_serve(key, queue, readers, handoff, counted, live)
+  local now = nil
   while true do
     local head = redis.call('LPOP', queue)
     if not head then
-      return nil
+      break
     end
-    if told(head, counted) then
+    if reads(head) then
+      if told(head, counted) then
+        now = now or now_ms()
+        redis.call('ZADD', readers, now + tonumber(handoff), head)
+        live = live + 1
+      end
+    elseif live > 0 then
+      redis.call('LPUSH', queue, head)  -- a writer waits for the readers to leave
+      break
+    elseif told(head, counted) then
       redis.call('SET', key, head, 'PX', handoff)
       return head
     end
   end
+  if live > 0 then
+    readers_settle(key, readers, now or now_ms())
+  end
+  return nil
 end
 
 -- Hand up to `free` free slots to queued waiters still listening.
