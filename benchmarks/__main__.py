@@ -23,6 +23,7 @@ from . import (
     crash,
     quorum_bench,
     semaphore_bench,
+    shared_bench,
     uncontended,
     waiters,
 )
@@ -73,6 +74,8 @@ def main() -> int:
             results.semaphore[library] = semaphore_bench.measure(
                 server.url, library, 8, args.seconds
             )
+        step("reader-writer lock: reader scaling, writer under a reader stream")
+        results.shared = shared_bench.measure(server.url, args.seconds)
         for mode in ("threads", "asyncio tasks"):
             step(f"{waiters.WAITERS:,} waiters in one process: {mode}")
             results.waiters.append(waiters.measure(server.url, mode))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from . import quorum_bench, semaphore_bench
+from . import quorum_bench, semaphore_bench, shared_bench
 from .contention import Contended
 from .uncontended import FLOOR, SCRIPTS
 from .waiters import Waiters
@@ -34,6 +34,7 @@ class Results:
     # library -> (acquisitions/s, most holders inside at once); and the skipped ones
     semaphore: dict[str, tuple[float, int]] = field(default_factory=dict)
     semaphore_missing: dict[str, str] = field(default_factory=dict)
+    shared: shared_bench.SharedRun | None = None  # the reader-writer lock
     waiters: list[Waiters] = field(default_factory=list)
     asyncio: str = ""
     quorum: dict[str, float] = field(default_factory=dict)  # provider -> cycles/s
@@ -142,6 +143,8 @@ def markdown(r: Results) -> str:
         "",
         *semaphore_section(r),
         "",
+        *shared_section(r),
+        "",
         *waiters_section(r),
         "",
         "## asyncio",
@@ -212,6 +215,45 @@ def semaphore_section(r: Results) -> list[str]:
         out += ["", f"redlock-deco vs the best anchor ({name}): **{ours / rate:.2f}x**."]
     for name, install in r.semaphore_missing.items():
         out += ["", f"{name} was not installed, so it was skipped: `{install}` to include it."]
+    return out
+
+
+def shared_section(r: Results) -> list[str]:
+    run = r.shared
+    title = "## Reader-writer lock: `Lock(name, shared=True)`"
+    if run is None or not run.scaling:
+        return [title, "", "not measured"]
+    one = next(iter(run.scaling.values()))[2]
+    out = [
+        title,
+        "",
+        f"Reader scaling: each process loops holds of ~{shared_bench.HOLD * 1000:g} ms of "
+        f"sleeping work on one name, {run.seconds:g} s per row.",
+        "",
+        "| processes | mode | holds/s | vs 1 reader | most holders inside at once |",
+        "| ---: | --- | ---: | ---: | ---: |",
+    ]
+    for processes, shared, rate, peak in run.scaling.values():
+        mode = "shared" if shared else "exclusive"
+        out.append(f"| {processes} | {mode} | {rate:,.0f} | {rate / one:.2f}x | {peak} |")
+    low, high = (t * 1000 for t in shared_bench.STREAM_HOLD)
+    most = max(run.waits, default=math.nan)
+    out += [
+        "",
+        f"Writer under a reader stream: {shared_bench.STREAM_READERS} processes loop shared "
+        f"holds of {low:g}-{high:g} ms,",
+        f"while one writer process takes `Lock(name, wait=30)` {len(run.waits)} times, a pause "
+        f"apart (asked with a reader inside: {run.inside_at_ask} of {len(run.waits)}).",
+        "",
+        "| writer wait p50 | p95 | max | readers' holds/s meanwhile | "
+        "reader inside with the writer |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+        f"| {_ms(run.percentile(0.5))} | {_ms(run.percentile(0.95))} | {_ms(most)} | "
+        f"{run.stream_reads:,.0f} | {run.overlaps} |",
+        "",
+        "FIFO: a queued writer stops new readers, so it waits for the readers inside to finish",
+        f"(at most one hold, {high:g} ms here) plus a hand-off.",
+    ]
     return out
 
 

@@ -1,0 +1,297 @@
+"""Owners for tests/test_shared_stateful.py and the reader/writer exclusion checker of
+tests/test_shared_faults.py.
+
+An owner is a long-lived thread (sync) or task (asyncio) that acts on one lock name through
+``Lock`` objects of both modes -- ``shared=True`` (a reader) or not (a writer) -- and two
+variants (see ``VARIANTS``), so ownership per thread or task is real. The objects are shared
+by every owner (ownership is per owner, not per object). Commands are tuples
+``(op, mode, variant, arg)``; replies are ``("ok", value)``, ``("raised", class name,
+message)`` for our own ``LockError``s, or ``("error", traceback)`` for anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import queue
+import threading
+import time
+import traceback
+from typing import Any
+
+import redis
+
+import redlock_deco
+import redlock_deco.asyncio
+from redlock_deco import Lock, LockError
+
+NAME = "doc"
+MODES = ("r", "w")  # reader (shared=True), writer (exclusive)
+# "manual" leases are never renewed and expire after their short ttl; "renewed" ones are
+# kept alive by the renewer.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "manual": {"ttl": 0.3, "auto_renew": False},
+    "renewed": {"ttl": 1.0, "auto_renew": True},
+}
+CALL_TIMEOUT = 15.0
+
+
+def make(mode: str, variant: str, *, is_async: bool = False) -> Any:
+    cls: Any = redlock_deco.asyncio.Lock if is_async else Lock
+    return cls(NAME, wait=0, shared=mode == "r", **VARIANTS[variant])
+
+
+def describe(lease: Any) -> tuple[str, bool, float] | None:
+    """What the machine compares of a lease: token, lost flag, remaining seconds."""
+    return None if lease is None else (lease.token, lease.lost, lease.remaining())
+
+
+def wrap_error(exc: BaseException) -> tuple[Any, ...]:
+    if isinstance(exc, LockError):
+        return ("raised", type(exc).__name__, str(exc))
+    return ("error", "".join(traceback.format_exception(exc)))
+
+
+# -- sync owners (threads) -----------------------------------------------------------------
+
+
+class ThreadOwner:
+    """A worker thread acting on the shared objects; commands go through queues."""
+
+    def __init__(self, name: str, objects: dict[tuple[str, str], Any]) -> None:
+        self.objects = objects
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.outbox: queue.Queue[Any] = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            cmd = self.inbox.get()
+            if cmd is None:
+                return
+            try:
+                reply: tuple[Any, ...] = ("ok", self._run(*cmd))
+            except Exception as exc:
+                reply = wrap_error(exc)
+            self.outbox.put(reply)
+
+    def _run(self, op: str, mode: str = "r", variant: str = "manual", arg: Any = None) -> Any:
+        if op == "reset":
+            return reset_sync(self.objects.values())
+        obj = self.objects[(mode, variant)]
+        if op == "acquire":
+            granted = obj.acquire()
+            return granted, describe(obj.lease)
+        if op == "release":
+            obj.release()
+            return None
+        if op == "extend":
+            obj.extend(arg)
+            return None
+        if op == "owned":
+            owned = obj.owned()
+            return owned, describe(obj.lease)
+        if op == "probe":
+            return describe(obj.lease)
+        if op == "holders":
+            return obj.holders(), obj.locked()
+        raise ValueError(f"unknown command {op!r}")
+
+    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.inbox.put(cmd)
+        try:
+            reply: tuple[Any, ...] = self.outbox.get(timeout=CALL_TIMEOUT)
+        except queue.Empty:
+            raise AssertionError(f"{self.thread.name} stuck on {cmd!r}") from None
+        return reply
+
+    def stop(self) -> None:
+        self.inbox.put(None)
+        self.thread.join(5)
+        assert not self.thread.is_alive(), f"{self.thread.name} did not stop"
+
+
+def reset_sync(objects: Any) -> tuple[int, int]:
+    """Release everything the calling thread holds through any object."""
+    released = failed = 0
+    for obj in objects:
+        for _ in range(100):
+            if obj.lease is None:
+                break
+            try:
+                obj.release()
+                released += 1
+            except LockError:
+                failed += 1
+    return released, failed
+
+
+def sync_owners(names: tuple[str, ...]) -> dict[str, ThreadOwner]:
+    objects = {(mode, variant): make(mode, variant) for mode in MODES for variant in VARIANTS}
+    return {name: ThreadOwner(f"owner-{name}", objects) for name in names}
+
+
+# -- asyncio owners (tasks of one loop) --------------------------------------------------------
+
+
+class AsyncOwners:
+    """Owner tasks on one event loop run by ``asyncio.run`` in a background thread, sharing
+    every lock object (ownership is per task)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.objects: dict[tuple[str, str], Any] = {}
+        started = threading.Event()
+        self.thread = threading.Thread(
+            target=asyncio.run, args=(self._main(started),), name="owner-loop", daemon=True
+        )
+        self.thread.start()
+        assert started.wait(10), "owner loop did not start"
+
+    async def _main(self, started: threading.Event) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        self.queues: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in range(self.count)]
+        tasks = [
+            asyncio.create_task(self._serve(inbox), name=f"owner-task-{index}")
+            for index, inbox in enumerate(self.queues)
+        ]
+        started.set()
+        await self.stopping.wait()
+        for inbox in self.queues:
+            inbox.put_nowait(None)
+        await asyncio.gather(*tasks)
+
+    async def _serve(self, inbox: asyncio.Queue[Any]) -> None:
+        while True:
+            item = await inbox.get()
+            if item is None:
+                return
+            cmd, future = item
+            try:
+                reply: tuple[Any, ...] = ("ok", await self._run(*cmd))
+            except Exception as exc:
+                reply = wrap_error(exc)
+            future.set_result(reply)
+
+    def obj(self, mode: str, variant: str) -> Any:
+        if (mode, variant) not in self.objects:
+            self.objects[(mode, variant)] = make(mode, variant, is_async=True)
+        return self.objects[(mode, variant)]
+
+    async def _run(self, op: str, mode: str = "r", variant: str = "manual", arg: Any = None) -> Any:
+        if op == "reset":
+            released = failed = 0
+            for obj in list(self.objects.values()):
+                for _ in range(100):
+                    if obj.lease is None:
+                        break
+                    try:
+                        await obj.release()
+                        released += 1
+                    except LockError:
+                        failed += 1
+            return released, failed
+        obj = self.obj(mode, variant)
+        if op == "acquire":
+            granted = await obj.acquire()
+            return granted, describe(obj.lease)
+        if op == "release":
+            return await obj.release()
+        if op == "extend":
+            return await obj.extend(arg)
+        if op == "owned":
+            owned = await obj.owned()
+            return owned, describe(obj.lease)
+        if op == "probe":
+            return describe(obj.lease)
+        if op == "holders":
+            return await obj.holders(), await obj.locked()
+        raise ValueError(op)
+
+    def call(self, index: int, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        future: concurrent.futures.Future[tuple[Any, ...]] = concurrent.futures.Future()
+        self.loop.call_soon_threadsafe(self.queues[index].put_nowait, (cmd, future))
+        try:
+            return future.result(CALL_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise AssertionError(f"owner task {index} stuck on {cmd!r}") from None
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.stopping.set)
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "owner loop did not stop"
+
+
+class TaskOwner:
+    def __init__(self, owners: AsyncOwners, index: int) -> None:
+        self.owners, self.index = owners, index
+
+    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self.owners.call(self.index, cmd)
+
+
+# -- the reader/writer exclusion checker under network faults (test_shared_faults.py) -------
+
+
+def rw_sections(spec: dict[str, Any], role: dict[str, Any]) -> dict[str, Any]:
+    """Run @locked(NAME, shared=role["shared"]) sections until ``spec["stop"]`` appears.
+
+    Like tests/workers.py's ``guarded_sections``: the section logs ``+R id`` / ``+W id`` on
+    entry and ``-id`` on exit through ``spec["checker"]`` (a direct connection), so the log's
+    order is the server's own. Outcomes per section: ``clean``, ``lost`` (LockLost) or
+    ``error`` (a connection error after it ran); calls that never entered count as ``busy``
+    or ``failed``.
+    """
+    import random
+
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from redlock_deco import LockLost, LockNotAcquired, locked, register_provider
+
+    checker = redis.Redis.from_url(spec["checker"])
+    worker = role["name"]
+    tag = "R" if role["shared"] else "W"
+    rand = random.Random(worker)
+    result: dict[str, Any] = {"worker": worker, "sections": {}, "busy": 0, "failed": 0}
+    client = redis.Redis.from_url(
+        role["url"],
+        retry=Retry(NoBackoff(), role["retries"]),
+        socket_timeout=role["timeout"],
+        socket_connect_timeout=role["timeout"],
+    )
+    register_provider("default", client)
+
+    @locked(NAME, shared=role["shared"], ttl=spec["ttl"], wait=2.0)
+    def section(sid: str) -> None:
+        checker.rpush(spec["events"], f"+{tag}{sid}")
+        result["sections"][sid] = "error"
+        if rand.random() < role["long"]:
+            time.sleep(spec["ttl"] * rand.choice([1.5, 3.0]))
+        else:
+            time.sleep(rand.uniform(0.001, 0.03))
+        checker.rpush(spec["events"], f"-{sid}")
+
+    checker.incr(spec["ready"])
+    for n in itertools.count():
+        if checker.exists(spec["stop"]):
+            break
+        sid = f"{worker}.{n}"
+        try:
+            section(sid)
+        except LockNotAcquired:
+            result["busy"] += 1
+        except LockLost:
+            result["sections"][sid] = "lost"
+        except redis.RedisError:
+            result["failed"] += sid not in result["sections"]
+        else:
+            result["sections"][sid] = "clean"
+        time.sleep(rand.uniform(0, 0.01))
+    # The client stays open: a background clean-up of an acquire cut short may still run.
+    checker.close()
+    return result

@@ -1,0 +1,342 @@
+"""The reader-writer lock, ``Lock(name, shared=True)`` and ``@locked(..., shared=True)``:
+behaviour written once and run in both flavours (sync and asyncio), then the layout, the
+operator tools and what is refused. Multi-process invariants, starvation bounds and crashes
+are in test_shared_processes.py; the stateful and fault-proxy tests in test_shared_*.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from flavours import Api
+
+import redlock_deco
+from redlock_deco import Lock, LockError, LockNotOwned, ProviderError, locked
+from redlock_deco._inspection import held, render_table
+from redlock_deco.testing import RedisServer
+
+SHARED = b"redlock-deco:shared"
+
+
+def readers(r: redis.Redis, name: str) -> list[bytes]:
+    return list(r.zrange("{lock:%s}:readers" % name, 0, -1))  # noqa: UP031  # braces
+
+
+def test_readers_share_and_exclude_writers(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        first = api.Lock("doc:1", shared=True, ttl=5, wait=0)
+        assert await first.acquire()
+        assert r.get("lock:doc:1") == SHARED and 4000 < r.pttl("lock:doc:1") <= 5000
+
+        async def other_owner() -> tuple[bool, int]:
+            second = api.Lock("doc:1", shared=True, ttl=8, wait=0)
+            took = await second.acquire()
+            count = await second.holders()
+            await second.release()
+            return took, count
+
+        async def writer() -> bool:
+            return bool(await api.Lock("doc:1", wait=0).acquire())
+
+        took, count = await api.join(api.spawn(other_owner))
+        assert took and count == 2
+        assert not await api.join(api.spawn(writer))
+        assert len(readers(r, "doc:1")) == 1  # the second left; the first reads on
+        assert await first.owned() and await first.locked()
+        await first.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_a_writer_excludes_readers_and_hands_over_to_them(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        writer = api.Lock("doc:2", ttl=5)
+        await writer.acquire()
+
+        async def reader() -> float:
+            async with api.Lock("doc:2", shared=True, wait=5):
+                return time.monotonic()
+
+        assert not await api.join(
+            api.spawn(lambda: api.Lock("doc:2", shared=True, wait=0).acquire())
+        )
+        waiting = [api.spawn(reader), api.spawn(reader)]
+        await api.sleep(0.2)  # both queued
+        released = time.monotonic()
+        await writer.release()
+        entered = [await api.join(handle) for handle in waiting]
+        # Served by the release itself (a hand-off, no polling): both in at once.
+        assert all(0 <= at - released < 0.1 for at in entered), entered
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_a_queued_writer_stops_new_readers(api: Api, r: redis.Redis) -> None:
+    order: list[str] = []
+
+    async def scenario(api: Api) -> None:
+        reader = api.Lock("doc:3", shared=True, ttl=5)
+        await reader.acquire()
+
+        async def write() -> None:
+            async with api.Lock("doc:3", wait=5):
+                order.append("writer in")
+                await api.sleep(0.1)
+                order.append("writer out")
+
+        async def read(tag: str) -> None:
+            async with api.Lock("doc:3", shared=True, wait=5):
+                order.append(f"{tag} in")
+
+        writing = api.spawn(write)
+        await api.sleep(0.2)  # the writer queues behind the reader
+        # A new reader (another owner) may not pass it (the writer would starve), even
+        # trying once.
+        try_once = api.spawn(lambda: api.Lock("doc:3", shared=True, wait=0).acquire())
+        assert not await api.join(try_once)
+        late = [api.spawn(lambda: read("late 1")), api.spawn(lambda: read("late 2"))]
+        await api.sleep(0.2)
+        assert order == []
+        await reader.release()
+        await api.join(writing)
+        for handle in late:
+            await api.join(handle)
+
+    api.run(scenario)
+    assert order[:2] == ["writer in", "writer out"]
+    assert sorted(order[2:]) == ["late 1 in", "late 2 in"]
+    assert r.dbsize() == 0
+
+
+def test_reentry_rules(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        async with api.Lock("doc:4", shared=True):
+            async with api.Lock("doc:4", shared=True):  # shared in shared: counted
+                assert len(readers(r, "doc:4")) == 1
+            started = time.monotonic()
+            with pytest.raises(LockError, match="upgrading"):
+                async with api.Lock("doc:4", wait=10):  # an upgrade: refused at once
+                    pass
+            assert time.monotonic() - started < 1.0
+            assert len(readers(r, "doc:4")) == 1  # the shared hold is untouched
+        # Shared inside exclusive: the hold stays exclusive.
+        async with api.Lock("doc:4"), api.Lock("doc:4", shared=True):
+            assert r.get("lock:doc:4") not in (None, SHARED)
+            assert r.exists("{lock:doc:4}:readers") == 0
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_decorator_in_shared_mode(api: Api, r: redis.Redis) -> None:
+    inside: list[int] = []
+    peak: list[int] = []
+
+    async def body(doc: int) -> None:
+        inside.append(doc)
+        peak.append(len(inside))
+        await api.sleep(0.2)
+        inside.remove(doc)
+
+    read = api.decorate(locked("doc:{doc}", shared=True, wait=5), body)
+
+    async def scenario(api: Api) -> None:
+        handles = [api.spawn(lambda: api.call(read, 7)) for _ in range(3)]
+        for handle in handles:
+            await api.join(handle)
+
+    api.run(scenario)
+    assert max(peak) == 3  # all three read at once
+    assert r.dbsize() == 0
+
+
+def test_several_names_shared_all_or_nothing(api: Api, r: redis.Redis) -> None:
+    def body(a: int, b: int) -> None:
+        assert r.get(f"lock:acct:{a}") == SHARED and r.get(f"lock:acct:{b}") == SHARED
+
+    async def abody(a: int, b: int) -> None:
+        body(a, b)
+
+    both = api.decorate(locked("acct:{a}", "acct:{b}", shared=True, wait=0.2), abody)
+
+    async def scenario(api: Api) -> None:
+        await api.call(both, 1, 2)
+        writer = api.Lock("acct:2", ttl=5)
+        await writer.acquire()
+
+        async def refused() -> None:  # another owner (this one would re-enter, as a writer)
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                await api.call(both, 1, 2)
+            assert r.exists("lock:acct:1") == 0  # nothing of the set is kept
+
+        await api.join(api.spawn(refused))
+        await writer.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_each_reader_has_its_own_lease(r: redis.Redis) -> None:
+    short = Lock("doc:5", shared=True, ttl=0.3, auto_renew=False)
+    assert short.acquire()
+    took, leave, left = threading.Event(), threading.Event(), threading.Event()
+
+    def long_reader() -> None:  # another thread: the same thread would re-enter the share
+        with Lock("doc:5", shared=True, ttl=10):
+            took.set()
+            leave.wait(10)
+        left.set()
+
+    thread = threading.Thread(target=long_reader)
+    thread.start()
+    assert took.wait(10)
+    assert r.pttl("lock:doc:5") > 9000  # the key lives as long as its longest reader
+    time.sleep(0.4)  # the short lease ended (its holder "crashed": nothing renews it)
+    assert Lock("doc:5").holders() == 1
+    with pytest.raises(LockNotOwned):
+        short.release()
+    leave.set()
+    assert left.wait(10)
+    thread.join(10)
+    assert r.dbsize() == 0  # the last reader out removed both keys
+
+
+def test_a_crashed_readers_share_ends_with_its_lease(r: redis.Redis) -> None:
+    gone = Lock("doc:6", shared=True, ttl=0.5, auto_renew=False)
+    assert gone.acquire()  # and never released: its holder "crashed"
+    started = time.monotonic()
+    waited: list[float] = []
+
+    def write() -> None:
+        with Lock("doc:6", wait=5):
+            waited.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join(10)
+    assert waited and 0.4 < waited[0] < 0.5 + 0.3, waited
+    # The ended reader's set expired with it; DBSIZE counts it until the server's expiry
+    # cycle reclaims it (when the writer came in by a plain SET NX that never touched it).
+    deadline = time.monotonic() + 2
+    while r.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.dbsize() == 0
+
+
+def test_redis_py_lock_interop(r: redis.Redis) -> None:
+    theirs = r.lock("lock:doc:7", timeout=5)
+    assert theirs.acquire(blocking=False)
+    assert not Lock("doc:7", shared=True, wait=0).acquire()
+    theirs.release()
+    with Lock("doc:7", shared=True):
+        assert not r.lock("lock:doc:7", timeout=5).acquire(blocking=False)
+        assert r.lock("lock:doc:7").locked()
+    assert r.dbsize() == 0
+
+
+def test_refusals_are_clear_and_early(server: RedisServer) -> None:
+    with pytest.raises(TypeError, match="shared must be True"):
+        Lock("x", shared="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="shared must be True"):
+        locked("x", shared=1)  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="fencing"):
+        locked("x", shared=True, fencing=True)
+    with pytest.raises(ValueError, match="fencing"):
+        Lock("x", shared=True, fencing=True)
+    assert Lock("x", shared=True).shared and not Lock("x").shared
+
+
+@pytest.fixture
+def quorum() -> Iterator[str]:
+    servers = [RedisServer() for _ in range(3)]
+    try:
+        for each in servers:
+            each.start()
+        redlock_deco.register_provider("q", [each.url for each in servers])
+        yield "q"
+    finally:
+        redlock_deco.unregister_provider("q")
+        for each in servers:
+            each.__exit__(None, None, None)
+
+
+def test_refused_on_a_quorum(quorum: str) -> None:
+    with pytest.raises(ProviderError, match="quorum"):
+        Lock("x", shared=True, provider=quorum).acquire()
+
+    @locked("x", shared=True, provider=quorum)
+    def read() -> None: ...
+
+    with pytest.raises(ProviderError, match="starving a writer"):
+        read()
+    with Lock("x", provider=quorum):  # exclusive locks still work there
+        pass
+
+
+def test_force_release_removes_every_reader_and_serves_the_queue(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    lost: list[str] = []
+    one = Lock("doc:8", shared=True, ttl=1, on_lost=lambda lease: lost.append(lease.key))
+    assert one.acquire()
+    other: list[Lock] = []
+
+    def take() -> None:
+        lock = Lock("doc:8", shared=True, ttl=30)
+        assert lock.acquire()
+        other.append(lock)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join()
+    entries = held(r)
+    assert [(e["kind"], e["key"], e["slots"]) for e in entries] == [("shared", "lock:doc:8", 2)]
+    assert "2 readers" in render_table(entries)
+    entered: list[float] = []
+
+    def write() -> None:
+        with Lock("doc:8", wait=10):
+            entered.append(time.monotonic())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.2)  # queued behind the readers
+    done = Lock.force_release("doc:8")
+    released = time.monotonic()
+    assert done.kind == "lock" and len(done.holders) == 2 and len(done.handed_to) == 1
+    writer.join(10)
+    assert entered and entered[0] - released < 0.2
+    time.sleep(0.6)  # the first reader's renewal (at a third of its 1 s ttl) finds it gone
+    assert lost == ["lock:doc:8"]
+    with pytest.raises(LockNotOwned):
+        one.release()
+    assert r.dbsize() == 0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "redlock_deco", *args],
+        capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_cli_release_shows_and_removes_readers(server: RedisServer, r: redis.Redis) -> None:
+    lock = Lock("doc:9", shared=True, ttl=30)
+    assert lock.acquire()
+    rows = cli("inspect", "--url", server.url).stdout.splitlines()
+    assert any("shared" in row and "lock:doc:9" in row and "1 reader" in row for row in rows)
+    done = cli("release", "lock:doc:9", "--url", server.url, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "removed lock held by" in done.stdout
+    assert r.dbsize() == 0
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    refused = cli("release", "{lock:doc:9}:readers", "--url", server.url, "--yes")
+    assert "readers (shared holders) of 'lock:doc:9'" in refused.stdout + refused.stderr
