@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import redis
 import shared_stateful_workers as workers
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -274,6 +274,7 @@ class ReadersWriters(RuleBasedStateMachine):
         """Check a fresh try-once attempt's answer against the model; the new lease."""
         rivals = self.conflicting(mode)
         statuses = {rival.status(t0, t1) for rival in rivals}
+        event(f"{mode} {'granted' if granted else 'refused'} (rivals {sorted(statuses)})")
         if not granted:
             assert statuses - {GONE}, (
                 f"{what}: refused although no {'writer' if mode == 'r' else 'holder'} "
@@ -399,6 +400,7 @@ class ReadersWriters(RuleBasedStateMachine):
         if not released.removed:
             assert set(statuses) <= {GONE, MAYBE}, f"{released!r}: {self.live()}"
         assert not released.handed_to, f"nobody queues, yet {released!r}"
+        event(f"force_release removed {len(released.holders)}")
         for held in self.live():
             held.vanish()
             held.evicted = True
@@ -579,7 +581,18 @@ def test_readers_share_and_a_writer_waits_for_the_last(r: redis.Redis) -> None:
             thread.join(5)
     assert writer.acquire() is True
     assert r.get(KEY) == writer.lease.token.encode()
-    assert Lock(workers.NAME, shared=True, wait=0).acquire() is False  # a writer blocks readers
+    other: list[bool] = []
+    probe = threading.Thread(
+        target=lambda: other.append(Lock(workers.NAME, shared=True, wait=0).acquire())
+    )
+    probe.start()
+    probe.join(5)
+    assert other == [False]  # a writer blocks readers (of another thread)
+    # this thread re-enters its exclusive hold in shared mode: it stays exclusive
+    inner = Lock(workers.NAME, shared=True, wait=0)
+    assert inner.acquire() is True and inner.lease.token == writer.lease.token
+    inner.release()
+    assert r.get(KEY) == writer.lease.token.encode()
     writer.release()
     assert r.dbsize() == 0
 
