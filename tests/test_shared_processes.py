@@ -115,7 +115,9 @@ def test_readers_overlap_and_writers_exclude_across_processes(
     go_when_ready(r, 5)
     results = procs.results(timeout=30)
     seen = state(r)
-    print("\nexclusion:", seen, [(x["who"], x["entries"], round(x["max_wait"], 3)) for x in results])
+    print(
+        "\nexclusion:", seen, [(x["who"], x["entries"], round(x["max_wait"], 3)) for x in results]
+    )
     assert seen.get("violations", 0) == 0, r.lrange(sw.STATE + ":bad", 0, 20)
     assert seen["readers"] == 0 and seen["writers"] == 0
     assert seen["peak_readers"] >= 2  # readers really shared the lock
@@ -177,7 +179,7 @@ def test_reader_gets_in_through_a_stream_of_writers(
 # -- 4. readers admitted together -------------------------------------------------------------
 
 
-def wait_queue(r: redis.Redis, key: str, length: int, timeout: float = 30) -> list[str]:
+def wait_queue(r: Any, key: str, length: int, timeout: float = 30) -> list[str]:
     deadline = time.monotonic() + timeout
     while r.llen(key) < length:
         assert time.monotonic() < deadline, r.lrange(key, 0, -1)
@@ -247,11 +249,12 @@ def test_sigkilled_reader_lets_a_writer_in_within_its_ttl(
     finally:
         writer.release()
     recovered = entered - killed
-    print(f"\nwriter in {recovered:.3f} s after the reader's SIGKILL "
-          f"(survivor released {started + 2.0 - killed:.2f} s after it); survivor {survived}")  # fmt: skip
+    after = started + 2.0 - killed
+    print(f"\nwriter in {recovered:.3f} s after the reader's SIGKILL (survivor released "
+          f"{after:.2f} s after it); survivor {survived}")  # fmt: skip
     assert survived["owned"] and not survived["lost"]  # the other reader held on throughout
     assert survived["released"] <= entered_wall  # the writer came in after it left
-    assert recovered < ttl + 0.25, recovered
+    assert recovered < ttl + 0.3, recovered
     assert_drained(r)
 
 
@@ -442,4 +445,3 @@ def test_asyncio_tasks_and_another_process_share_and_exclude(
     counts = next(x for x in results if "who" not in x)
     assert all(n > 0 for n in counts.values()), counts
     assert_drained(r)
-
