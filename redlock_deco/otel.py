@@ -40,9 +40,9 @@ The one thing kept between events: a lease's ``lost`` always comes before its ``
 (from the renewer, or from the release itself), so the listener notes each loss per provider
 and key and marks the next hold of that key that began before the loss as lost. That is exact
 for exclusive locks; for a semaphore (or a lock held ``shared``) with several holders of one
-name in this process, the loss may be marked on the span of another holder of that name (the ``lost`` counter stays exact). At most
-:data:`MAX_PENDING_LOSSES` keys are remembered (the oldest are dropped), so a lease that is
-never given back cannot grow it without bound.
+name in this process, the loss may be marked on the span of another holder of that name (the
+``lost`` counter stays exact). At most :data:`MAX_PENDING_LOSSES` keys are remembered (the
+oldest are dropped), so a lease that is never given back cannot grow it without bound.
 """
 
 from __future__ import annotations
