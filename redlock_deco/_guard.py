@@ -106,6 +106,14 @@ def _check_target(kind: Kind, options: LeaseOptions, target: Any) -> None:
             "writer forever; use an exclusive lock there, or a single-node provider",
             provider=options.provider,
         )
+    if kind.shared and target.waiting is None:
+        raise ProviderError(
+            f"shared=True needs waiters that queue: provider {options.provider!r} cannot "
+            "subscribe to hand-offs (its client pool has fewer than 3 connections, or the "
+            "client cannot subscribe), so its waiters poll, and a stream of readers could "
+            "keep a polling writer out forever; give its client max_connections=3 or more",
+            provider=options.provider,
+        )
     if options.fencing and not isinstance(target.algorithms, SingleNode):
         raise ProviderError(
             f"fencing=True needs one Redis (a server, a cluster or a Sentinel primary): "

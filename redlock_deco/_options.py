@@ -215,7 +215,7 @@ def check_shared(shared: object, fencing: bool) -> bool:
     if not isinstance(shared, bool):
         raise TypeError(
             f"shared must be True (read mode: many readers, no writer) or False (exclusive), "
-            f"got {shared!r}; every name of one decorator is taken in the same mode"
+            f"got {shared!r} (a decorator with several names takes them all in that mode)"
         )
     if shared and fencing:
         raise ValueError(

@@ -241,7 +241,9 @@ class Primitive(Base):
         return drivers.run(target.algorithms.holders(self.kind, self.key, self.limit), target)
 
     def locked(self) -> bool:
-        """True if it is fully taken now (an acquire would have to wait)."""
+        """True if it is fully taken now (an acquire would have to wait): a semaphore's every
+        slot, a lock by anyone -- readers included, so for a ``shared=True`` lock it means
+        "held", and a shared acquire may still get in beside those readers."""
         return self.holders() >= self.limit
 
     def __enter__(self) -> Any:
@@ -350,7 +352,9 @@ class AsyncPrimitive(Base):
         return await drivers.run_async(holders, target)
 
     async def locked(self) -> bool:
-        """True if it is fully taken now (an acquire would have to wait)."""
+        """True if it is fully taken now (an acquire would have to wait): a semaphore's every
+        slot, a lock by anyone -- readers included, so for a ``shared=True`` lock it means
+        "held", and a shared acquire may still get in beside those readers."""
         return await self.holders() >= self.limit
 
     async def __aenter__(self) -> Any:

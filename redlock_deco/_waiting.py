@@ -106,13 +106,14 @@ class Board:
 class Handoff:
     """One thread's registration: woken when a release hands it the lease."""
 
-    __slots__ = ("_event", "_owner", "at", "token")
+    __slots__ = ("_event", "_owner", "at", "inside", "token")
 
     def __init__(self, owner: SyncWaiting, token: str) -> None:
         self._owner = owner
         self._event = threading.Event()
         self.token = token
         self.at: float | None = None  # when its grant arrived
+        self.inside = False  # in wait() now, without its grant: it can take over reading
 
     def granted(self, at: float) -> None:
         self.at = at
@@ -193,20 +194,24 @@ class SyncWaiting:
 
     def wait(self, handoff: Handoff, timeout: float) -> float | None:
         deadline = time.monotonic() + timeout
-        while True:
-            at = handoff.take()
-            if at is not None:
-                return at
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if self._reading.acquire(blocking=False):
-                try:
-                    self._read(handoff, deadline)
-                finally:
-                    self._leave_reading(handoff)
-            elif handoff._event.wait(remaining) and handoff.at is None:
-                handoff._event.clear()  # nudged: the reader left; try to become it
+        handoff.inside = True
+        try:
+            while True:
+                at = handoff.take()
+                if at is not None:
+                    return at
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                if self._reading.acquire(blocking=False):
+                    try:
+                        self._read(handoff, deadline)
+                    finally:
+                        self._leave_reading(handoff)
+                elif handoff._event.wait(remaining) and handoff.at is None:
+                    handoff._event.clear()  # nudged: the reader left; try to become it
+        finally:
+            handoff.inside = False
 
     def _read(self, handoff: Handoff, deadline: float, until_subscribed: bool = False) -> None:
         """Read grants (handing on others') until ours came, or ``deadline``."""
@@ -239,9 +244,17 @@ class SyncWaiting:
                     waiter.granted(now)
 
     def _leave_reading(self, handoff: Handoff) -> None:
+        """Pass the reading on to a waiter that is waiting now and has no grant yet: one that
+        was granted (or is between waits, confirming) would never read, and grants would go
+        unread until some waiter's recheck -- up to a second -- after every batch of readers
+        admitted together."""
         self._reading.release()
         with self._lock:
-            others = [w for w in self._board.waiting.values() if w is not handoff]
+            others = [
+                w
+                for w in self._board.waiting.values()
+                if w is not handoff and w.inside and w.at is None
+            ]
         if others:
             others[0].nudge()
 

@@ -33,7 +33,7 @@ REPLICA_COMMANDS = ("wait",)
 SCRIPT_COMMANDS = (
     "get", "set", "del", "exists", "pttl", "pexpire", "time",
     "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore",
-    "rpush", "lpush", "lpop", "lpos", "lrem", "publish",
+    "rpush", "lpop", "lindex", "lpos", "lrem", "publish", "pubsub|numsub",
 )  # fmt: skip
 #: The hand-off channels (one per waiting process).
 CHANNELS = ("redlock-deco:*",)

@@ -295,3 +295,25 @@ def rw_sections(spec: dict[str, Any], role: dict[str, Any]) -> dict[str, Any]:
     # The client stays open: a background clean-up of an acquire cut short may still run.
     checker.close()
     return result
+
+
+# -- crashed and stopped readers (test_shared_faults.py) ---------------------------------------
+
+
+def hold_shared(url: str, ttl: float, seconds: float, ready: Any, out: Any) -> None:
+    """Hold NAME shared through a call of ``seconds`` (renewed, ``ttl``); the parent kills
+    or stops us meanwhile. Reports how the call ended."""
+    from redlock_deco import LockLost, locked, register_provider
+
+    register_provider("default", url)
+
+    @locked(NAME, shared=True, ttl=ttl, wait=5)
+    def long_read() -> None:
+        ready.set()
+        time.sleep(seconds)
+
+    try:
+        long_read()
+        out.put("completed")
+    except LockLost:
+        out.put("LockLost")

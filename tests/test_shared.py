@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -340,3 +340,116 @@ def test_cli_release_shows_and_removes_readers(server: RedisServer, r: redis.Red
         lock.release()
     refused = cli("release", "{lock:doc:9}:readers", "--url", server.url, "--yes")
     assert "readers (shared holders) of 'lock:doc:9'" in refused.stdout + refused.stderr
+
+
+# -- regressions from the adversarial review of the reader-writer lock ---------------------
+
+
+def _in_thread(target: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_queue_keeps_its_expiry_when_a_reader_finds_a_writer_waiting(
+    r: redis.Redis,
+) -> None:
+    reading, done = threading.Event(), threading.Event()
+
+    def read() -> None:
+        with Lock("doc:10", shared=True, ttl=5):
+            reading.set()
+            done.wait(10)
+
+    def write() -> None:
+        with Lock("doc:10", wait=10):
+            pass
+
+    threads = [_in_thread(read)]
+    assert reading.wait(10)
+    threads.append(_in_thread(write))
+    while not r.exists("{lock:doc:10}:queue"):
+        time.sleep(0.01)
+    # A reader's try-once finds the writer at the head: it must not take the queue's expiry
+    # (popping the last entry and pushing it back made a list that never expires, left
+    # forever if every waiter then crashed).
+    assert not _try_shared_elsewhere("doc:10")
+    assert 0 < r.pttl("{lock:doc:10}:queue") <= 3000
+    done.set()
+    for thread in threads:
+        thread.join(10)
+    assert r.dbsize() == 0
+
+
+def _try_shared_elsewhere(name: str) -> bool:
+    """Try once to read ``name`` from another thread (released at once if taken)."""
+    result: list[bool] = []
+
+    def attempt() -> None:
+        lock = Lock(name, shared=True, wait=0)
+        result.append(lock.acquire())
+        if result[0]:
+            lock.release()
+
+    _in_thread(attempt).join(10)
+    return result[0]
+
+
+def test_a_dead_writer_in_the_queue_does_not_keep_readers_out(r: redis.Redis) -> None:
+    with Lock("doc:11", shared=True, ttl=5):
+        # What a writer killed while waiting leaves: its token in the queue, and no
+        # subscription of its process any more.
+        r.rpush("{lock:doc:11}:queue", f"gone:1:0a1b2c3d:{'e' * 32}")
+        r.pexpire("{lock:doc:11}:queue", 3000)
+        started = time.monotonic()
+        assert _try_shared_elsewhere("doc:11")  # dropped, not waited behind
+        assert time.monotonic() - started < 0.5
+    assert r.dbsize() == 0
+
+
+def test_a_shorter_extend_shortens_the_lock_key(r: redis.Redis) -> None:
+    lock = Lock("doc:12", shared=True, ttl=30)
+    assert lock.acquire()
+    lock.extend(1)
+    assert 0 < r.pttl("lock:doc:12") <= 1000  # the key lives as long as its longest reader
+    assert 0 < r.pttl("{lock:doc:12}:readers") <= 1000
+    lock.release()
+    assert r.dbsize() == 0
+
+
+def test_hand_offs_go_on_after_readers_are_admitted_together(r: redis.Redis) -> None:
+    """One process: R0 reads; W1, R1, R2 and W2 queue. W1's release admits R1 and R2 at
+    once; W2 must be handed the lock as the last of them leaves, not at its own recheck (a
+    waiter that took over reading the grants must be one still waiting)."""
+    times: dict[str, float] = {}
+
+    def run(name: str, shared: bool, hold: float, delay: float) -> None:
+        time.sleep(delay)
+        with Lock("doc:13", shared=shared, ttl=5, wait=20):
+            times[f"in {name}"] = time.monotonic()
+            time.sleep(hold)
+        times[f"out {name}"] = time.monotonic()
+
+    for _round in range(2):
+        plan = [("R0", True, 0.4, 0), ("W1", False, 0.2, 0.05), ("R1", True, 0.05, 0.1),
+                ("R2", True, 0.05, 0.15), ("W2", False, 0, 0.2)]  # fmt: skip
+        threads = [_in_thread(lambda p=p: run(*p)) for p in plan]  # type: ignore[misc]
+        for thread in threads:
+            thread.join(20)
+        last_reader = max(times["out R1"], times["out R2"])
+        assert times["in W2"] - last_reader < 0.2, times["in W2"] - last_reader
+        assert times["in R1"] > times["out W1"] and times["in R2"] > times["out W1"]
+    assert r.dbsize() == 0
+
+
+def test_refused_where_waiters_cannot_queue(server: RedisServer) -> None:
+    client = redis.Redis.from_url(server.url, max_connections=2)
+    redlock_deco.register_provider("small", client)
+    try:
+        with pytest.raises(ProviderError, match="max_connections=3"):
+            Lock("x", shared=True, provider="small").acquire()
+        with Lock("x", provider="small"):  # exclusive locks poll there, as before
+            pass
+    finally:
+        redlock_deco.unregister_provider("small")
+        client.close()

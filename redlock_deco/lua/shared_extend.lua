@@ -13,9 +13,7 @@ if not ends or tonumber(ends) <= now then
   return 0
 end
 redis.call('ZADD', KEYS[2], 'XX', now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ttl then
-  -- Both keys live exactly as long as the longest reader's lease.
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
+-- Both keys live exactly as long as the longest reader's lease: longer after a longer ttl,
+-- shorter after a shorter one (this may have been the longest).
+readers_settle(KEYS[1], KEYS[2], now)
 return 1

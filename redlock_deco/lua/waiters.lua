@@ -69,16 +69,40 @@ local function readers_settle(key, readers, now)
   return redis.call('ZCARD', readers)
 end
 
+-- Is the process of the waiter holding `token` still subscribed to its grants? Asked without
+-- granting anything (PUBLISH would be a grant); like PUBLISH counts, only where they count.
+local function listens(token, counted)
+  if counted == '0' then
+    return true
+  end
+  local holder = string.match(token, '^(.*):') or token
+  local found = redis.pcall('PUBSUB', 'NUMSUB', 'redlock-deco:' .. holder)
+  return type(found) ~= 'table' or found.err ~= nil or tonumber(found[2]) > 0
+end
+
 -- The lock is free, or only read (`live` readers, already swept): serve the queue in order,
 -- as a release does. Readers at its head are admitted together (each with a hand-off lease
 -- of its own); a writer at its head is handed the lock once nobody reads, and blocks every
--- reader queued behind it until then. Returns the writer's token if one was handed the lock.
+-- reader queued behind it until then -- unless its process is gone, or a killed writer would
+-- keep new readers out for as long as the current ones read. Returns the writer's token if
+-- one was handed the lock.
 local function lock_serve(key, queue, readers, handoff, counted, live)
   local now = nil
   while true do
-    local head = redis.call('LPOP', queue)
-    if not head then
-      break
+    local head
+    if live > 0 then
+      -- Peeked, not popped, first: a writer left waiting keeps its place, and the queue its
+      -- expiry (a list popped empty and pushed again would have none).
+      head = redis.call('LINDEX', queue, 0)
+      if not head or (not reads(head) and listens(head, counted)) then
+        break  -- nobody waits, or a writer does: for the readers to leave
+      end
+      redis.call('LPOP', queue)
+    else
+      head = redis.call('LPOP', queue)
+      if not head then
+        break
+      end
     end
     if reads(head) then
       if told(head, counted) then
@@ -86,10 +110,7 @@ local function lock_serve(key, queue, readers, handoff, counted, live)
         redis.call('ZADD', readers, now + tonumber(handoff), head)
         live = live + 1
       end
-    elseif live > 0 then
-      redis.call('LPUSH', queue, head)  -- a writer waits for the readers to leave
-      break
-    elseif told(head, counted) then
+    elseif live == 0 and told(head, counted) then
       redis.call('SET', key, head, 'PX', handoff)
       return head
     end
