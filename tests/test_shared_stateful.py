@@ -54,6 +54,8 @@ from redlock_deco._protocol import HANDOFF_MS, QUEUE_WINDOW_MS, READER_SUFFIX, S
 from redlock_deco._tokens import new_token
 from redlock_deco.testing import RedisServer
 
+pytestmark = pytest.mark.slow  # like test_stateful.py: run by the whole-suite legs
+
 KEY = f"lock:{workers.NAME}"
 QUEUE = f"{{{KEY}}}:queue"
 READERS = f"{{{KEY}}}:readers"
