@@ -428,6 +428,7 @@ def test_hand_offs_go_on_after_readers_are_admitted_together(r: redis.Redis) -> 
         with Lock("doc:13", shared=shared, ttl=5, wait=20):
             times[f"in {name}"] = time.monotonic()
             time.sleep(hold)
+            times[f"leaving {name}"] = time.monotonic()  # the release follows
         times[f"out {name}"] = time.monotonic()
 
     for _round in range(2):
@@ -438,7 +439,7 @@ def test_hand_offs_go_on_after_readers_are_admitted_together(r: redis.Redis) -> 
             thread.join(20)
         last_reader = max(times["out R1"], times["out R2"])
         assert times["in W2"] - last_reader < 0.2, times["in W2"] - last_reader
-        assert times["in R1"] > times["out W1"] and times["in R2"] > times["out W1"]
+        assert times["in R1"] > times["leaving W1"] and times["in R2"] > times["leaving W1"]
     assert r.dbsize() == 0
 
 
