@@ -212,6 +212,10 @@ class SyncWaiting:
                     handoff._event.clear()  # nudged: the reader left; try to become it
         finally:
             handoff.inside = False
+            if not self._reading.locked():
+                # We may have been woken to take over reading and be leaving instead (our
+                # deadline came): pass it on, or grants go unread until a recheck.
+                self._pass_reading(handoff)
 
     def _read(self, handoff: Handoff, deadline: float, until_subscribed: bool = False) -> None:
         """Read grants (handing on others') until ours came, or ``deadline``."""
@@ -249,6 +253,9 @@ class SyncWaiting:
         unread until some waiter's recheck -- up to a second -- after every batch of readers
         admitted together."""
         self._reading.release()
+        self._pass_reading(handoff)
+
+    def _pass_reading(self, handoff: Handoff) -> None:
         with self._lock:
             others = [
                 w

@@ -33,7 +33,7 @@ REPLICA_COMMANDS = ("wait",)
 SCRIPT_COMMANDS = (
     "get", "set", "del", "exists", "pttl", "pexpire", "time",
     "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore",
-    "rpush", "lpop", "lindex", "lpos", "lrem", "publish", "pubsub|numsub",
+    "rpush", "lpush", "lpop", "lindex", "lpos", "lrem", "publish", "pubsub|numsub",
 )  # fmt: skip
 #: The hand-off channels (one per waiting process).
 CHANNELS = ("redlock-deco:*",)

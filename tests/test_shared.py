@@ -454,3 +454,88 @@ def test_refused_where_waiters_cannot_queue(server: RedisServer) -> None:
     finally:
         redlock_deco.unregister_provider("small")
         client.close()
+
+
+def test_grants_are_read_when_the_waiter_woken_to_read_them_leaves(r: redis.Redis) -> None:
+    """Waiters on one name time out together (they all wait for the same lease end); the one
+    woken to take over reading the grants may be leaving too: it passes the reading on, or a
+    grant for another name waits unread until its waiter's recheck (up to a second)."""
+    latencies = [_grant_latency(r, f"x{trial}", f"y{trial}") for trial in range(6)]
+    assert max(latencies) < 0.3, latencies
+    assert r.dbsize() == 0
+
+
+def _grant_latency(r: redis.Redis, x: str, y: str) -> float:
+    """Three readers wait on ``x`` (held by a crashed holder until 0.8 s), a writer on ``y``
+    (released at 0.9 s): how long after that release the writer got ``y``."""
+    r.set(f"lock:{x}", "crashed:holder:1:dead", px=800)  # nobody will release it
+    started = time.monotonic()
+    y_holder = Lock(y, ttl=10)
+    assert y_holder.acquire(wait=0)
+    got_y: list[float] = []
+
+    def read_x() -> None:
+        lock = Lock(x, shared=True, ttl=5)
+        if lock.acquire(wait=5):
+            lock.release()
+
+    def take_y() -> None:
+        with Lock(y, ttl=5, wait=5):
+            got_y.append(time.monotonic())
+
+    threads = []
+    for _ in range(3):
+        threads.append(_in_thread(read_x))
+        time.sleep(0.02)
+    time.sleep(max(0.0, 0.65 - (time.monotonic() - started)))
+    threads.append(_in_thread(take_y))  # waits while an x waiter reads the grants
+    time.sleep(max(0.0, 0.9 - (time.monotonic() - started)))  # x's lease ended at 0.8
+    released = time.monotonic()
+    y_holder.release()  # handed to take_y now
+    for thread in threads:
+        thread.join(10)
+    assert got_y
+    return got_y[0] - released
+
+
+def test_a_writer_cut_off_for_a_moment_takes_its_place_back(r: redis.Redis) -> None:
+    queue = "{lock:doc:14}:queue"
+    reading, done = threading.Event(), threading.Event()
+
+    def read() -> None:
+        with Lock("doc:14", shared=True, ttl=5):
+            reading.set()
+            done.wait(15)
+
+    def write() -> None:
+        with Lock("doc:14", ttl=5, wait=15):
+            pass
+
+    threads = [_in_thread(read)]
+    assert reading.wait(10)
+    threads.append(_in_thread(write))
+    while not r.exists(queue):
+        time.sleep(0.01)
+    writer = r.lindex(queue, 0)
+    # A blip: this process's grant subscription drops (it comes back within 0.1 s). A
+    # reader arriving meanwhile takes the writer for gone and passes it.
+    r.client_kill_filter(_type="pubsub")
+    assert _try_shared_elsewhere("doc:14")
+    # Another writer, of a live process (here: one subscribed to its channel), queues now.
+    other = f"other:1:0a1b2c3d:{'e' * 32}"
+    listener = r.pubsub()
+    listener.subscribe("redlock-deco:other:1:0a1b2c3d")
+    try:
+        r.rpush(queue, other)
+        deadline = time.monotonic() + 3
+        while r.lrange(queue, 0, -1) != [writer, other.encode()] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # The first writer, checking again, is back ahead of the one that came after it.
+        assert r.lrange(queue, 0, -1) == [writer, other.encode()]
+        r.lrem(queue, 0, other)
+    finally:
+        listener.close()
+    done.set()
+    for thread in threads:
+        thread.join(15)
+    assert r.dbsize() == 0

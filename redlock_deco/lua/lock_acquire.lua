@@ -65,6 +65,8 @@ if mine then
 end
 local left = redis.call('PTTL', KEYS[1])
 if mode ~= '0' then
-  queue_join(KEYS[2], ARGV[1], ARGV[4], mode == '2')
+  -- A writer dropped while readers held the lock (its process seemed gone: a blip in its
+  -- subscription) takes its place back at the head.
+  queue_join(KEYS[2], ARGV[1], ARGV[4], mode == '2', holder == SHARED)
 end
 return {0, left}

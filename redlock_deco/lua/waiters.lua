@@ -27,10 +27,15 @@ local function told(token, counted)
 end
 
 -- Queue `token` (once: a waiter checking again keeps its place) and keep the queue as long as
--- its newest waiter may stay without checking again.
-local function queue_join(queue, token, window, again)
+-- its newest waiter may stay without checking again. `front`: a waiter checking again whose
+-- entry went goes back to the head (it was ahead of everyone queued since).
+local function queue_join(queue, token, window, again, front)
   if not again or not redis.call('LPOS', queue, token) then
-    redis.call('RPUSH', queue, token)
+    if again and front then
+      redis.call('LPUSH', queue, token)
+    else
+      redis.call('RPUSH', queue, token)
+    end
   end
   redis.call('PEXPIRE', queue, window)
 end
