@@ -161,6 +161,31 @@ def test_replicas_acknowledge_then_replica_down_fails_cleanly(
     await_replication(primary, 1)
 
 
+def test_readers_wait_for_replicas_too(pair: tuple[RedisServer, RedisServer]) -> None:
+    primary, replica = pair
+    if replica.process is None:
+        replica.start()
+    await_replication(primary, 1)
+    register_provider("primary", primary.url)
+    with Lock("report", provider="primary", shared=True, replicas=1, wait=1) as lock:
+        assert lock.owned()
+        copy = replica.client()
+        assert copy.get("lock:report") == b"redlock-deco:shared"
+        assert copy.zrange("{lock:report}:readers", 0, -1) == primary.client().zrange(
+            "{lock:report}:readers", 0, -1
+        )
+    replica.kill()
+    with (
+        pytest.raises(LockNotAcquired),
+        Lock("report", provider="primary", shared=True, replicas=1, wait=0.5),
+    ):
+        pass
+    # The share too few replicas acknowledged was given back: nothing held on the primary.
+    assert not primary.client().exists("lock:report", "{lock:report}:readers")
+    replica.start()
+    await_replication(primary, 1)
+
+
 # -- Sentinel ----------------------------------------------------------------------------
 
 
