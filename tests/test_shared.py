@@ -71,8 +71,9 @@ def test_a_writer_excludes_readers_and_hands_over_to_them(api: Api, r: redis.Red
         released = time.monotonic()
         await writer.release()
         entered = [await api.join(handle) for handle in waiting]
-        # Served by the release itself (a hand-off, no polling): both in at once.
-        assert all(0 <= at - released < 0.1 for at in entered), entered
+        # Served by the release itself (a hand-off, not their recheck a second later): both
+        # in at once (the margin is for a loaded CI machine).
+        assert all(0 <= at - released < 0.4 for at in entered), entered
 
     api.run(scenario)
     assert r.dbsize() == 0
@@ -221,7 +222,7 @@ def test_a_crashed_readers_share_ends_with_its_lease(r: redis.Redis) -> None:
     thread = threading.Thread(target=write)
     thread.start()
     thread.join(10)
-    assert waited and 0.4 < waited[0] < 0.5 + 0.3, waited
+    assert waited and 0.4 < waited[0] < 0.5 + 0.5, waited  # within its ttl (+ load margin)
     # The ended reader's set expired with it; DBSIZE counts it until the server's expiry
     # cycle reclaims it (when the writer came in by a plain SET NX that never touched it).
     deadline = time.monotonic() + 2
@@ -312,8 +313,10 @@ def test_force_release_removes_every_reader_and_serves_the_queue(
     released = time.monotonic()
     assert done.kind == "lock" and len(done.holders) == 2 and len(done.handed_to) == 1
     writer.join(10)
-    assert entered and entered[0] - released < 0.2
-    time.sleep(0.6)  # the first reader's renewal (at a third of its 1 s ttl) finds it gone
+    assert entered and entered[0] - released < 0.4
+    deadline = time.monotonic() + 3  # the first reader's renewal (every 1/3 s) finds it gone
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert lost == ["lock:doc:8"]
     with pytest.raises(LockNotOwned):
         one.release()
@@ -405,7 +408,7 @@ def test_a_dead_writer_in_the_queue_does_not_keep_readers_out(r: redis.Redis) ->
         r.pexpire("{lock:doc:11}:queue", 3000)
         started = time.monotonic()
         assert _try_shared_elsewhere("doc:11")  # dropped, not waited behind
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 1.0  # not the 5 s the reader holds on
     assert r.dbsize() == 0
 
 
@@ -440,7 +443,8 @@ def test_hand_offs_go_on_after_readers_are_admitted_together(r: redis.Redis) -> 
         for thread in threads:
             thread.join(20)
         last_reader = max(times["out R1"], times["out R2"])
-        assert times["in W2"] - last_reader < 0.2, times["in W2"] - last_reader
+        # Handed over at once; a stall lasted until W2's recheck (0.35 s to 1 s later).
+        assert times["in W2"] - last_reader < 0.25, times["in W2"] - last_reader
         assert times["in R1"] > times["leaving W1"] and times["in R2"] > times["leaving W1"]
     assert r.dbsize() == 0
 
@@ -463,7 +467,7 @@ def test_grants_are_read_when_the_waiter_woken_to_read_them_leaves(r: redis.Redi
     woken to take over reading the grants may be leaving too: it passes the reading on, or a
     grant for another name waits unread until its waiter's recheck (up to a second)."""
     latencies = [_grant_latency(r, f"x{trial}", f"y{trial}") for trial in range(6)]
-    assert max(latencies) < 0.3, latencies
+    assert max(latencies) < 0.4, latencies  # a stall lasted ~0.75 s
     assert r.dbsize() == 0
 
 
