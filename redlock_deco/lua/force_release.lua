@@ -45,6 +45,23 @@ local function unexpected(tokens)
   return false
 end
 
+-- {token, ms of lease left, ...} from a sorted set's {token, end of lease, ...}.
+local function lease_ends(members, now)
+  local left = {}
+  for i = 1, #members, 2 do
+    left[#left + 1] = members[i]
+    left[#left + 1] = tonumber(members[i + 1]) - now
+  end
+  return left
+end
+
+-- The lock is free now: serve its line as a release would; who was served (a writer, or
+-- the readers admitted together).
+local function serve_lock()
+  local writer = lock_serve(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], 0)
+  return writer and {writer} or redis.call('ZRANGE', KEYS[4], 0, -1)
+end
+
 -- What the key is, found by asking it as each kind (a WRONGTYPE error reply otherwise):
 -- TYPE would say it at once, but the least-privilege ACL grants only the commands the
 -- library needs anyway (acl.py), and an operator's tool should run under it too.
@@ -65,16 +82,9 @@ if kind == 'string' and expected ~= 'semaphore' and token == SHARED then
   if unexpected(tokens) then
     return {4, tokens}
   end
-  local now = now_ms()
-  local removed = {}
-  for i = 1, #members, 2 do
-    removed[#removed + 1] = members[i]
-    removed[#removed + 1] = tonumber(members[i + 1]) - now
-  end
+  local removed = lease_ends(members, now_ms())
   redis.call('DEL', KEYS[1], KEYS[4])
-  local writer = lock_serve(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], 0)
-  local served = writer and {writer} or redis.call('ZRANGE', KEYS[4], 0, -1)
-  return {1, 'lock', removed, served, 1}
+  return {1, 'lock', removed, serve_lock(), 1}
 end
 if kind == 'string' and expected ~= 'semaphore' then
   -- A redis-py Lock (a uuid, perhaps with no expiry) is as stuck as ours.
@@ -89,9 +99,7 @@ if kind == 'string' and expected ~= 'semaphore' then
   redis.call('DEL', KEYS[1])
   -- The old holder's next renewal or release compares its token, finds another or none,
   -- and reports the lease lost.
-  local writer = lock_serve(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], 0)
-  local served = writer and {writer} or redis.call('ZRANGE', KEYS[4], 0, -1)
-  return {1, 'lock', removed, served, recognised and 1 or 0}
+  return {1, 'lock', removed, serve_lock(), recognised and 1 or 0}
 end
 if kind == 'zset' and expected ~= 'lock' then
   local tokens = {}
@@ -105,11 +113,7 @@ if kind == 'zset' and expected ~= 'lock' then
     return {4, tokens}
   end
   local now = now_ms()
-  local removed = {}
-  for i = 1, #members, 2 do
-    removed[#removed + 1] = members[i]
-    removed[#removed + 1] = tonumber(members[i + 1]) - now
-  end
+  local removed = lease_ends(members, now)
   redis.call('DEL', KEYS[1])
   -- The limit of the latest admission; unknown, serve one (the others ask again within a
   -- second and are admitted by their own limit then).
