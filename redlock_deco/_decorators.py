@@ -76,12 +76,10 @@ def _decorate(
     targets.refuse_class(decorator, underlying)
     if not callable(underlying):
         raise TypeError(_not_callable(decorator, func, names))
+    # Seen through __wrapped__ too: a generator under functools.wraps (or @contextmanager)
+    # returns its body unrun, and two callers ran the "protected" body at once (b02).
     if targets.is_generator(underlying):
-        raise TypeError(
-            f"@{decorator} cannot protect generator {describe(underlying)}: the lease would be "
-            "released at the first yield, not when iteration ends; hold it inside the generator"
-            " with a `with Lock(...)` block instead"
-        )
+        targets.refuse_generator(decorator, underlying)
     renders = [compile_name(name, underlying) for name in names]
     render = renders[0]
     # Event labels, worked out once here: a template and a function name, never per call.
@@ -111,7 +109,7 @@ def _decorate(
     ) -> Any:
         result = busy(lock_name, key, started, instance, args, kw)
         if fallback is not None and targets.returned_awaitable(result):
-            targets.refuse_awaitable(f"{decorator}(on_busy=...)", fallback, result)
+            targets.refuse_unrun(f"{decorator}(on_busy=...)", fallback, result)
         return result
 
     async def busy_async(
@@ -132,8 +130,8 @@ def _decorate(
         section = ownership.enter_call(lease, task=False)
         try:
             result = wrapped(*args, **kwargs)
-            if targets.returned_awaitable(result):  # closed unrun, raised once given back
-                targets.refuse_awaitable(decorator, underlying, result)
+            if targets.returned_unrun(result, awaitable=True):  # closed unrun, raised once
+                targets.refuse_unrun(decorator, underlying, result)  # the lease is given back
         except BaseException as exc:
             ownership.leave_call(section)
             guard.finish(lease, exc)
@@ -154,6 +152,8 @@ def _decorate(
         section = ownership.enter_call(lease, task=True)
         try:
             result = await wrapped(*args, **kwargs)
+            if targets.returned_unrun(result, awaitable=False):  # an async generator behind
+                targets.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
         except BaseException as exc:  # CancelledError too: release (shielded), then propagate
             ownership.leave_call(section)
             await guard.finish_async(lease, exc)
@@ -179,8 +179,8 @@ def _decorate(
         sections = [ownership.enter_call(lease, task=False) for lease in leases]
         try:
             result = wrapped(*args, **kwargs)
-            if targets.returned_awaitable(result):  # closed unrun, raised once given back
-                targets.refuse_awaitable(decorator, underlying, result)
+            if targets.returned_unrun(result, awaitable=True):  # closed unrun, raised once
+                targets.refuse_unrun(decorator, underlying, result)  # the lease is given back
         except BaseException as exc:
             ownership.leave_calls(sections)
             guard.finish_all(leases, exc)
@@ -202,6 +202,8 @@ def _decorate(
         sections = [ownership.enter_call(lease, task=True) for lease in leases]
         try:
             result = await wrapped(*args, **kwargs)
+            if targets.returned_unrun(result, awaitable=False):  # an async generator behind
+                targets.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
         except BaseException as exc:
             ownership.leave_calls(sections)
             await guard.finish_all_async(leases, exc)
@@ -442,7 +444,11 @@ def locked(
     decorator, takes the async path. ``name=None`` names the code the call runs, the same in
     every process: ``"<module>.<Class>.<method>"`` for a bound method (one lock shared by all
     instances, as when decorated in the class body), the wrapped function's name for a
-    partial, ``"<module>.<Class>.__call__"`` for a callable object. A name that would hold an
+    partial, ``"<module>.<Class>.__call__"`` for a callable object. Generator, async generator
+    and ``@contextmanager``/``@asynccontextmanager`` functions, in any of these forms or under
+    ``functools.wraps`` decorators, raise TypeError at decoration (the lease would end before
+    their body ran); a call that returns one anyway raises TypeError with the lease given
+    back and the body never run. A name that would hold an
     object's default repr (``<... at 0x...>``) raises KeyTemplateError instead. Bounds, checked
     at decoration: ``ttl`` from 0.01 to 1e9 seconds, ``wait`` and ``max_hold`` up to 1e9.
 

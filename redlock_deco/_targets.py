@@ -12,14 +12,18 @@ other decorators. Three things differ between them, each decided once at decorat
 - Whether a call returns a coroutine: an ``async def`` inside a callable object, a partial or
   a sync ``functools.wraps`` decorator must take the async path, or the lease would be given
   back before the body ran.
+- Whether a call returns its body unrun in another form -- a generator, an async generator,
+  or the context manager of a ``@contextmanager`` function -- behind any of these: refused at
+  decoration where ``__wrapped__`` shows it, else at the call, before the body can run.
 - The ``name=None`` lock name, which must be the same in every process (never a repr).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, NoReturn
 
 # Layers followed at most: a ``__wrapped__`` cycle must not hang decoration.
@@ -49,14 +53,76 @@ def is_async(func: Callable[..., Any]) -> bool:
 
 
 def is_generator(func: Callable[..., Any]) -> bool:
-    """Does calling ``func`` return a generator (sync or async)?
+    """Does calling ``func`` (or a function it delegates to) return a generator (sync or async)?
 
-    ``__wrapped__`` is not followed here: ``contextlib.contextmanager`` wraps a generator
-    function into a plain one, and that is not a generator to refuse.
+    ``__wrapped__`` is followed, as :func:`is_async` does: a generator function under any
+    ``functools.wraps`` decorator -- ``contextlib.contextmanager`` and ``asynccontextmanager``
+    included -- returns its generator (or a context manager driving it) unrun, and the lease
+    would be given back before its body ran. A wrapper that instead consumes the generator
+    itself (``return list(f())``) but keeps ``__wrapped__`` is refused too: decorate a plain
+    function that calls it.
     """
+    return _generator_layer(func) is not None
+
+
+def _generator_layer(func: Callable[..., Any]) -> Any:
+    """The outermost generator function ``func`` is or delegates to, or None."""
+    for layer in _layers(func, wrapped=True):
+        if inspect.isgeneratorfunction(layer) or inspect.isasyncgenfunction(layer):
+            return layer
+    return None
+
+
+def _helper_code(make: Callable[[Any], Any], body: Any) -> Any:
+    return make(body).__code__  # every function contextlib makes shares its helper's code
+
+
+def _gen() -> Iterator[None]:
+    yield
+
+
+async def _agen() -> AsyncIterator[None]:
+    yield
+
+
+# contextlib's helpers, recognised by their code (their name and module are the wrapped
+# function's, copied by functools.wraps): only to say "context manager" in the refusal.
+_CONTEXT_MANAGER_HELPERS = frozenset(
+    {
+        _helper_code(contextlib.contextmanager, _gen),
+        _helper_code(contextlib.asynccontextmanager, _agen),
+    }
+)
+# What a @contextmanager/@asynccontextmanager function returns: its generator not started.
+_CONTEXT_MANAGERS = (contextlib._GeneratorContextManager, contextlib._AsyncGeneratorContextManager)
+
+
+def makes_context_manager(func: Callable[..., Any]) -> bool:
+    """Is ``func``, or a function it delegates to, made by ``@contextmanager`` (or async)?"""
     return any(
-        inspect.isgeneratorfunction(layer) or inspect.isasyncgenfunction(layer)
-        for layer in _layers(func, wrapped=False)
+        getattr(layer, "__code__", None) in _CONTEXT_MANAGER_HELPERS
+        for layer in _layers(func, wrapped=True)
+    )
+
+
+def refuse_generator(decorator: str, func: Callable[..., Any]) -> NoReturn:
+    """``func`` returns its body unrun (a generator, or a context manager around one)."""
+    if makes_context_manager(func):
+        raise TypeError(
+            f"@{decorator} cannot protect context-manager function {describe(func)} "
+            "(@contextmanager/@asynccontextmanager): the lease would be given back when the "
+            "context manager is returned, before its with-block runs; take the lock inside it "
+            "(`with Lock(...):` around the `yield`) or where it is used "
+            f"(`with Lock(...), {getattr(func, '__name__', 'it')}():`)"
+        )
+    found = _generator_layer(func)
+    behind = "" if found is func else " (a generator function under its decorators)"
+    raise TypeError(
+        f"@{decorator} cannot protect generator {describe(func)}{behind}: the lease would be "
+        "given back when the generator is returned, before its body runs, not when iteration "
+        "ends; hold it inside the generator with a `with Lock(...)` block instead (if a "
+        "wrapper in between consumes the generator itself, decorate a plain function that "
+        "calls it)"
     )
 
 
@@ -94,26 +160,53 @@ _PLAIN_RESULTS = frozenset({type(None), bool, int, float, str, bytes, list, tupl
 
 
 def returned_awaitable(result: object) -> bool:
-    """Is a sync-path call's ``result`` awaitable (an async body the lease would not cover)?"""
+    """Is a sync fallback's ``result`` awaitable (a sync call cannot await it)?"""
     return type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result)
 
 
-def refuse_awaitable(decorator: str, func: Callable[..., Any], result: object) -> NoReturn:
-    """A sync-path call returned an awaitable: close it unrun and say how to decorate it.
+def returned_unrun(result: object, *, awaitable: bool) -> bool:
+    """Is a call's ``result`` its body not yet run: a generator (sync or async), a
+    ``@contextmanager``/``@asynccontextmanager`` context manager, or (on the sync path,
+    ``awaitable=True``) an awaitable? The lease would not cover that body."""
+    if type(result) in _PLAIN_RESULTS:
+        return False
+    return (
+        inspect.isgenerator(result)
+        or inspect.isasyncgen(result)
+        or isinstance(result, _CONTEXT_MANAGERS)
+        or (awaitable and inspect.isawaitable(result))
+    )
 
-    Awaited by the caller, its body would run after the lease was given back: unprotected,
-    while another caller holds the lock. Closing a coroutine makes sure it never runs (a
-    Future or Task, already scheduled, cannot be recalled: the caller still hears of it).
+
+def refuse_unrun(decorator: str, func: Callable[..., Any], result: object) -> NoReturn:
+    """A call returned its body unrun (see :func:`returned_unrun`): close it and say what to do.
+
+    Run by the caller, that body would run after the lease was given back: unprotected, while
+    another caller holds the lock. Closing a coroutine or generator makes sure it never runs
+    (an async generator not started never runs once dropped; a Future or Task, already
+    scheduled, cannot be recalled: the caller still hears of it). The caller closes the lease
+    before this error reaches its own caller.
     """
+    kind = type(result).__name__
+    if isinstance(result, _CONTEXT_MANAGERS):
+        result = result.gen  # the generator the context manager would have started
     close = getattr(result, "close", None)
     if callable(close):
         close()
+    if inspect.isawaitable(result):
+        raise TypeError(
+            f"@{decorator}: {describe(func)} returned {kind}, an awaitable, although it looked "
+            "like a sync function: the lock would have been released before its body ran, so "
+            "it was closed unrun. Decorate the `async def` itself, make the wrapper around it "
+            "`async def`, or keep its __wrapped__ (functools.wraps) so the coroutine function "
+            "can be seen"
+        )
     raise TypeError(
-        f"@{decorator}: {describe(func)} returned {type(result).__name__}, an awaitable, "
-        "although it looked like a sync function: the lock would have been released before "
-        "its body ran, so it was closed unrun. Decorate the `async def` itself, make the "
-        "wrapper around it `async def`, or keep its __wrapped__ (functools.wraps) so the "
-        "coroutine function can be seen"
+        f"@{decorator}: {describe(func)} returned {kind}, whose body runs only when it is "
+        "iterated or entered: the lock would have been released before that body ran, so it "
+        "was closed unrun. Take the lock inside the generator (`with Lock(...):` around the "
+        "`yield`) or around its use (`with Lock(...):`), or keep the wrappers' __wrapped__ "
+        "(functools.wraps) so decoration can refuse it at once"
     )
 
 
