@@ -165,17 +165,33 @@ def returned_awaitable(result: object) -> bool:
 
 
 def returned_unrun(result: object, *, awaitable: bool) -> bool:
-    """Is a call's ``result`` its body not yet run: a generator (sync or async), a
-    ``@contextmanager``/``@asynccontextmanager`` context manager, or (on the sync path,
-    ``awaitable=True``) an awaitable? The lease would not cover that body."""
+    """Is a call's ``result`` its body not yet run: a generator (sync or async) not started, a
+    ``@contextmanager``/``@asynccontextmanager`` context manager not entered, or (on the sync
+    path, ``awaitable=True``) an awaitable? The lease would not cover that body. A generator
+    the call started itself (and suspended inside its own ``with Lock(...)``) is its business.
+    """
     if type(result) in _PLAIN_RESULTS:
         return False
-    return (
-        inspect.isgenerator(result)
-        or inspect.isasyncgen(result)
-        or isinstance(result, _CONTEXT_MANAGERS)
-        or (awaitable and inspect.isawaitable(result))
-    )
+    if isinstance(result, _CONTEXT_MANAGERS):
+        return _not_started(result.gen)
+    if inspect.isgenerator(result) or inspect.isasyncgen(result):
+        return _not_started(result)
+    return awaitable and inspect.isawaitable(result)
+
+
+def _not_started(gen: Any) -> bool:
+    """Is the generator or async generator ``gen`` created and never resumed?"""
+    if inspect.isgenerator(gen):
+        return inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
+    frame = gen.ag_frame
+    if frame is None or gen.ag_running:
+        return False  # finished, or running (a call cannot return it running, but be exact)
+    suspended = getattr(gen, "ag_suspended", None)  # Python 3.12+
+    if suspended is not None:
+        return not suspended
+    # 3.10/3.11: a frame not started is still on its ``def`` line (a one-line async
+    # generator already suspended is taken for one not started: refused, loudly).
+    return bool(frame.f_lineno == gen.ag_code.co_firstlineno)
 
 
 def refuse_unrun(decorator: str, func: Callable[..., Any], result: object) -> NoReturn:

@@ -211,3 +211,27 @@ def test_ordinary_results_and_other_context_managers_are_not_refused(r: redis.Re
     assert plain() == [1, 2]
     assert isinstance(gives_a_lock(), type(threading.Lock()))
     assert r.dbsize() == 0
+
+
+def test_a_generator_the_call_started_itself_is_returned(r: redis.Redis) -> None:
+    """Only a body not yet run is refused: a generator the call resumed (and left suspended
+    inside its own ``with Lock(...)``, say) has run under the lease as far as it chose."""
+
+    @locked("g")
+    def started() -> Iterator[int]:
+        gen = rows([])
+        next(gen)
+        return gen
+
+    @locked("g")
+    async def astarted() -> AsyncIterator[int]:
+        agen = arows([])
+        await agen.__anext__()
+        return agen
+
+    async def rest() -> list[int]:
+        return [item async for item in await astarted()]
+
+    assert list(started()) == []  # resumed after its one yield: nothing left
+    assert asyncio.run(rest()) == []
+    assert r.dbsize() == 0
