@@ -10,12 +10,15 @@ Fields are the parameters of the callable as its caller calls it (see :mod:`.tar
 bound method's ``self`` is not one. A rendered name never holds an object's default repr
 (``<Account object at 0x7f...>``): it differs per object and per process, so callers meaning
 the same name would never exclude each other; that is a KeyTemplateError naming the field.
+Data is never taken for one: a ``str``, ``bytes`` or number argument that merely looks like
+a repr (a ticket titled ``"<meeting at 0xCAFE>"``) renders as it is.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import numbers
 import re
 import string
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +36,7 @@ _MISSING = object()
 
 #: An object's default repr, as ``object.__repr__`` (and functions, methods...) write it.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_REPR_SPAN = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")  # the whole ``<Foo object at 0x..>``
 _ADDRESS_HINT = " at 0x"  # a plain substring test first: the regex runs only on a likely hit
 
 #: Longest lock name kept as is, in UTF-8 bytes. A longer one keeps a readable prefix and
@@ -61,6 +65,46 @@ def bounded(name: str) -> str:
 def has_address(text: str) -> bool:
     """Does ``text`` hold an object's default repr (``<... at 0x7f...>``)?"""
     return _ADDRESS_HINT in text and _ADDRESS.search(text) is not None
+
+
+#: Values whose text is data, whatever it looks like: a user's ticket title
+#: "<meeting at 0xCAFE>" made every call of a ``"ticket:{title}"`` function fail (b03).
+_DATA = (str, bytes, bytearray, numbers.Number)
+_SEQUENCES = (list, tuple, set, frozenset)
+
+
+def shows_default_repr(value: object, text: str) -> bool:
+    """Does ``text``, rendered from ``value``, hold an object's default repr?
+
+    Never for data (``_DATA``); a built-in container is judged by its items (it renders their
+    reprs), so ``["<a at 0x1>"]`` is data and ``[<Opaque object at 0x7f...>]`` is not.
+    """
+    if isinstance(value, _DATA) or not has_address(text):
+        return False
+    # Exactly the built-in types: a subclass may render with its own __str__.
+    if isinstance(value, _SEQUENCES) and type(value) in _SEQUENCES:
+        return any(shows_default_repr(item, repr(item)) for item in value)
+    if isinstance(value, dict) and type(value) is dict:
+        return any(
+            shows_default_repr(k, repr(k)) or shows_default_repr(v, repr(v))
+            for k, v in value.items()
+        )
+    return True
+
+
+def _quoted_in(text: str, values: Iterator[Any]) -> bool:
+    """Is every repr-like span of ``text`` found inside one of the str/bytes ``values``?
+
+    A name callable returns one str: what it formatted is unknown, but a span copied from a
+    data argument is data (b03), not an object's repr.
+    """
+    data = [
+        value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+        for value in values
+        if isinstance(value, (str, bytes, bytearray))
+    ]
+    spans = [match.group() for match in _REPR_SPAN.finditer(text)]
+    return bool(spans) and all(any(span in one for one in data) for span in spans)
 
 
 def full_args(instance: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -169,7 +213,9 @@ def _compile_callable(name_fn: Callable[..., Any], func: Callable[..., Any]) -> 
                 f"lock name callable {describe(name_fn)} returned {type(result).__name__}; "
                 "it must return a str"
             )
-        if has_address(result):
+        if has_address(result) and not _quoted_in(
+            result, iter((*call_args(instance, args), *kwargs.values()))
+        ):
             raise KeyTemplateError(
                 f"lock name callable {describe(name_fn)} returned {_short(result)!r}, which "
                 "holds an object's default repr: it differs per object and per process, so "
@@ -242,17 +288,17 @@ def _compile_template(template: str, func: Callable[..., Any]) -> Renderer:
                 template=template,
                 field=field,
             ) from exc
-        if has_address(rendered):
-            raise _address_error(template, values, func)
+        if has_address(rendered) and (found := _address_field(template, values)):
+            raise _address_error(template, found, func)
         return bounded(rendered)
 
     return render
 
 
 def _address_error(
-    template: str, values: Mapping[str, Any], func: Callable[..., Any]
+    template: str, found: tuple[str, str], func: Callable[..., Any]
 ) -> KeyTemplateError:
-    field, text = _address_field(template, values)
+    field, text = found
     return KeyTemplateError(
         f"lock name {template!r} of {describe(func)}: field {{{field}}} renders as "
         f"{_short(text)!r}, an object's default repr; it differs per object and per process, "
@@ -274,13 +320,17 @@ def _fields(template: str) -> Iterator[tuple[str, str]]:
             yield field, "{" + field + (f"!{conversion}" if conversion else "") + f":{spec or ''}}}"
 
 
-def _address_field(template: str, values: Mapping[str, Any]) -> tuple[str, str]:
-    """The first field of ``template`` rendering an object's default repr, and its text."""
+def _address_field(template: str, values: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first field of ``template`` rendering an object's default repr, and its text; None
+    when the name only looks like one (data, or the template's own literal text)."""
+    formatter = string.Formatter()
     for field, alone in _fields(template):
         text = alone.format_map(values)
-        if has_address(text):
+        if has_address(text) and shows_default_repr(
+            formatter.get_field(field, (), values)[0], text
+        ):
             return field, text
-    return "?", ""
+    return None
 
 
 def _failing_field(template: str, values: Mapping[str, Any]) -> str:

@@ -321,6 +321,61 @@ def test_name_callable_returning_a_default_repr_is_refused() -> None:
         f(Opaque())
 
 
+LOOKALIKE = "crash: <Foo object at 0x7f3a2b>"  # a user's text, not an object's repr (b03)
+
+
+@dataclass
+class Ticket:
+    title: str
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("t:{title}", f"lock:t:{LOOKALIKE}"),
+        ("t:{title!r}", f"lock:t:{LOOKALIKE!r}"),
+        ("t:{ticket.title}", f"lock:t:{LOOKALIKE}"),
+        ("t:{raw}", f"lock:t:{LOOKALIKE.encode()}"),
+        ("t:{titles}", f"lock:t:{[LOOKALIKE]}"),
+        ("t:{by_title}", f"lock:t:{ {LOOKALIKE: 1} }"),
+    ],
+)
+def test_data_that_looks_like_a_default_repr_renders_as_it_is(
+    template: str, expected: str, r: redis.Redis
+) -> None:
+    @locked(template)
+    def f(
+        title: str, ticket: Ticket, raw: bytes, titles: list[str], by_title: dict[str, int]
+    ) -> list[str]:
+        return keys_during(r)
+
+    got = f(LOOKALIKE, Ticket(LOOKALIKE), LOOKALIKE.encode(), [LOOKALIKE], {LOOKALIKE: 1})
+    assert got == [expected]
+
+
+def test_a_name_callable_copying_data_that_looks_like_a_repr_renders_it(r: redis.Redis) -> None:
+    @locked(lambda title, n: f"t:{title}:{n}")
+    def f(title: str, n: int) -> list[str]:
+        return keys_during(r)
+
+    assert f(LOOKALIKE, n=7) == [f"lock:t:{LOOKALIKE}:7"]
+
+
+def test_an_object_beside_lookalike_data_is_still_refused() -> None:
+    @locked("t:{title}:{items}")
+    def f(title: str, items: list[Any]) -> None: ...
+
+    with pytest.raises(KeyTemplateError, match="default repr") as info:
+        f(LOOKALIKE, [LOOKALIKE, Opaque()])
+    assert info.value.field == "items"
+
+    @locked(lambda title, user: f"t:{title}:{user}")
+    def g(title: str, user: Any) -> None: ...
+
+    with pytest.raises(KeyTemplateError, match="default repr"):
+        g(LOOKALIKE, Opaque())
+
+
 def test_fixed_name_holding_a_default_repr_is_refused_at_decoration() -> None:
     for template in ("stuck <Opaque object at 0x7f00aa>", "{n}:<Opaque object at 0x7f00aa>"):
         with pytest.raises(KeyTemplateError, match="default repr"):
