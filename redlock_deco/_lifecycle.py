@@ -35,6 +35,7 @@ from typing import Any
 from ._errors import LockLost
 from ._events import Source
 from ._protocol import Claim
+from ._quorum import held_for
 
 # Renew when a third of the lease has passed: two more attempts fit before it would expire.
 RENEW_FRACTION = 1 / 3
@@ -128,7 +129,7 @@ class Lease:
         self.ttl_ms: int = claim.ttl_ms
         self.recorded_at: float = started  # when the request behind the recorded expiry was sent
         # A hand-off starts shorter than the ttl (``lease_ms``); renewals carry the ttl.
-        lease = (claim.ttl_ms if lease_ms is None else lease_ms) / 1000
+        lease = held_for(target, claim.ttl_ms if lease_ms is None else lease_ms)
         self.expires_at: float = started + lease
         self.next_renew: float = started + lease * RENEW_FRACTION
 
@@ -201,7 +202,7 @@ class Lease:
             return  # older than what is recorded: that request was overtaken (io prevents it)
         self.recorded_at = started
         self.ttl_ms = ttl_ms
-        ttl = ttl_ms / 1000
+        ttl = held_for(self.target, ttl_ms)  # on a quorum, less the drift allowance
         self.expires_at = started + ttl
         self.next_renew = started + ttl * RENEW_FRACTION
 
@@ -230,7 +231,7 @@ class Lease:
         ``extend`` that did land go unnoticed while another holder takes the lock.)"""
         if self.state is not State.HELD:
             return
-        self.expires_at = min(self.expires_at, started + ttl_ms / 1000)
+        self.expires_at = min(self.expires_at, started + held_for(self.target, ttl_ms))
         self.next_renew = started
 
     def lose(self) -> bool:

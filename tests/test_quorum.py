@@ -98,6 +98,27 @@ def test_renewed_by_quorum_and_exclusive_meanwhile(masters: list[RedisServer]) -
     assert on_masters(masters, "lock:renew") == [False] * 3
 
 
+def test_remaining_on_a_quorum_is_redlock_validity(api: Api, masters: list[RedisServer]) -> None:
+    """remaining() is what the holder may count on: on a quorum, ttl less the round's time
+    *and* the clock-drift allowance, after acquiring and after an extension (which records
+    its expiry the way a renewal does); on one Redis, the whole ttl (b13: it ignored drift)."""
+
+    async def scenario(api: Api) -> list[float]:
+        seen = []
+        async with api.Lock("v", provider="q", ttl=100, auto_renew=False) as lock:
+            seen.append(lock.lease.remaining())
+            await lock.extend(50)
+            seen.append(lock.lease.remaining())
+        async with api.Lock("v", ttl=100, auto_renew=False) as single:
+            seen.append(single.lease.remaining())
+        return seen
+
+    acquired, extended, single = api.run(scenario)
+    assert 95 < acquired <= validity_ms(100_000, 0) / 1000  # 98.998 s at most
+    assert 45 < extended <= validity_ms(50_000, 0) / 1000  # 49.498 s at most
+    assert 99.5 < single <= 100
+
+
 def test_a_lease_too_short_for_the_round_is_never_granted(masters: list[RedisServer]) -> None:
     # ttl 10 ms (the shortest allowed) with a master answering 20 ms late: the round takes
     # longer than the lease, so validity is negative although a quorum granted it.
