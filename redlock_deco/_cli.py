@@ -181,8 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "debug", False):
             raise
         message = exc.args[0] if isinstance(exc, CliError) else _explain(exc, _url(args))
-        print(f"redlock-deco {args.command}: {message}", file=sys.stderr)
+        _say(f"redlock-deco {args.command}: {message}", sys.stderr)
         return exc.status if isinstance(exc, CliError) else 1
+
+
+def _say(text: object, file: TextIO | None = None) -> None:
+    """Print one message naming keys or holders, control characters escaped: a key name is
+    user data (``"ticket:{title}"``), and printed raw it could forge lines or send escape
+    sequences to the operator's terminal (b06). Tables escape their cells themselves."""
+    print(inspection.printable(str(text)), file=file)
 
 
 def _reader_gone() -> int:
@@ -240,7 +247,7 @@ def _inspect(args: argparse.Namespace) -> int:
     client = _client(url)
     try:
         entries = _ask(url, lambda: inspection.held(client, pattern))
-        header = f"{_server(client)} at {redact(url)}"
+        header = inspection.printable(f"{_server(client)} at {redact(url)}")
         if every is None:
             if args.json:  # the documented shape stays a bare list: `jq '.[].key'`
                 print(inspection.render_json(entries))
@@ -314,14 +321,15 @@ def _release(args: argparse.Namespace) -> int:
         failed = 0
         for item in found:
             if item.refused:
-                print(f"redlock-deco release: {item.note}", file=sys.stderr)
+                _say(f"redlock-deco release: {item.note}", sys.stderr)
                 failed += 1
             elif item.entry is None:
-                print(item.note)
+                _say(item.note)
         held = [item for item in found if item.entry is not None]
         if held and not args.yes:
             table = inspection.render_table([item.entry for item in held])
-            print(f"would release, on {redact(url)}:\n{table}")
+            _say(f"would release, on {redact(url)}:")
+            print(table)
             if not sys.stdin.isatty():
                 raise CliError(
                     "stdin is not a terminal, so nothing can be confirmed: add --yes to "
@@ -357,22 +365,22 @@ def _removed(
             lambda: admin.release_on(client, key, counted=counted, expect=expect, force=force),
         )
     except redis.exceptions.AskError as exc:
-        print(f"redlock-deco release: {_elsewhere(key, exc)}", file=sys.stderr)
+        _say(f"redlock-deco release: {_elsewhere(key, exc)}", sys.stderr)
         return False
     except RedlockDecoError as exc:
-        print(f"redlock-deco release: {exc}", file=sys.stderr)
+        _say(f"redlock-deco release: {exc}", sys.stderr)
         return False
     if released.changed and not released.removed:
-        print(
+        _say(
             f"redlock-deco release: {key} changed since it was shown (now held by "
             f"{', '.join(released.changed)}); nothing removed; run the command again",
-            file=sys.stderr,
+            sys.stderr,
         )
         return False
     if expect is not None and not released.removed:
-        print(f"{key}: nothing held any more (released since it was shown)")
+        _say(f"{key}: nothing held any more (released since it was shown)")
     else:
-        print(released)
+        _say(released)
     return True
 
 

@@ -260,6 +260,30 @@ def _semaphore_entry(
     }
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: every character Python's repr would escape, escaped alike.
+
+    Key names come from call arguments (``"ticket:{title}"``): printed raw, a newline forged
+    a table row and ANSI escapes reached the operator's terminal (b06). JSON output needs
+    none of this: ``json.dumps`` escapes control characters itself.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def render_json(entries: list[dict[str, Any]]) -> str:
     return json.dumps(entries, indent=2)
 
@@ -278,8 +302,8 @@ def render_table(entries: list[dict[str, Any]]) -> str:
             rows.append(
                 (
                     entry["kind"] if index == 0 else "",
-                    entry["key"] if index == 0 else "",
-                    holder["holder"],
+                    printable(entry["key"]) if index == 0 else "",
+                    printable(holder["holder"]),
                     "no expiry" if remaining is None else f"{remaining:.1f}s",
                     slots if index == 0 else "",
                 )

@@ -268,6 +268,40 @@ def test_release_refuses_a_key_that_is_no_lock(server: RedisServer, r: redis.Red
     assert r.hget("lock:h", "field") == b"1"
 
 
+# A name built from user data (``"ticket:{title}"``): a newline that would forge a table row,
+# and escape sequences that would clear a line and turn the terminal red (b06).
+HOSTILE = "x\nlock  lock:payroll:all  admin:1  99.9s  1/1\x1b[2K\x1b[31m"
+SHOWN = "x\\nlock  lock:payroll:all  admin:1  99.9s  1/1\\x1b[2K\\x1b[31m"
+
+
+def test_control_characters_in_key_names_are_escaped(server: RedisServer, r: redis.Redis) -> None:
+    hostile, free = Lock("ticket:" + HOSTILE, ttl=30), "lock:free\r\x1b[31m"
+    assert hostile.acquire()
+    table = cli("inspect", "--url", server.url)
+    _header, _columns, row = table.stdout.splitlines()  # one row: none forged
+    assert "\x1b" not in table.stdout and row.startswith(f"lock  lock:ticket:{SHOWN}  {ME}")
+    as_json = json.loads(cli("inspect", "--url", server.url, "--json").stdout)
+    assert [entry["key"] for entry in as_json] == [f"lock:ticket:{HOSTILE}"]  # exact, as data
+    asked = cli("release", f"lock:ticket:{HOSTILE}", free, "--url", server.url)
+    assert "\x1b" not in asked.stdout + asked.stderr and asked.returncode == 2
+    assert f"lock:ticket:{SHOWN}" in asked.stdout
+    assert "lock:free\\r\\x1b[31m: nothing held" in asked.stdout
+    assert len(asked.stdout.splitlines()) == 4  # the note, "would release", columns, one row
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "redlock_deco", "inspect", "--url", server.url, "--watch", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert watching.stdout is not None
+    watched = [watching.stdout.readline() for _ in range(4)]  # stamp, columns, row, blank
+    watching.send_signal(signal.SIGINT)
+    watching.communicate(timeout=30)
+    assert "\x1b" not in "".join(watched) and f"lock:ticket:{SHOWN}" in watched[2]
+    done = cli("release", f"lock:ticket:{HOSTILE}", "--url", server.url, "--yes")
+    assert done.returncode == 0 and "\x1b" not in done.stdout
+    assert done.stdout.startswith(f"lock:ticket:{SHOWN}: removed lock held by {ME}")
+    assert r.dbsize() == 0
+
+
 def test_inspect_watch_refreshes_until_ctrl_c(server: RedisServer) -> None:
     lock = Lock("watched", ttl=30)
     lock.acquire()
