@@ -195,8 +195,10 @@ class SyncTarget:
         self.lanes = make_lanes(pool_size(client), Places)
         self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
-        self.waiting = waiting.SyncWaiting(client) if can_listen(client) else None
         self.counted = not is_cluster(client)
+        self.waiting = (
+            waiting.SyncWaiting(client, self.execute, self.counted) if can_listen(client) else None
+        )
         self.direct = direct_pool(client)
 
     @property
@@ -213,7 +215,9 @@ class SyncTarget:
         if kind is Wait:
             return step.registration.wait(step.timeout)  # type: ignore[union-attr]
         if kind is Listen:
-            return None if self.waiting is None else self.waiting.listen(step.token)  # type: ignore[union-attr]
+            if self.waiting is None:
+                return None
+            return self.waiting.listen(step.token, step.ttl)  # type: ignore[union-attr]
         if kind is Sleep:
             time.sleep(step.seconds)  # type: ignore[union-attr]
             return None
@@ -274,8 +278,10 @@ class AsyncTarget:
         self.client = client
         self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
         self.checked = False
-        self.waiting = waiting.AsyncWaiting(client) if can_listen(client) else None
         self.counted = not is_cluster(client)
+        self.waiting = (
+            waiting.AsyncWaiting(client, self.execute, self.counted) if can_listen(client) else None
+        )
 
     @property
     def listening(self) -> bool:
@@ -293,7 +299,7 @@ class AsyncTarget:
         if kind is Listen:
             if self.waiting is None:
                 return None
-            return await self.waiting.listen(step.token)  # type: ignore[union-attr]
+            return await self.waiting.listen(step.token, step.ttl)  # type: ignore[union-attr]
         if kind is Sleep:
             await asyncio.sleep(step.seconds)  # type: ignore[union-attr]
             return None

@@ -6,19 +6,28 @@ long, sleep) and receives each step's reply; it returns its result. The thin dri
 async paths cannot drift apart, and tests can drive an algorithm with scripted replies and a
 fake clock.
 
-Waiting design: direct hand-off. A waiter that finds the lease taken joins a FIFO queue on
-the server in the same script; a release then gives the lease straight to the first queued
-waiter that still listens (a short hand-off lease in its name) and PUBLISHes its token on its
-process's channel, where one subscriber per process and server wakes it (see
-:mod:`redlock_deco._waiting` and ``lua/waiters.lua``). The waiter wakes up *holding* the lease:
-no race for it, no acquire round trip, and a releaser that comes straight back queues behind
-those already waiting. It takes the lease to its own ttl through its first renewal (at a
-third of the hand-off lease), or at once when it needs a fencing token, replica
-acknowledgements or has no renewer (:attr:`Claim.confirm`). A grantee that died never does,
-and the lease passes on when the hand-off lease ends; a waiter whose process is gone is
-skipped at once (nobody heard its grant). Every wait is bounded by the holder's remaining
-lease (a crashed holder sends nothing) and by RECHECK, after which the waiter asks the
-server again, keeping its place: a lost grant costs latency, never correctness.
+Waiting design: direct hand-off. A waiter registers for its grant (:class:`Listen`), then
+an attempt that finds the lease taken joins a FIFO queue on the server in the same script,
+with the waiter's own terms (its ttl; a semaphore waiter's limit). A release gives the lease
+straight to the first queued waiter that still listens, for that waiter's own ttl, and
+PUBLISHes the grant on its process's channel, where one subscriber per process and server
+wakes it (see :mod:`redlock_deco._waiting` and ``lua/waiters.lua``). The waiter wakes up
+*holding* the lease: no race for it, no acquire round trip, and a releaser that comes
+straight back queues behind those already waiting. Only a waiter that needs a fencing token
+or replica acknowledgements confirms first (:attr:`Claim.confirm`). A grantee that died
+holds the lease for its own ttl, as it would had it taken the lock itself; a waiter whose
+process is gone is skipped at once (nobody heard its grant), and a grant that reaches a
+process where nobody waits for it any more is given back at once (:mod:`._waiting`). Every
+wait is bounded by the holder's remaining lease (a crashed holder sends nothing) and by
+RECHECK, after which the waiter asks the server again, keeping its place: a lost grant
+costs latency, never correctness.
+
+Retries: a command that ran and lost its reply (a reset connection) is re-sent by the
+client's retry policy. Every script here is idempotent per token: an attempt that finds
+its own token holding the key took it (the lost reply said so), a queue holds a token at most
+once, a release finds its lease gone and says so. A duplicate queue entry would be served
+again later and hand the key back to a holder whose lease had ended, which would then renew
+it as if nothing had happened: a second holder with no signal.
 
 A granted lease is measured from the waiter's last attempt, which the grant followed: as
 conservative as any acquire's. A grant read long after that attempt (a stopped process,
@@ -68,9 +77,11 @@ class Call:
 class Listen:
     """Register to hear a hand-off for ``token`` (subscribing this process to its grants on
     the first use); the reply is a registration to pass to :class:`Wait`, or None if hand-offs
-    cannot reach this process there (then the waiter polls)."""
+    cannot reach this process there (then the waiter polls). ``ttl``: the lease a grant gives
+    it, in seconds (how long a late copy of a grant it took stays expected)."""
 
     token: str
+    ttl: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +118,8 @@ EXPIRY_SLACK = 0.002
 RECHECK = 1.0
 # The queue lives this long after its last join; every waiter re-joins within RECHECK.
 QUEUE_WINDOW_MS = 3000
-# A release hands the lease to the next waiter for this long (ms); the grantee extends it to
-# its own ttl. What a grantee that died after being served keeps the lock for.
+# The lease a hand-off gives a queue entry without terms (queued by a version before them);
+# every entry of this version carries its waiter's own ttl, which its grant gives it.
 HANDOFF_MS = 1000
 # A grant is used without confirming only if it arrived within this fraction of the hand-off
 # lease after the waiter's last attempt (see _fresh).
@@ -272,6 +283,12 @@ class Claim:
         args = ("SET", self.keys.key, self.token, "NX", "PX", self.ttl_ms)
         return Call(args, acquiring=True)
 
+    @property
+    def entry(self) -> str:
+        """This waiter's queue entry: its token and its own terms (``lua/waiters.lua``'s
+        ``entry``, which the acquire scripts build from the same arguments)."""
+        return f"{self.token}|{self.ttl_ms}|{self.limit}"
+
     def acquire_step(self, mode: int = TRY) -> Eval:
         keys = self.keys
         args: tuple[str | int, ...] = (
@@ -286,7 +303,7 @@ class Claim:
     def release_step(self, leaving: bool = False) -> Eval:
         """The release; ``leaving``: by a waiter giving up, which also leaves the queue."""
         keys = self.keys
-        args = (self.token, HANDOFF_MS, int(self.counted), int(leaving))
+        args = (self.token, HANDOFF_MS, int(self.counted), int(leaving), self.entry, self.limit)
         return Eval(self.kind.release_script, (keys.key, keys.queue, *keys.extra()), args)
 
     def extend_step(self, ttl_ms: int) -> Eval:
@@ -295,6 +312,23 @@ class Claim:
 
     def owned_step(self) -> Eval:
         return Eval(self.kind.owned_script, (self.keys.key, *self.keys.extra()), (self.token,))
+
+
+#: The kinds a grant message names (``lua/waiters.lua``'s ``told``), by their letter.
+GRANT_KINDS = {"L": LOCK, "R": SHARED, "S": SEMAPHORE}
+
+
+def give_back_step(message: str, counted: bool = True) -> Eval | None:
+    """The release that gives back the grant ``message`` announced (``"<token> <kind>
+    <key>"``), for a process where nobody waits for it any more; None if it is no grant."""
+    token, kind_letter, key = [*message.split(" ", 2), "", ""][:3]
+    kind = GRANT_KINDS.get(kind_letter)
+    if kind is None or not key:
+        return None
+    # The grant popped the entry; a release (not a leaving one) compares the token and
+    # serves the queue on, as the grantee's own release would.
+    claim = Claim(kind, Keys.for_key(key, kind), token, 1, counted=counted)
+    return claim.release_step()
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,14 +364,14 @@ def _fresh(claim: Claim, age: float) -> bool:
     """Can a grant that arrived ``age`` seconds after our last attempt be used as is?
 
     Not when the claim must confirm at once (:attr:`Claim.confirm`), nor when so much of the
-    hand-off lease may have passed that the renewer could not take it on in time: a waiter
-    whose process was stopped reads its grant only when it resumes, possibly long after the
-    hand-off lease ended and the lock passed on. It confirms first (one round trip), which
+    lease may have passed that the renewer could not take it on in time: a waiter whose
+    process was stopped reads its grant only when it resumes, possibly long after the lease
+    ended and the lock passed on. It confirms first (one round trip), which
     then finds out. (Nor once the waiter has asked again, see the caller: a grant read after
     that may predate the question -- its hand-off lease since passed on and the waiter queued
     anew -- and only the server can tell.)
     """
-    return not claim.confirm and age < min(HANDOFF_MS, claim.ttl_ms) / 1000 * FRESH_FRACTION
+    return not claim.confirm and age < claim.ttl_ms / 1000 * FRESH_FRACTION
 
 
 def fast_granted(reply: Any, sent_at: float) -> Granted | None:
@@ -386,6 +420,11 @@ class SingleNode:
         attempt queues at once if the lease is taken. Otherwise it only tries; a waiter then
         starts listening and queues with its next attempt (a grant published before anyone
         listens would be lost, and the waiter skipped as gone).
+
+        A waiter registers for its grant *before* the attempt that may queue it: a grant then
+        always finds its waiter registered, so one that finds nobody is one nobody waits for
+        any more, which the subscriber gives back at once (a grantee interrupted between its
+        attempt and its registration would otherwise hold the lock for its whole ttl).
         """
         deadline = math.inf if wait is None else clock() + wait
         # A plain attempt already made (tried) did not queue, whoever listens by now.
@@ -393,7 +432,12 @@ class SingleNode:
         registration: Any = None
         polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
+        won = False
         try:
+            if mode == QUEUE:
+                registration = yield Listen(claim.token, claim.ttl_ms / 1000)
+                if registration is None:
+                    polling, mode = True, TRY
             while True:
                 sent_at = clock()
                 if tried:
@@ -415,10 +459,11 @@ class SingleNode:
                         yield claim.release_step()  # too few copies: this attempt failed
                         acquired, lease_ms, unreplicated = False, -2, int(acked)
                 if acquired:
+                    won = True
                     fence = reply[2] if type(reply) is list and len(reply) > 2 else None
                     return Granted(None if fence is None else int(fence), sent_at)
                 if not polling and registration is None:
-                    registration = yield Listen(claim.token)
+                    registration = yield Listen(claim.token, claim.ttl_ms / 1000)
                     if registration is None:
                         polling, mode = True, TRY
                     elif mode == TRY:
@@ -440,16 +485,19 @@ class SingleNode:
                     continue
                 handed_at = yield Wait(registration, max(MIN_WAIT, min(bound, RECHECK)))
                 if handed_at is not None and mode == QUEUE and _fresh(claim, handed_at - sent_at):
-                    # Woken up holding it: the hand-off lease, taken on by the first renewal.
-                    # Measured from our last attempt, which the grant must have followed: as
-                    # early as the lease could have begun, like any acquire's.
-                    return Granted(None, sent_at, min(HANDOFF_MS, claim.ttl_ms))
+                    # Woken up holding it, for our own ttl. Measured from our last attempt,
+                    # which the grant must have followed: as early as the lease could have
+                    # begun, like any acquire's.
+                    won = True
+                    return Granted(None, sent_at)
                 # Ask the server: confirm a hand-off, or find one whose grant was lost, or
                 # queue on (keeping our place).
                 mode = AGAIN
         finally:
             if registration is not None:
-                registration.close()
+                # A late copy of a grant for a lease we hold is ignored; one for a waiter
+                # that left without it is given back (see _waiting).
+                registration.close(won)
 
     def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> Call | None:
         """The lean path: a first attempt for the caller to send itself (no generator, no

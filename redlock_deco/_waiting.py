@@ -7,10 +7,16 @@ those grants and wakes the waiter they name: a thread through an event, a task t
 event. 1,000 waiters cost one connection for waiting, not 1,000 (the BLPOP design before this
 held a pooled connection per waiter, and releases then starved for connections).
 
-- A waiter registers right after its attempt queued it. A grant that arrives first (the
-  PUBLISH raced the attempt's reply) is kept briefly for it (:class:`Board`).
-- A grant for a waiter that gave up meanwhile is dropped: the release its leaving sends
-  passes the lease on (it compares tokens, so nothing is lost or released twice).
+- A waiter registers *before* the attempt that may queue it, so every grant finds its
+  waiter registered in this process (on one of its subscribers: several targets, or event
+  loops, may share a server and so hear each other's grants; :class:`Registry` is the
+  process's view of them all). A grant that finds nobody is one nobody waits for any more
+  (a waiter interrupted, or gone without leaving the queue): it is given back at once, by a
+  release of that token, which passes it on (it compares tokens: nothing is lost or
+  released twice). Left alone it would keep the lock for the waiter's whole ttl.
+- A late copy of a grant for a lease this process took (delivered after its waiter stopped
+  waiting: it asked the server itself, or read the grant while a copy was in flight) is
+  ignored for as long as that lease can still be held without renewing.
 - A lost grant (the subscriber reconnected) costs latency, never correctness: every wait is
   bounded (``protocol.RECHECK``), after which the waiter asks the server itself.
 - The subscription is opened by the first waiter, so an uncontended process holds no extra
@@ -23,12 +29,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import _tokens as tokens
+from ._protocol import Step, give_back_step
 
 log = logging.getLogger("redlock_deco")
 
@@ -43,9 +52,10 @@ SUBSCRIBE_POLL = 0.05
 READ_TIMEOUT = 1.0
 # After a failed read (connection trouble), subscribe again after this long.
 RETRY_DELAY = 0.1
-# A grant nobody registered for yet is kept this long, and at most this many of them.
-EARLY_KEEP = 5.0
-EARLY_MAX = 1024
+# A token whose waiter left holding its lease is remembered this long past the lease's ttl
+# (a late copy of its grant is ignored meanwhile), and at most this many of them.
+HELD_SLACK = 5.0
+HELD_MAX = 100_000
 
 
 def channel() -> str:
@@ -62,36 +72,80 @@ def _text(data: Any) -> str:
     return data.decode() if isinstance(data, bytes) else str(data)
 
 
-class Board:
-    """Who waits for which token, and grants that arrived before their waiter registered.
-
-    Pure bookkeeping; the callers hold their own lock (sync) or run in one loop (asyncio).
-    """
-
-    __slots__ = ("early", "waiting")
+class Registry:
+    """The grants this process expects: tokens whose waiter waits now (on any subscriber of
+    the process), and tokens whose waiter left holding the lease (a late copy of its grant
+    must not be given back). One per process, shared by every target and event loop."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting: dict[str, int] = {}  # token -> registrations (normally 1)
+        self.held: OrderedDict[str, float] = OrderedDict()  # token -> remembered until
+
+    def add(self, token: str) -> None:
+        with self._lock:
+            self.waiting[token] = self.waiting.get(token, 0) + 1
+
+    def remove(self, token: str, held_for: float | None) -> None:
+        """``token``'s waiter stopped waiting; ``held_for``: it holds the lease, whose ttl
+        is that many seconds (None: it left without it)."""
+        now = time.monotonic()
+        with self._lock:
+            left = self.waiting.get(token, 0) - 1
+            if left > 0:
+                self.waiting[token] = left
+            else:
+                self.waiting.pop(token, None)
+            held = self.held
+            while held and (len(held) >= HELD_MAX or next(iter(held.values())) < now):
+                held.popitem(last=False)
+            if held_for is not None:
+                held[token] = now + held_for + HELD_SLACK
+                held.move_to_end(token)
+
+    def expected(self, token: str) -> bool:
+        """Does anyone in this process wait for, or hold, ``token``'s grant?"""
+        with self._lock:
+            if token in self.waiting:
+                return True
+            until = self.held.get(token)
+            return until is not None and until >= time.monotonic()
+
+
+registry = Registry()
+os.register_at_fork(after_in_child=lambda: globals().__setitem__("registry", Registry()))
+
+
+class Board:
+    """Who waits for which token on one subscriber. Pure bookkeeping; the callers hold their
+    own lock (sync) or run in one loop (asyncio)."""
+
+    __slots__ = ("counted", "waiting")
+
+    def __init__(self, counted: bool) -> None:
         self.waiting: dict[str, Any] = {}
-        self.early: OrderedDict[str, float] = OrderedDict()
+        self.counted = counted  # PUBLISH counts prove a waiter gone there (not a cluster)
 
-    def add(self, token: str, waiter: Any) -> float | None:
-        """Register ``waiter``; the time of a grant already received for it, if any."""
+    def add(self, token: str, waiter: Any) -> None:
         self.waiting[token] = waiter
-        return self.early.pop(token, None)
+        registry.add(token)
 
-    def forget(self, token: str) -> None:
-        self.waiting.pop(token, None)
+    def forget(self, token: str, waiter: Any, held_for: float | None) -> None:
+        if self.waiting.get(token) is waiter:
+            del self.waiting[token]
+            registry.remove(token, held_for)
 
-    def deliver(self, token: str, now: float) -> Any:
-        """The waiter a grant names, or None (then kept a moment for a waiter to come)."""
+    def deliver(self, message: str) -> tuple[Any, Step | None]:
+        """The waiter a grant message names, or (None, the release that gives the grant
+        back) when nobody in this process waits for it or holds it (None, None: another
+        subscriber of ours has its waiter, or it is a copy of one we took)."""
+        token, _, _ = message.partition(" ")
         waiter = self.waiting.get(token)
-        if waiter is None:
-            while self.early and (
-                len(self.early) >= EARLY_MAX or next(iter(self.early.values())) < now - EARLY_KEEP
-            ):
-                self.early.popitem(last=False)
-            self.early[token] = now
-        return waiter
+        if waiter is not None:
+            return waiter, None
+        if registry.expected(token):
+            return None, None
+        return None, give_back_step(message, self.counted)
 
 
 # -- sync --------------------------------------------------------------------------------
@@ -106,12 +160,13 @@ class Board:
 class Handoff:
     """One thread's registration: woken when a release hands it the lease."""
 
-    __slots__ = ("_event", "_owner", "at", "inside", "token")
+    __slots__ = ("_event", "_owner", "at", "inside", "token", "ttl")
 
-    def __init__(self, owner: SyncWaiting, token: str) -> None:
+    def __init__(self, owner: SyncWaiting, token: str, ttl: float) -> None:
         self._owner = owner
         self._event = threading.Event()
         self.token = token
+        self.ttl = ttl
         self.at: float | None = None  # when its grant arrived
         self.inside = False  # in wait() now, without its grant: it can take over reading
 
@@ -134,8 +189,10 @@ class Handoff:
             self._event.clear()
         return at
 
-    def close(self) -> None:
-        self._owner.forget(self)
+    def close(self, held: bool = False) -> None:
+        """Stop waiting; ``held``: with the lease (a late copy of its grant is then ignored;
+        otherwise it is given back)."""
+        self._owner.forget(self, held)
 
 
 class SyncWaiting:
@@ -146,11 +203,12 @@ class SyncWaiting:
     waiters.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, give_back: Callable[[Step], Any], counted: bool) -> None:
         self.client = client
+        self._give_back = give_back  # runs a release step on this target
         self._lock = threading.Lock()  # the board
         self._reading = threading.Lock()  # held by the one thread reading the subscription
-        self._board = Board()
+        self._board = Board(counted)
         self._pubsub: Any = None  # touched only by the reader
         self._subscribed_event = threading.Event()
 
@@ -163,13 +221,11 @@ class SyncWaiting:
     def _subscribed(self) -> bool:
         return self._subscribed_event.is_set()
 
-    def listen(self, token: str) -> Handoff | None:
+    def listen(self, token: str, ttl: float) -> Handoff | None:
         """Register ``token``'s waiter (subscribing first if needed); None if it cannot."""
-        handoff = Handoff(self, token)
+        handoff = Handoff(self, token, ttl)
         with self._lock:
-            early = self._board.add(token, handoff)
-        if early is not None:
-            handoff.granted(early)
+            self._board.add(token, handoff)
         deadline = time.monotonic() + START_TIMEOUT
         while not self._subscribed:
             remaining = deadline - time.monotonic()
@@ -187,10 +243,9 @@ class SyncWaiting:
                 self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
         return handoff
 
-    def forget(self, handoff: Handoff) -> None:
+    def forget(self, handoff: Handoff, held: bool) -> None:
         with self._lock:
-            if self._board.waiting.get(handoff.token) is handoff:
-                self._board.forget(handoff.token)
+            self._board.forget(handoff.token, handoff, handoff.ttl if held else None)
 
     def wait(self, handoff: Handoff, timeout: float) -> float | None:
         deadline = time.monotonic() + timeout
@@ -241,11 +296,15 @@ class SyncWaiting:
             if kind == "subscribe":
                 self._subscribed_event.set()
             elif kind == "message":
-                now = time.monotonic()
                 with self._lock:
-                    waiter = self._board.deliver(_text(message["data"]), now)
+                    waiter, give_back = self._board.deliver(_text(message["data"]))
                 if waiter is not None:
-                    waiter.granted(now)
+                    waiter.granted(time.monotonic())
+                elif give_back is not None:
+                    try:
+                        self._give_back(give_back)
+                    except Exception as exc:  # the grant then lapses after its ttl
+                        log.warning("redlock-deco: could not give back a grant: %r", exc)
 
     def _leave_reading(self, handoff: Handoff) -> None:
         """Pass the reading on to a waiter that is waiting now and has no grant yet: one that
@@ -278,12 +337,13 @@ def _closed(pubsub: Any) -> None:
 class AsyncHandoff:
     """One task's registration: woken when a release hands it the lease."""
 
-    __slots__ = ("_event", "_owner", "at", "token")
+    __slots__ = ("_event", "_owner", "at", "token", "ttl")
 
-    def __init__(self, owner: AsyncWaiting, token: str) -> None:
+    def __init__(self, owner: AsyncWaiting, token: str, ttl: float) -> None:
         self._owner = owner
         self._event = asyncio.Event()
         self.token = token
+        self.ttl = ttl
         self.at = 0.0
 
     def granted(self, at: float) -> None:
@@ -299,16 +359,19 @@ class AsyncHandoff:
         self._event.clear()
         return self.at
 
-    def close(self) -> None:
-        self._owner._board.forget(self.token)
+    def close(self, held: bool = False) -> None:
+        self._owner._board.forget(self.token, self, self.ttl if held else None)
 
 
 class AsyncWaiting:
     """The subscriber of one asyncio target (one event loop), and the tasks waiting on it."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(
+        self, client: Any, give_back: Callable[[Step], Awaitable[Any]], counted: bool
+    ) -> None:
         self.client = client
-        self._board = Board()
+        self._give_back = give_back  # runs a release step on this target
+        self._board = Board(counted)
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -316,13 +379,11 @@ class AsyncWaiting:
     def listening(self) -> bool:
         return self._ready.is_set()
 
-    async def listen(self, token: str) -> AsyncHandoff | None:
+    async def listen(self, token: str, ttl: float) -> AsyncHandoff | None:
         from . import _process as process  # process imports the drivers, which import this module
 
-        handoff = AsyncHandoff(self, token)
-        early = self._board.add(token, handoff)
-        if early is not None:
-            handoff.granted(early)
+        handoff = AsyncHandoff(self, token, ttl)
+        self._board.add(token, handoff)
         if self._task is None:
             self._task = process.background(self._run(), "redlock-deco-waiting")
         try:
@@ -331,6 +392,17 @@ class AsyncWaiting:
             handoff.close()
             return None
         return handoff
+
+    def _start_give_back(self, step: Step) -> None:
+        from . import _process as process
+
+        async def give_back() -> None:
+            try:
+                await self._give_back(step)
+            except Exception as exc:  # the grant then lapses after its ttl
+                log.warning("redlock-deco: could not give back a grant: %r", exc)
+
+        process.background(give_back(), "redlock-deco-give-back")
 
     def stop(self) -> None:
         """The loop is closing: end the subscriber (its connection is closed on the way)."""
@@ -362,9 +434,11 @@ class AsyncWaiting:
                     if kind == "subscribe":
                         self._ready.set()
                     elif kind == "message":
-                        waiter = self._board.deliver(_text(message["data"]), now)
+                        waiter, give_back = self._board.deliver(_text(message["data"]))
                         if waiter is not None:
                             waiter.granted(now)
+                        elif give_back is not None:
+                            self._start_give_back(give_back)
                 if self._board.waiting:
                     idle_since = now
                 elif now - idle_since >= IDLE:

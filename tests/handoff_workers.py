@@ -8,13 +8,15 @@ from typing import Any
 from redlock_deco import Lock, LockLost, Semaphore, register_provider
 
 
-def wait_then_hold(url: str, name: str, index: int, hold: float, out: Any, limit: int = 0) -> None:
+def wait_then_hold(
+    url: str, name: str, index: int, hold: float, out: Any, limit: int = 0, ttl: float = 10
+) -> None:
     """Wait for ``name`` (a lock, or a semaphore of ``limit``), hold it ``hold`` seconds and
     report (index, entered, left) in monotonic time (one clock for every process here), or
     (index, error name) when the lease turned out lost."""
     register_provider("default", url)
     primitive: Any = (
-        Semaphore(name, limit=limit, ttl=10, wait=30) if limit else Lock(name, ttl=10, wait=30)
+        Semaphore(name, limit=limit, ttl=ttl, wait=30) if limit else Lock(name, ttl=ttl, wait=30)
     )
     try:
         with primitive:

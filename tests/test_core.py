@@ -39,9 +39,10 @@ class Registration:
     closes it when the acquire ends."""
 
     closed = False
+    held: bool | None = None
 
-    def close(self) -> None:
-        self.closed = True
+    def close(self, held: bool = False) -> None:
+        self.closed, self.held = True, held
 
 
 def claim(confirm: bool = False, ttl_ms: int = 30_000, fencing: bool = False) -> Claim:
@@ -111,12 +112,16 @@ def test_the_fast_try_is_one_plain_set_where_its_success_alone_grants() -> None:
 
 
 def test_acquire_first_try_while_listening_queues_at_once() -> None:
-    """Grants are heard here already: the first attempt queues if the lock is busy."""
+    """Grants are heard here already: the waiter registers for its grant, then its first
+    attempt queues if the lock is busy (a grant then always finds its waiter registered)."""
     clock = Clock()
-    steps, result = drive(protocol.SINGLE.acquire(claim(), 10, True, clock), [[1, 30000]], clock)
+    registration = Registration()
+    algorithm = protocol.SINGLE.acquire(claim(), 10, True, clock)
+    steps, result = drive(algorithm, [registration, [1, 30000]], clock)
     assert result == protocol.Granted()
-    assert steps == [claim().acquire_step(QUEUE)]
-    assert steps[0].args == ("tok", 30000, QUEUE, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
+    assert steps == [Listen("tok", 30.0), claim().acquire_step(QUEUE)]
+    assert steps[1].args == ("tok", 30000, QUEUE, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
+    assert registration.closed and registration.held  # a late copy of its grant is ignored
 
 
 @pytest.mark.parametrize("fencing", [False, True])
@@ -146,14 +151,14 @@ def test_a_waiter_starts_listening_before_it_queues() -> None:
     steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, False, clock), replies, clock)
     assert result == protocol.Granted()
     assert [type(s) for s in steps] == [Eval, Listen, Eval, Wait, Eval]
-    assert steps[1] == Listen("tok") and modes(steps) == [TRY, QUEUE, AGAIN]
+    assert steps[1] == Listen("tok", 30.0) and modes(steps) == [TRY, QUEUE, AGAIN]
     assert steps[3].registration is registration and registration.closed
 
 
 def test_wait_is_bounded_by_lease_left_deadline_and_recheck() -> None:
     clock = Clock()
     registration = Registration()
-    replies = [[0, 300], registration, None] + [[0, 20_000], None] * 5 + [[0, 20_000], 1]
+    replies = [registration, [0, 300], None] + [[0, 20_000], None] * 5 + [[0, 20_000], 1]
     steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, True, clock), replies, clock)
     waits = [s for s in steps if isinstance(s, Wait)]
     assert waits[0].timeout == pytest.approx(0.302)  # holder's lease ends in 300 ms
@@ -165,12 +170,12 @@ def test_wait_is_bounded_by_lease_left_deadline_and_recheck() -> None:
     # Each check after the first keeps the waiter's place (AGAIN); giving up leaves the queue.
     assert modes(steps) == [QUEUE] + [AGAIN] * 6
     assert steps[-1] == claim().release_step(leaving=True)
-    assert registration.closed
+    assert registration.closed and not registration.held  # a grant now is given back
 
 
 def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
     clock = Clock()
-    replies = [[0, 20_000], Registration(), None, [1, 30000]]
+    replies = [Registration(), [0, 20_000], None, [1, 30000]]
     steps, result = drive(protocol.SINGLE.acquire(claim(), 1.0, True, clock), replies, clock)
     assert result == protocol.Granted()
     assert modes(steps) == [QUEUE, AGAIN]  # AGAIN: finds a hand-off whose grant went astray
@@ -178,7 +183,7 @@ def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
 
 def test_never_expiring_holder_waits_in_rechecks_forever_with_wait_none() -> None:
     clock = Clock()
-    replies = [[0, -1], Registration(), None] + [[0, -1], None] * 49 + [[1, 30000]]
+    replies = [Registration(), [0, -1], None] + [[0, -1], None] * 49 + [[1, 30000]]
     steps, result = drive(protocol.SINGLE.acquire(claim(), None, True, clock), replies, clock)
     assert result == protocol.Granted()
     assert {s.timeout for s in steps if isinstance(s, Wait)} == {RECHECK}
@@ -187,21 +192,27 @@ def test_never_expiring_holder_waits_in_rechecks_forever_with_wait_none() -> Non
 
 def test_a_fresh_grant_is_used_without_a_round_trip() -> None:
     clock = Clock()
-    replies = [[0, 20_000], Registration(), clock.now + 0.1]
+    replies = [Registration(), [0, 20_000], clock.now + 0.1]
     algorithm = protocol.SINGLE.acquire(claim(), 5.0, True, clock)
     steps, result = drive(algorithm, replies, clock, {Wait: 0.1})
-    assert [type(s) for s in steps] == [Eval, Listen, Wait]  # woken up holding it
-    # The hand-off lease, measured from the last attempt (the grant followed it).
-    assert result == protocol.Granted() and result.lease_ms == HANDOFF_MS
+    assert [type(s) for s in steps] == [Listen, Eval, Wait]  # woken up holding it
+    # The waiter's own ttl (the grant gave it that), measured from the last attempt (the
+    # grant followed it): no constant hand-off lease stands in for it.
+    assert result == protocol.Granted() and result.lease_ms is None
     assert result.sent_at == 100.0
 
 
-def test_a_hand_off_shorter_than_the_ttl_is_capped_by_it() -> None:
-    clock = Clock()
-    replies = [[0, 20_000], Registration(), clock.now + 0.1]
-    _, result = drive(protocol.SINGLE.acquire(claim(ttl_ms=400), 5.0, True, clock), replies,
-                      clock, {Wait: 0.1})  # fmt: skip
-    assert result.lease_ms == 400
+@pytest.mark.parametrize("ttl_ms", [100, 400, 30_000, 120_000])
+def test_a_grant_read_within_half_the_waiters_own_ttl_is_used_as_is(ttl_ms: int) -> None:
+    """Freshness is judged against the waiter's own ttl, which the grant gave it: a grant
+    read later than half of it is confirmed first (the lease may be gone by then)."""
+    for late, confirmed in ((ttl_ms / 1000 * 0.45, False), (ttl_ms / 1000 * 0.55, True)):
+        clock = Clock()
+        replies = [Registration(), [0, 20_000], clock.now + late, [1, ttl_ms]]
+        algorithm = protocol.SINGLE.acquire(claim(ttl_ms=ttl_ms), 500.0, True, clock)
+        steps, result = drive(algorithm, replies, clock, {Wait: late})
+        assert result == protocol.Granted()
+        assert modes(steps) == ([QUEUE, AGAIN] if confirmed else [QUEUE])
 
 
 @pytest.mark.parametrize("confirm", [True, False], ids=["confirm", "stale-grant"])
@@ -209,8 +220,8 @@ def test_a_grant_is_confirmed_when_it_must_be_or_arrived_late(confirm: bool) -> 
     """Fencing, replicas or no renewer (confirm), or a grant read long after the attempt
     (a stopped process): one more attempt, in mode AGAIN, before the lease is used."""
     clock = Clock()
-    late = 0.1 if confirm else HANDOFF_MS / 1000  # the whole hand-off lease: stale
-    replies = [[0, 20_000], Registration(), clock.now + late, [1, 30000, 77]]
+    late = 0.1 if confirm else 30.0  # the whole lease: stale
+    replies = [Registration(), [0, 20_000], clock.now + late, [1, 30000, 77]]
     algorithm = protocol.SINGLE.acquire(claim(confirm=confirm), 5.0, True, clock)
     steps, result = drive(algorithm, replies, clock, {Wait: late})
     assert modes(steps) == [QUEUE, AGAIN]
@@ -242,7 +253,7 @@ def test_release_and_extend_outcomes() -> None:
 def test_abandon_is_one_release_that_leaves_the_queue() -> None:
     steps, result = drive(protocol.SINGLE.abandon(claim()), [1], Clock())
     assert steps == [claim().release_step(leaving=True)] and result is None
-    assert steps[0].args == ("tok", HANDOFF_MS, 1, 1)
+    assert steps[0].args == ("tok", HANDOFF_MS, 1, 1, "tok|30000|1", 1)
 
 
 @pytest.mark.parametrize("reply", [7, b"1", None, -1])

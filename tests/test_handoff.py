@@ -26,11 +26,10 @@ import pytest
 import redis
 
 from redlock_deco import Lock, LockNotOwned, Semaphore, locked, register_provider
-from redlock_deco._protocol import HANDOFF_MS, RECHECK
+from redlock_deco._protocol import RECHECK
 from redlock_deco.testing import RedisServer
 
 spawn = multiprocessing.get_context("spawn")
-HANDOFF = HANDOFF_MS / 1000
 
 
 def until(condition: Callable[[], object], within: float = 10.0) -> None:
@@ -47,14 +46,16 @@ def waiters(server: RedisServer) -> Iterator[Callable[..., Any]]:
     started: list[Any] = []
     client = server.client()
 
-    def start(name: str, count: int, hold: float = 0.05, limit: int = 0, key: str = "") -> Any:
+    def start(
+        name: str, count: int, hold: float = 0.05, limit: int = 0, key: str = "", ttl: float = 10
+    ) -> Any:
         out = spawn.Queue()
         queue = "{" + (key or f"lock:{name}") + "}:queue"
         for index in range(count):
             before = client.llen(queue)
             process = spawn.Process(
                 target=handoff_workers.wait_then_hold,
-                args=(server.url, name, index, hold, out, limit),
+                args=(server.url, name, index, hold, out, limit, ttl),
             )
             process.start()
             started.append(process)
@@ -125,18 +126,21 @@ def test_a_killed_waiters_turn_passes_on_at_once(waiters: Any, r: redis.Redis) -
 def test_a_stopped_grantee_loses_its_turn_and_never_runs_unprotected(
     waiters: Any, r: redis.Redis
 ) -> None:
+    """A stopped (not killed) grantee's subscription stays open, so its grant counts as
+    heard: it holds the lock for its own ttl (1.5 s here), as it would had it taken the
+    lock itself just before being stopped; then the next waiter is served."""
     holder = Lock("stopped", ttl=10)
     holder.acquire()
-    out = waiters("stopped", 2, hold=0.5)
+    out = waiters("stopped", 2, hold=0.5, ttl=1.5)
     stopped = waiters.processes[0]
     os.kill(stopped.pid, signal.SIGSTOP)
     released = time.monotonic()
     holder.release()
-    assert 0 < r.pttl("lock:stopped") <= HANDOFF_MS  # handed to the stopped one, briefly
-    until(lambda: not out.empty(), within=HANDOFF + RECHECK + 5)  # the next one got it
+    assert 1000 < r.pttl("lock:stopped") <= 1500  # handed to the stopped one, for its ttl
+    until(lambda: not out.empty(), within=1.5 + RECHECK + 5)  # the next one got it
     os.kill(stopped.pid, signal.SIGCONT)  # it reads its stale grant now
     first, second = sorted(results(out, 2), key=lambda r: r[1])
-    assert first[0] == 1 and first[1] - released < HANDOFF + RECHECK + 1
+    assert first[0] == 1 and 1.4 < first[1] - released < 1.5 + RECHECK + 1
     # The resumed one confirmed its grant before using it, found it gone, queued again and
     # entered only after the other left.
     assert second[0] == 0 and second[1] >= first[2]
@@ -153,8 +157,8 @@ def test_a_lost_grant_costs_latency_not_the_lock(server: RedisServer, r: redis.R
     r.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # the subscription drops
     released = time.monotonic()
     holder.release()
-    waiter.join(HANDOFF + RECHECK + 5)
-    assert got and got[0] - released < HANDOFF + RECHECK + 1
+    waiter.join(RECHECK + 5)
+    assert got and got[0] - released < RECHECK + 1  # its recheck finds the lock its own
 
 
 def _enter_and_time(lock: Lock) -> float:
@@ -162,18 +166,53 @@ def _enter_and_time(lock: Lock) -> float:
         return time.monotonic()
 
 
-def test_a_grantee_holding_past_the_hand_off_lease_keeps_the_lock(
-    waiters: Any, r: redis.Redis
+@pytest.mark.parametrize("limit", [0, 2], ids=["lock", "semaphore"])
+def test_a_grantee_stalled_right_after_its_grant_keeps_its_own_ttl(
+    waiters: Any, r: redis.Redis, limit: int
 ) -> None:
-    holder = Lock("long", ttl=10)
-    holder.acquire()
-    out = waiters("long", 1, hold=HANDOFF * 2.5)
-    holder.release()
-    until(lambda: r.get("lock:long") is not None)
-    time.sleep(HANDOFF * 1.5)  # past the hand-off lease: renewal took it to the full ttl
-    assert r.pttl("lock:long") > HANDOFF_MS
+    """Finding a03: a hand-off used to lease the lock for a fixed second until the grantee's
+    first renewal, so a ttl=10 grantee stalled 1.5 s right after its grant lost the lock
+    (the same stall after an uncontended acquire is harmless). The grant now carries the
+    waiter's own ttl."""
+    name, key = ("stall", "lock:stall") if not limit else ("stall", "sem:stall")
+    holders = [Semaphore(name, limit=limit, ttl=10) if limit else Lock(name, ttl=10)]
+    if limit:
+        holders.append(Semaphore(name, limit=limit, ttl=10))
+    for holder in holders:
+        holder.acquire()
+    out = waiters(name, 1, hold=2.5, limit=limit, key=key)
+    grantee = waiters.processes[0]
+    os.kill(grantee.pid, signal.SIGSTOP)  # stalled before it reads its grant
+    holders[0].release()
+    assert r.pttl(key) > 8000  # handed over for its own ttl, from the moment of the grant
+    time.sleep(1.5)  # past what the old hand-off lease gave it
+    os.kill(grantee.pid, signal.SIGCONT)
     (result,) = results(out, 1)
     assert len(result) == 3, result  # entered and left, no LockLost
+    for holder in holders[1:]:
+        holder.release()
+    until(lambda: r.dbsize() == 0)
+
+
+def test_a_grantee_killed_right_after_its_grant_frees_the_lock_within_its_own_ttl(
+    waiters: Any, r: redis.Redis
+) -> None:
+    """Finding a04: a waiter killed just after being granted held the lock ~1 s whatever
+    its ttl; now its own (0.3 s here), as if it had taken the lock itself."""
+    holder = Lock("shortlived", ttl=10)
+    holder.acquire()
+    waiters("shortlived", 1, hold=5, ttl=0.3)
+    grantee = waiters.processes[0]
+    os.kill(grantee.pid, signal.SIGSTOP)  # granted while it cannot take the grant
+    holder.release()
+    granted = time.monotonic()
+    assert 0 < r.pttl("lock:shortlived") <= 300
+    grantee.kill()
+    until(lambda: r.exists("lock:shortlived") == 0, within=2)
+    assert time.monotonic() - granted < 0.3 + 0.25
+    anyone = Lock("shortlived", wait=0)
+    assert anyone.acquire()  # free for anyone now
+    anyone.release()
 
 
 def test_freed_semaphore_slots_go_to_the_waiters_in_order(waiters: Any, r: redis.Redis) -> None:
@@ -285,3 +324,56 @@ def test_no_waiter_is_stranded_when_the_server_restarts_mid_wait(own_server: Red
     assert got  # it asked the server again, found the lock free and took it
     with pytest.raises(LockNotOwned):  # and the old holder learns its lease is gone
         holder.release()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_grant_nobody_waits_for_any_more_is_given_back_at_once(
+    r: redis.Redis, server: RedisServer, flavour: str
+) -> None:
+    """A queue entry of this process whose waiter is gone without leaving the queue (say,
+    interrupted where its clean-up could not run): its grant reaches the subscriber, which
+    finds nobody registered for it and gives it back at once, instead of the lock staying
+    with nobody for the waiter's whole ttl (30 s here)."""
+    from redlock_deco import _protocol as protocol
+    from redlock_deco import _tokens as tokens
+    from redlock_deco import asyncio as aio
+
+    holder = Lock("orphan", ttl=10)
+    holder.acquire()
+    ghost = protocol.Claim(protocol.LOCK, protocol.Keys.for_key("lock:orphan"),
+                           tokens.new_token(), 30_000)  # fmt: skip
+    busy = Lock("busy", ttl=10)
+    busy.acquire()  # someone of ours waits for "busy" meanwhile: the subscription is read
+    done = threading.Event()
+    freed: list[float] = []
+
+    def wait_on_busy() -> None:
+        if flavour == "sync":
+            with Lock("busy", wait=15):
+                pass
+        else:
+
+            async def main() -> None:
+                async with aio.Lock("busy", wait=15):
+                    pass
+
+            asyncio.run(main())
+        done.set()
+
+    waiter = threading.Thread(target=wait_on_busy)
+    waiter.start()
+    try:
+        until(lambda: r.llen("{lock:busy}:queue") == 1)
+        step = ghost.acquire_step(protocol.QUEUE)
+        assert r.eval(step.script.source, len(step.keys), *step.keys, *step.args)[0] == 0
+        assert r.lrange("{lock:orphan}:queue", 0, -1) == [ghost.entry.encode()]
+        released = time.monotonic()
+        holder.release()  # granted to the ghost, whose process listens...
+        until(lambda: r.exists("lock:orphan") == 0, within=5)  # ...and gave it back
+        freed.append(time.monotonic() - released)
+        assert freed[0] < 1.0
+    finally:
+        busy.release()
+        waiter.join(20)
+    assert done.is_set()
+    until(lambda: r.dbsize() == 0)

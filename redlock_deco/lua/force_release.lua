@@ -6,7 +6,7 @@
 -- KEYS[1] lease key: a lock's token string, or a semaphore's holders zset
 -- KEYS[2] waiter queue (same hash slot); KEYS[3] semaphore limit (same hash slot); KEYS[4] a
 --         lock's readers (same hash slot): while they hold it, the lock key says SHARED
--- ARGV[1] hand-off lease in ms; ARGV[2] '1' if PUBLISH counts prove a waiter gone ('0' on a
+-- ARGV[1] the ttl of a queue entry without terms, in ms; ARGV[2] '1' if PUBLISH counts prove a waiter gone ('0' on a
 --         cluster); ARGV[3] expected kind: 'lock', 'semaphore', or '' for whichever it is
 -- ARGV[4] '1' (force): a string that holds no lock token is removed too
 -- ARGV[5] '1': remove only if every holder is among ARGV[6..] (the SHA-1 hex of each token
@@ -115,10 +115,10 @@ if kind == 'zset' and expected ~= 'lock' then
   local now = now_ms()
   local removed = lease_ends(members, now)
   redis.call('DEL', KEYS[1])
-  -- The limit of the latest admission; unknown, serve one (the others ask again within a
-  -- second and are admitted by their own limit then).
-  local limit = tonumber(redis.call('GET', KEYS[3]) or '1')
-  sem_serve(KEYS[1], KEYS[2], limit, now, tonumber(ARGV[1]), ARGV[2])
+  -- Each waiter is admitted within its own limit (an entry without terms: the limit of the
+  -- latest admission, or one).
+  local limit = redis.call('GET', KEYS[3]) or '1'
+  sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[1], limit, ARGV[2])
   local served = redis.call('ZRANGE', KEYS[1], 0, -1)
   if #served == 0 then
     redis.call('DEL', KEYS[3])  -- nobody holds it now: leave no key behind

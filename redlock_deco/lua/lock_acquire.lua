@@ -7,34 +7,31 @@
 -- ARGV[1] token; ARGV[2] lease ttl in ms
 -- ARGV[3] mode: 0 try once (never queues); 1 queue if busy; 2 again: this waiter queued
 --         before, so it may have been handed the lock, and it keeps its place in the queue
--- ARGV[4] queue window in ms; ARGV[5] hand-off lease in ms; ARGV[6] '1' if PUBLISH counts
---         prove a waiter gone, '0' on a cluster; ARGV[7] limit (unused by locks)
+-- ARGV[4] queue window in ms; ARGV[5] the ttl of a queue entry without terms, in ms;
+-- ARGV[6] '1' if PUBLISH counts prove a waiter gone, '0' on a cluster; ARGV[7] limit (1 for a
+--         lock: part of the queue entry)
 -- ARGV[8] (fencing only) how long to keep the fence counter, in ms
 -- returns {1, ttl ms[, fencing token]} acquired
 --       | {0, ms until the holder's lease ends (the longest reader's), or -1 if it never ends}
 local mode = ARGV[3]
 local mine = false
 local holder = nil
+local queued = entry(ARGV[1], ARGV[2], ARGV[7])
 if mode ~= '2' then
   mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   if not mine then
     holder = redis.call('GET', KEYS[1])  -- a key of another type raises WRONGTYPE here
-    if mode == '0' and holder == ARGV[1] then
-      -- This very attempt already landed once: a client retry re-sent it after losing the
-      -- reply. Without this the caller would give up on a lock it holds. (Mode 1 finds out
-      -- at its next check, as mode 2.)
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      mine = true
-    end
   end
 else
   holder = redis.call('GET', KEYS[1])
-  if holder == ARGV[1] then
-    -- Handed to us (or a client retry re-sent an attempt that had landed): confirm it.
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    redis.call('LREM', KEYS[2], 0, ARGV[1])
-    mine = true
-  end
+end
+if holder == ARGV[1] then
+  -- Ours: handed to us while we waited, or this very attempt already landed once and a
+  -- client retry re-sent it after losing the reply. Take it to our ttl and leave the queue
+  -- (without this a retried attempt would give up on a lock it holds, or queue behind it).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('LREM', KEYS[2], 0, queued)
+  mine = true
 end
 if not mine and holder == SHARED and readers_live(KEYS[3], now_ms()) == 0 then
   -- Every reader's lease has ended (crashed readers): as free as a missing key.
@@ -47,7 +44,7 @@ if not mine and not holder then
   local served = lock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], 0)
   if served == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('LREM', KEYS[2], 0, ARGV[1])
+    redis.call('LREM', KEYS[2], 0, queued)
     mine = true
   end
 end
@@ -67,6 +64,6 @@ local left = redis.call('PTTL', KEYS[1])
 if mode ~= '0' then
   -- A writer dropped while readers held the lock (its process seemed gone: a blip in its
   -- subscription) takes its place back at the head.
-  queue_join(KEYS[2], ARGV[1], ARGV[4], mode == '2', holder == SHARED)
+  queue_join(KEYS[2], queued, ARGV[4], mode == '2', holder == SHARED)
 end
 return {0, left}

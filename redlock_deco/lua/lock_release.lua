@@ -3,14 +3,15 @@
 -- readers queued first (the key then holds SHARED).
 -- include: waiters
 -- KEYS[1] lock key; KEYS[2] waiter queue; KEYS[3] its readers
--- ARGV[1] token; ARGV[2] hand-off lease in ms; ARGV[3] '1' if PUBLISH counts prove a waiter
--- gone ('0' on a cluster); ARGV[4] '1' if the caller was a waiter giving up: leave the queue
--- first (and pass on a hand-off that reached us meanwhile)
+-- ARGV[1] token; ARGV[2] the ttl of a queue entry without terms, in ms; ARGV[3] '1' if
+-- PUBLISH counts prove a waiter gone ('0' on a cluster); ARGV[4] '1' if the caller was a
+-- waiter giving up: leave the queue first (and pass on a hand-off that reached us meanwhile);
+-- ARGV[5] the caller's queue entry (token and terms, see waiters.lua)
 -- returns 1 released | 0 held by another token (taken over: nothing was touched)
 --       | 2 no such key (expired, deleted -- or this very release, re-sent by a client
 --           retry after its reply was lost, already ran)
 if ARGV[4] == '1' then
-  redis.call('LREM', KEYS[2], 0, ARGV[1])
+  redis.call('LREM', KEYS[2], 0, ARGV[5])
 end
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then

@@ -7,9 +7,9 @@
 -- ARGV[1] token; ARGV[2] lease ttl in ms
 -- ARGV[3] mode: 0 try once (never queues); 1 queue if full; 2 again: this waiter queued
 --         before, so it may have been handed a slot, and it keeps its place in the queue
--- ARGV[4] queue window in ms; ARGV[5] hand-off lease in ms; ARGV[6] '1' if PUBLISH counts
---         prove a waiter gone, '0' on a cluster
--- ARGV[7] limit: this caller's own limit, applied at its admission
+-- ARGV[4] queue window in ms; ARGV[5] the ttl of a queue entry without terms, in ms;
+-- ARGV[6] '1' if PUBLISH counts prove a waiter gone, '0' on a cluster
+-- ARGV[7] limit: this caller's own limit, applied at its admission (and to its queue entry)
 -- returns {1, ttl ms} acquired | {0, ms until the earliest lease ends}
 local ttl = tonumber(ARGV[2])
 local mode = ARGV[3]
@@ -17,14 +17,15 @@ local limit = tonumber(ARGV[7])
 local now = now_ms()
 -- Holders whose lease has ended (crashed, or never renewed) give their slot back here; the
 -- queue is served first, in order.
+local queued = entry(ARGV[1], ARGV[2], ARGV[7])
 local swept = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local count = redis.call('ZCARD', KEYS[1])
-if swept > 0 and count < limit then
-  sem_serve(KEYS[1], KEYS[2], limit - count, now, tonumber(ARGV[5]), ARGV[6])
-  count = redis.call('ZCARD', KEYS[1])
+if swept > 0 then
+  sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[5], ARGV[7], ARGV[6])
 end
--- Or listed already: handed to us, or a client retry re-sent an attempt that had landed.
-if count < limit or (mode ~= '1' and redis.call('ZSCORE', KEYS[1], ARGV[1])) then
+local count = redis.call('ZCARD', KEYS[1])
+-- Or listed already, in any mode: handed to us, or a client retry re-sent an attempt that
+-- had landed (a retried first attempt must not queue behind its own slot).
+if count < limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   local lives = 0  -- a zset that was empty is new: no expiry yet
   if count > 0 then
@@ -36,13 +37,13 @@ if count < limit or (mode ~= '1' and redis.call('ZSCORE', KEYS[1], ARGV[1])) the
     lives = ttl
   end
   redis.call('SET', KEYS[3], ARGV[7], 'PX', lives)
-  if mode == '2' then
-    redis.call('LREM', KEYS[2], 0, ARGV[1])
+  if mode ~= '0' then
+    redis.call('LREM', KEYS[2], 0, queued)
   end
   return {1, ttl}
 end
 if mode ~= '0' then
-  queue_join(KEYS[2], ARGV[1], ARGV[4], mode == '2')
+  queue_join(KEYS[2], queued, ARGV[4], mode == '2')
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {0, tonumber(first[2]) - now}

@@ -6,14 +6,16 @@
 -- ARGV[1] token (a reader's: it ends in '/r'); ARGV[2] lease ttl in ms
 -- ARGV[3] mode: 0 try once (never queues); 1 queue if busy; 2 again: this waiter queued
 --         before, so it may have been admitted, and it keeps its place in the queue
--- ARGV[4] queue window in ms; ARGV[5] hand-off lease in ms; ARGV[6] '1' if PUBLISH counts
---         prove a waiter gone, '0' on a cluster; ARGV[7] limit (unused)
+-- ARGV[4] queue window in ms; ARGV[5] the ttl of a queue entry without terms, in ms;
+-- ARGV[6] '1' if PUBLISH counts prove a waiter gone, '0' on a cluster; ARGV[7] limit (1: part
+--         of the queue entry)
 -- returns {1, ttl ms} acquired
 --       | {0, ms until the blocking lease ends (a writer's, or the longest reader's), or -1}
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local mode = ARGV[3]
 local now = now_ms()
+local queued = entry(token, ARGV[2], ARGV[7])
 local holder = redis.call('GET', KEYS[1])  -- a key of another type raises WRONGTYPE here
 local live = 0
 if holder == SHARED then
@@ -40,14 +42,14 @@ if not holder or holder == SHARED then
   if admitted or ((not holder or holder == SHARED) and redis.call('EXISTS', KEYS[2]) == 0) then
     redis.call('ZADD', KEYS[3], now + ttl, token)
     readers_settle(KEYS[1], KEYS[3], now)
-    if mode == '2' then
-      redis.call('LREM', KEYS[2], 0, token)
+    if mode ~= '0' then
+      redis.call('LREM', KEYS[2], 0, queued)
     end
     return {1, ttl}
   end
 end
 local left = redis.call('PTTL', KEYS[1])
 if mode ~= '0' then
-  queue_join(KEYS[2], token, ARGV[4], mode == '2')
+  queue_join(KEYS[2], queued, ARGV[4], mode == '2')
 end
 return {0, left}

@@ -2,14 +2,15 @@
 -- last reader out hands the lock to the queued writer (or frees it).
 -- include: waiters
 -- KEYS[1] lock key; KEYS[2] waiter queue; KEYS[3] readers
--- ARGV[1] token; ARGV[2] hand-off lease in ms; ARGV[3] '1' if PUBLISH counts prove a waiter
--- gone ('0' on a cluster); ARGV[4] '1' if the caller was a waiter giving up: leave the queue
--- first (and pass on a share handed to us meanwhile)
+-- ARGV[1] token; ARGV[2] the ttl of a queue entry without terms, in ms; ARGV[3] '1' if
+-- PUBLISH counts prove a waiter gone ('0' on a cluster); ARGV[4] '1' if the caller was a
+-- waiter giving up: leave the queue first (and pass on a share handed to us meanwhile);
+-- ARGV[5] the caller's queue entry (token and terms, see waiters.lua)
 -- returns 1 released | 0 its lease had ended (listed past its end), or the lock key no longer
 --           says SHARED (taken away) | 2 not listed (ended and swept, removed -- or this very
 --           release, re-sent by a client retry after its reply was lost, already ran)
 if ARGV[4] == '1' then
-  redis.call('LREM', KEYS[2], 0, ARGV[1])
+  redis.call('LREM', KEYS[2], 0, ARGV[5])
 end
 local ends = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not ends then

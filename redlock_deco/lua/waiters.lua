@@ -2,12 +2,18 @@
 -- prepends this file to every script whose header says "-- include: waiters".
 --
 -- Waiters queue in arrival order in a LIST (RPUSH to join, LPOP to serve). A release does not
--- wake waiters to race for what it freed: it hands the lease to the head waiter directly (a
--- short hand-off lease in the waiter's name) and PUBLISHes the waiter's token on its
--- process's channel, "redlock-deco:" .. the token's holder part, where that process's one
--- subscriber passes it to the waiting thread or task. The grantee wakes up holding the lease
--- and extends it to its own ttl (its first renewal, or at once when it needs a fencing token,
--- replicas or has no renewer); one that never does lets it go after the hand-off lease.
+-- wake waiters to race for what it freed: it hands the lease to the head waiter directly, on
+-- that waiter's own terms, and PUBLISHes the grant on its process's channel,
+-- "redlock-deco:" .. the token's holder part, where that process's one subscriber passes it
+-- to the waiting thread or task (or, if nobody there waits for it any more, gives it back).
+-- The grantee wakes up holding the lease.
+--
+-- A queue entry is the waiter's token and its terms, "<token>|<ttl ms>|<limit>" (a lock's
+-- limit is 1): a grant gives the grantee its own ttl from that moment, so a grantee stalled
+-- right after the grant keeps the lease it asked for and a grantee killed right after it
+-- frees the lock within its own ttl; a semaphore admits a waiter only within its own limit.
+-- A token is queued at most once, whatever a client retry re-sends: a second entry would be
+-- served again later and hand the key back to a holder whose lease had ended, silently.
 --
 -- PUBLISH answers how many subscribers heard the grant. 0 means the waiter's process is gone
 -- (a killed process's connections are closed), so the next waiter is served instead. On a
@@ -18,23 +24,42 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The queue entry of a waiter: its token and its own terms.
+local function entry(token, ttl, limit)
+  return token .. '|' .. ttl .. '|' .. limit
+end
+
+-- An entry's token, ttl (ms) and limit; an entry without terms (queued by a version before
+-- them) takes the given ones.
+local function terms(item, ttl, limit)
+  local token, own_ttl, own_limit = string.match(item, '^(.-)|(%d+)|(%d+)$')
+  if not token then
+    return item, tonumber(ttl), tonumber(limit)
+  end
+  return token, tonumber(own_ttl), tonumber(own_limit)
+end
+
 -- Tell the waiter holding `token` that it has been served; false if provably nobody heard.
-local function told(token, counted)
+-- The message names what was granted ("<token> <kind> <key>", kind L lock, R reader, S
+-- semaphore slot), so a process where nobody waits for it any more can give it back at once.
+local function told(token, counted, kind, key)
   local holder = string.match(token, '^(.*):') or token
   -- pcall: a user whose ACL lacks the channel must still be able to release.
-  local heard = redis.pcall('PUBLISH', 'redlock-deco:' .. holder, token)
+  local heard = redis.pcall('PUBLISH', 'redlock-deco:' .. holder, token .. ' ' .. kind .. ' ' .. key)
   return counted == '0' or type(heard) ~= 'number' or heard > 0
 end
 
--- Queue `token` (once: a waiter checking again keeps its place) and keep the queue as long as
--- its newest waiter may stay without checking again. `front`: a waiter checking again whose
--- entry went goes back to the head (it was ahead of everyone queued since).
-local function queue_join(queue, token, window, again, front)
-  if not again or not redis.call('LPOS', queue, token) then
+-- Queue `item` (a waiter's entry) at most once -- a waiter checking again keeps its place,
+-- and a join re-sent by a client retry after its reply was lost changes nothing -- and keep
+-- the queue as long as its newest waiter may stay without checking again. `front`: a waiter
+-- checking again whose entry went goes back to the head (it was ahead of everyone queued
+-- since).
+local function queue_join(queue, item, window, again, front)
+  if not redis.call('LPOS', queue, item) then
     if again and front then
-      redis.call('LPUSH', queue, token)
+      redis.call('LPUSH', queue, item)
     else
-      redis.call('RPUSH', queue, token)
+      redis.call('RPUSH', queue, item)
     end
   end
   redis.call('PEXPIRE', queue, window)
@@ -86,11 +111,11 @@ local function listens(token, counted)
 end
 
 -- The lock is free, or only read (`live` readers, already swept): serve the queue in order,
--- as a release does. Readers at its head are admitted together (each with a hand-off lease
--- of its own); a writer at its head is handed the lock once nobody reads, and blocks every
--- reader queued behind it until then -- unless its process is gone, or a killed writer would
--- keep new readers out for as long as the current ones read. Returns the writer's token if
--- one was handed the lock.
+-- as a release does, each waiter on its own terms. Readers at its head are admitted together
+-- (each with its own ttl); a writer at its head is handed the lock once nobody reads, and
+-- blocks every reader queued behind it until then -- unless its process is gone, or a killed
+-- writer would keep new readers out for as long as the current ones read. `handoff`: the
+-- ttl of an entry without terms. Returns the writer's token if one was handed the lock.
 local function lock_serve(key, queue, readers, handoff, counted, live)
   local now = nil
   while true do
@@ -99,8 +124,12 @@ local function lock_serve(key, queue, readers, handoff, counted, live)
       -- Peeked, not popped, first: a writer left waiting keeps its place, and the queue its
       -- expiry (a list popped empty and pushed again would have none).
       head = redis.call('LINDEX', queue, 0)
-      if not head or (not reads(head) and listens(head, counted)) then
-        break  -- nobody waits, or a writer does: for the readers to leave
+      if not head then
+        break
+      end
+      local token = terms(head, handoff, 1)
+      if not reads(token) and listens(token, counted) then
+        break  -- a writer waits: for the readers to leave
       end
       redis.call('LPOP', queue)
     else
@@ -109,15 +138,16 @@ local function lock_serve(key, queue, readers, handoff, counted, live)
         break
       end
     end
-    if reads(head) then
-      if told(head, counted) then
+    local token, ttl = terms(head, handoff, 1)
+    if reads(token) then
+      if told(token, counted, 'R', key) then
         now = now or now_ms()
-        redis.call('ZADD', readers, now + tonumber(handoff), head)
+        redis.call('ZADD', readers, now + ttl, token)
         live = live + 1
       end
-    elseif live == 0 and told(head, counted) then
-      redis.call('SET', key, head, 'PX', handoff)
-      return head
+    elseif live == 0 and told(token, counted, 'L', key) then
+      redis.call('SET', key, token, 'PX', ttl)
+      return token
     end
   end
   if live > 0 then
@@ -126,20 +156,30 @@ local function lock_serve(key, queue, readers, handoff, counted, live)
   return nil
 end
 
--- Hand up to `free` free slots to queued waiters still listening.
-local function sem_serve(holders, queue, free, now, handoff, counted)
-  local served = 0
-  while served < free do
-    local head = redis.call('LPOP', queue)
+-- Hand free slots to queued waiters still listening, in order, each within its own limit
+-- and for its own ttl: the head waits while the holders (live ones: the caller swept) are as
+-- many as its limit, and so does everyone behind it. `handoff` and `limit`: the terms of an
+-- entry without its own. `limits`: the key kept for `inspect`, set to each admission's limit.
+local function sem_serve(holders, queue, limits, now, handoff, limit, counted)
+  while true do
+    local head = redis.call('LINDEX', queue, 0)
     if not head then
       break
     end
-    if told(head, counted) then
-      redis.call('ZADD', holders, now + handoff, head)
-      served = served + 1
+    local token, ttl, own_limit = terms(head, handoff, limit)
+    if redis.call('ZCARD', holders) >= own_limit then
+      break
     end
-  end
-  if served > 0 and redis.call('PTTL', holders) < handoff then
-    redis.call('PEXPIRE', holders, handoff)
+    redis.call('LPOP', queue)
+    if told(token, counted, 'S', holders) then
+      redis.call('ZADD', holders, now + ttl, token)
+      local lives = redis.call('PTTL', holders)
+      if lives < ttl then
+        -- The zset lives exactly as long as its longest lease: no key outlives its holders.
+        redis.call('PEXPIRE', holders, ttl)
+        lives = ttl
+      end
+      redis.call('SET', limits, own_limit, 'PX', lives)
+    end
   end
 end
