@@ -78,10 +78,12 @@ class Listen:
     """Register to hear a hand-off for ``token`` (subscribing this process to its grants on
     the first use); the reply is a registration to pass to :class:`Wait`, or None if hand-offs
     cannot reach this process there (then the waiter polls). ``ttl``: the lease a grant gives
-    it, in seconds (how long a late copy of a grant it took stays expected)."""
+    it, in seconds (how long a late copy of a grant it took stays expected); ``timeout``: how
+    long opening the subscription may take at most (never past the caller's ``wait``)."""
 
     token: str
     ttl: float = 0.0
+    timeout: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,7 +437,7 @@ class SingleNode:
         won = False
         try:
             if mode == QUEUE:
-                registration = yield Listen(claim.token, claim.ttl_ms / 1000)
+                registration = yield Listen(claim.token, claim.ttl_ms / 1000, deadline - clock())
                 if registration is None:
                     polling, mode = True, TRY
             while True:
@@ -463,7 +465,9 @@ class SingleNode:
                     fence = reply[2] if type(reply) is list and len(reply) > 2 else None
                     return Granted(None if fence is None else int(fence), sent_at)
                 if not polling and registration is None:
-                    registration = yield Listen(claim.token, claim.ttl_ms / 1000)
+                    registration = yield Listen(
+                        claim.token, claim.ttl_ms / 1000, deadline - clock()
+                    )
                     if registration is None:
                         polling, mode = True, TRY
                     elif mode == TRY:

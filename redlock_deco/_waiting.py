@@ -221,12 +221,13 @@ class SyncWaiting:
     def _subscribed(self) -> bool:
         return self._subscribed_event.is_set()
 
-    def listen(self, token: str, ttl: float) -> Handoff | None:
-        """Register ``token``'s waiter (subscribing first if needed); None if it cannot."""
+    def listen(self, token: str, ttl: float, timeout: float = START_TIMEOUT) -> Handoff | None:
+        """Register ``token``'s waiter (subscribing first if needed, for at most ``timeout``
+        seconds and START_TIMEOUT); None if it cannot."""
         handoff = Handoff(self, token, ttl)
         with self._lock:
             self._board.add(token, handoff)
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + min(timeout, START_TIMEOUT)
         while not self._subscribed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -379,7 +380,9 @@ class AsyncWaiting:
     def listening(self) -> bool:
         return self._ready.is_set()
 
-    async def listen(self, token: str, ttl: float) -> AsyncHandoff | None:
+    async def listen(
+        self, token: str, ttl: float, timeout: float = START_TIMEOUT
+    ) -> AsyncHandoff | None:
         from . import _process as process  # process imports the drivers, which import this module
 
         handoff = AsyncHandoff(self, token, ttl)
@@ -387,7 +390,7 @@ class AsyncWaiting:
         if self._task is None:
             self._task = process.background(self._run(), "redlock-deco-waiting")
         try:
-            await asyncio.wait_for(self._ready.wait(), START_TIMEOUT)
+            await asyncio.wait_for(self._ready.wait(), max(0.0, min(timeout, START_TIMEOUT)))
         except (TimeoutError, asyncio.TimeoutError):
             handoff.close()
             return None

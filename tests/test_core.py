@@ -119,7 +119,7 @@ def test_acquire_first_try_while_listening_queues_at_once() -> None:
     algorithm = protocol.SINGLE.acquire(claim(), 10, True, clock)
     steps, result = drive(algorithm, [registration, [1, 30000]], clock)
     assert result == protocol.Granted()
-    assert steps == [Listen("tok", 30.0), claim().acquire_step(QUEUE)]
+    assert steps == [Listen("tok", 30.0, 10), claim().acquire_step(QUEUE)]
     assert steps[1].args == ("tok", 30000, QUEUE, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
     assert registration.closed and registration.held  # a late copy of its grant is ignored
 
@@ -151,7 +151,7 @@ def test_a_waiter_starts_listening_before_it_queues() -> None:
     steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, False, clock), replies, clock)
     assert result == protocol.Granted()
     assert [type(s) for s in steps] == [Eval, Listen, Eval, Wait, Eval]
-    assert steps[1] == Listen("tok", 30.0) and modes(steps) == [TRY, QUEUE, AGAIN]
+    assert steps[1] == Listen("tok", 30.0, 5.0) and modes(steps) == [TRY, QUEUE, AGAIN]
     assert steps[3].registration is registration and registration.closed
 
 

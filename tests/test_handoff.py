@@ -377,3 +377,47 @@ def test_a_grant_nobody_waits_for_any_more_is_given_back_at_once(
         waiter.join(20)
     assert done.is_set()
     until(lambda: r.dbsize() == 0)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_opening_the_subscription_never_waits_past_wait(
+    r: redis.Redis, server: RedisServer, flavour: str
+) -> None:
+    """A waiter's first wait opens its process's grant subscription; when that connection
+    cannot be made (refused here: the client's subscriptions go through a proxy that resets
+    them), the waiter still gives up at its ``wait`` (0.3 s), not after the subscription's
+    own start timeout (2 s), and leaves no queue entry."""
+    import redis.asyncio
+
+    from redlock_deco import asyncio as aio
+    from redlock_deco.testing import FaultProxy
+
+    holder = Lock("sub", ttl=10)
+    holder.acquire()
+    with FaultProxy(server.port) as proxy:
+        proxy.refuse()
+        if flavour == "sync":
+            client = redis.Redis.from_url(server.url)
+            client.pubsub = redis.Redis.from_url(proxy.url).pubsub  # type: ignore[method-assign]
+            register_provider("refusing", client)
+            started = time.monotonic()
+            assert Lock("sub", provider="refusing", wait=0.3).acquire() is False
+        else:
+
+            async def main() -> bool:
+                client = redis.asyncio.Redis.from_url(server.url)
+                refused = redis.asyncio.Redis.from_url(proxy.url)
+                client.pubsub = refused.pubsub  # type: ignore[method-assign]
+                register_provider("refusing", client)
+                try:
+                    return await aio.Lock("sub", provider="refusing", wait=0.3).acquire()
+                finally:
+                    await client.aclose()
+                    await refused.aclose()
+
+            started = time.monotonic()
+            assert asyncio.run(main()) is False
+        waited = time.monotonic() - started
+    assert waited < 1.2, waited
+    assert not r.exists("{lock:sub}:queue")
+    holder.release()
