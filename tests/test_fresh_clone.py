@@ -30,6 +30,7 @@ def test_readme_has_exactly_two_set_up_commands() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.nested  # a CI leg of its own: it runs the whole README command again
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(bool(os.environ.get(NESTED)), reason="already inside a fresh-clone run")
 def test_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
