@@ -29,7 +29,19 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from . import _waiting as waiting
-from ._protocol import SINGLE, Algorithms, Call, Eval, Listen, Sleep, Step, Steps, Wait
+from ._protocol import (
+    SINGLE,
+    Algorithms,
+    Call,
+    Eval,
+    Listen,
+    Replicated,
+    Sleep,
+    Step,
+    Steps,
+    Wait,
+    took,
+)
 from ._worker import SerialWorker
 
 T = TypeVar("T")
@@ -126,6 +138,8 @@ def is_cluster(client: Any) -> bool:
 
 def lane_of(step: Step) -> int:
     """0 holding, 1 acquiring."""
+    if type(step) is Replicated:
+        return 1
     if type(step) is Eval:
         return 1 if step.script.waiting else 0
     return 1 if type(step) is Call and step.acquiring else 0
@@ -163,6 +177,27 @@ def _takes_command_name(pool: Any) -> bool:
             parameter is not None and parameter.default is inspect.Parameter.empty
         )
     return named
+
+
+def one_connection(client: Any, key: str) -> Any:
+    """A client of ``client``'s pool (on a cluster: of ``key``'s node) bound to one connection
+    until closed, for commands whose meaning depends on the connection (WAIT)."""
+    if is_cluster(client):
+        client = client.get_redis_connection(client.get_node_from_key(key))
+    return client.client()
+
+
+def roundtrip(conn: Any, args: Args) -> Any:
+    """One command on ``conn``, written and read directly, retried as the connection's own
+    retry policy says (a pooled connection a proxy dropped silently fails on first use, and
+    a URL client retries that once)."""
+    packed = [pack(args)]
+
+    def attempt() -> Any:
+        conn.send_packed_command(packed)
+        return conn.read_response()
+
+    return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
 
 
 def direct_pool(client: Any) -> Any:
@@ -231,6 +266,8 @@ class SyncTarget:
             lane.release()
 
     def _send(self, step: Step) -> Any:
+        if type(step) is Replicated:
+            return self._send_replicated(step)
         if type(step) is Call and step.route is not None:
             return self.client.execute_command(*step.args, **routing(self.client, step))
         try:
@@ -243,22 +280,14 @@ class SyncTarget:
     def _send_direct(self, step: Step) -> Any:
         """One command on a pooled connection, written and read directly (see direct_pool).
 
-        Retried exactly as ``execute_command`` would (the connection's own retry policy:
-        a pooled connection a proxy dropped silently fails on first use, and a URL client
-        retries that once); a connection that failed mid-command is closed before it goes
-        back to the pool, so no later command can read its reply. One that answered with an
-        error is in a clean state and reused.
+        A connection that failed mid-command is closed before it goes back to the pool, so
+        no later command can read its reply. One that answered with an error is in a clean
+        state and reused.
         """
         pool = self.direct
         conn = checkout(pool)
-        packed = [pack(command(step))]
-
-        def attempt() -> Any:
-            conn.send_packed_command(packed)
-            return conn.read_response()
-
         try:
-            return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+            return roundtrip(conn, command(step))
         except ResponseError:
             raise  # an answer: the connection is in a clean state
         except BaseException:
@@ -266,6 +295,37 @@ class SyncTarget:
             raise
         finally:
             pool.release(conn)
+
+    def _send_replicated(self, step: Replicated) -> Any:
+        """The attempt, then (if it took the lease) WAIT, on one connection."""
+        attempt = step.step
+        if self.direct is not None:
+            pool = self.direct
+            conn = checkout(pool)
+            try:
+                try:
+                    reply = roundtrip(conn, command(attempt))
+                except NoScriptError:
+                    reply = roundtrip(conn, fallback(attempt))
+                acked = roundtrip(conn, step.wait_command()) if took(reply) else None
+                return reply, acked
+            except ResponseError:
+                raise
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                pool.release(conn)
+        single = one_connection(self.client, attempt.keys[0])
+        try:
+            try:
+                reply = single.execute_command(*command(attempt))
+            except NoScriptError:
+                reply = single.execute_command(*fallback(attempt))
+            acked = single.execute_command(*step.wait_command()) if took(reply) else None
+            return reply, acked
+        finally:
+            single.close()
 
 
 class AsyncTarget:
@@ -313,12 +373,50 @@ class AsyncTarget:
             lane.release()
 
     async def _send(self, step: Step) -> Any:
+        if type(step) is Replicated:
+            return await self._send_replicated(step)
         if type(step) is Call and step.route is not None:
             return await self.client.execute_command(*step.args, **routing(self.client, step))
         try:
             return await self.client.execute_command(*command(step))
         except NoScriptError:
             return await self.client.execute_command(*fallback(step))
+
+    async def _send_replicated(self, step: Replicated) -> Any:
+        """The attempt, then (if it took the lease) WAIT, on one connection."""
+        attempt = step.step
+        if is_cluster(self.client):
+            await self.client.initialize()  # the slot map (a no-op once it is known)
+            node = self.client.get_node_from_key(attempt.keys[0])
+            conn = node.acquire_connection()
+
+            async def call(args: Args) -> Any:
+                await conn.send_packed_command(conn.pack_command(*args))
+                return await node.parse_response(conn, args[0])
+
+            try:
+                try:
+                    reply = await call(command(attempt))
+                except NoScriptError:
+                    reply = await call(fallback(attempt))
+                return reply, (await call(step.wait_command()) if took(reply) else None)
+            except ResponseError:
+                raise
+            except BaseException:
+                await conn.disconnect()
+                raise
+            finally:
+                node.release(conn)
+        single = self.client.client()
+        try:
+            try:
+                reply = await single.execute_command(*command(attempt))
+            except NoScriptError:
+                reply = await single.execute_command(*fallback(attempt))
+            acked = await single.execute_command(*step.wait_command()) if took(reply) else None
+            return reply, acked
+        finally:
+            await (getattr(single, "aclose", None) or single.close)()
 
 
 class Executes(Protocol):

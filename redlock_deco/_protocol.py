@@ -101,6 +101,28 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Replicated:
+    """Run ``step`` (an acquire attempt) and, if it took the lease, ``WAIT`` for ``replicas``
+    acknowledgements (at most ``timeout_ms``) on the very connection that carried it: WAIT
+    counts the calling connection's writes only, so on another connection an older,
+    replicated write would "confirm" an acquisition the replicas never saw, and a failover
+    would then hand the lock to a second holder. The reply is (the attempt's reply, how many
+    replicas acknowledged it, or None when it took nothing)."""
+
+    step: Eval
+    replicas: int
+    timeout_ms: int
+
+    def wait_command(self) -> tuple[str | int, ...]:
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+
+def took(reply: Any) -> bool:
+    """Did an acquire attempt's reply take the lease?"""
+    return type(reply) is list and bool(reply) and reply[0] == 1
+
+
+@dataclass(frozen=True, slots=True)
 class Fanout:
     """Run ``step`` on every master of a quorum at once; the reply is one entry per master:
     its reply, or the exception it failed with (a timeout counts as a failure)."""
@@ -108,7 +130,7 @@ class Fanout:
     step: Eval
 
 
-Step: TypeAlias = Eval | Call | Listen | Wait | Sleep | Fanout
+Step: TypeAlias = Eval | Call | Listen | Wait | Sleep | Fanout | Replicated
 Steps: TypeAlias = Generator[Step, Any, T]
 
 # The shortest wait worth a step.
@@ -442,24 +464,27 @@ class SingleNode:
                     polling, mode = True, TRY
             while True:
                 sent_at = clock()
+                acked: Any = None
                 if tried:
                     # Busy, as fast_try found; how long the holder has left is learnt by the
                     # queueing attempt.
                     tried, reply, code, lease_ms = False, None, 0, -1
+                elif claim.replicas:
+                    # Held on the primary only until enough replicas have the write too, or a
+                    # failover could hand the lock to someone else (Redisson's safe mode).
+                    timeout = min(REPLICA_WAIT_MAX, max(REPLICA_WAIT_MIN, deadline - clock()))
+                    step = Replicated(claim.acquire_step(mode), claim.replicas,
+                                      math.ceil(timeout * 1000))  # fmt: skip
+                    reply, acked = yield step
+                    code, lease_ms = reply[0], reply[1]
                 else:
                     reply = yield claim.acquire_step(mode)
                     code, lease_ms = reply[0], reply[1]
                 acquired = scripts.outcome("acquire", code) is Outcome.ACQUIRED
                 unreplicated: int | None = None
-                if acquired and claim.replicas:
-                    # Held on the primary only: wait until enough replicas have the write too,
-                    # or a failover could hand the lock to someone else (Redisson's safe mode).
-                    timeout = min(REPLICA_WAIT_MAX, max(REPLICA_WAIT_MIN, deadline - clock()))
-                    wait_ms = math.ceil(timeout * 1000)
-                    acked = yield Call(("WAIT", claim.replicas, wait_ms), route=claim.keys.key)
-                    if int(acked) < claim.replicas:
-                        yield claim.release_step()  # too few copies: this attempt failed
-                        acquired, lease_ms, unreplicated = False, -2, int(acked)
+                if acquired and claim.replicas and (acked is None or int(acked) < claim.replicas):
+                    yield claim.release_step()  # too few copies: this attempt failed
+                    acquired, lease_ms, unreplicated = False, -2, int(acked or 0)
                 if acquired:
                     won = True
                     fence = reply[2] if type(reply) is list and len(reply) > 2 else None

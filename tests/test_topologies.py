@@ -15,6 +15,7 @@ import redis
 import redis.asyncio
 
 from redlock_deco import Lock, LockNotAcquired, Semaphore, limited, locked, register_provider
+from redlock_deco._drivers import checkout
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.asyncio import Semaphore as AsyncSemaphore
 from redlock_deco.testing import LocalCluster, LocalSentinels, RedisServer
@@ -105,6 +106,31 @@ def test_async_cluster_client(cluster: LocalCluster) -> None:
     asyncio.run(scenario())
 
 
+def test_cluster_replicas_are_counted_on_the_keys_node_connection(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """replicas=N on a cluster: the attempt and its WAIT go to the key's node on one
+    connection (this cluster has no replicas: 0 of 1 acknowledge, and the lock is given
+    back), sync and asyncio."""
+    port = cluster.servers[0].port
+    register_provider(
+        "acluster-wait", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+    )
+    for name in ("w1", "w2", "w3"):
+        with pytest.raises(LockNotAcquired):
+            Lock(name, provider="cluster", replicas=1, wait=0.2).acquire()
+
+        async def scenario(name: str = name) -> None:
+            with pytest.raises(LockNotAcquired):
+                await AsyncLock(name, provider="acluster-wait", replicas=1, wait=0.2).acquire()
+            from redlock_deco import _providers as providers
+
+            await providers.async_target("acluster-wait").client.aclose()
+
+        asyncio.run(scenario())
+    assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
+
+
 # -- replicas=N --------------------------------------------------------------------------
 
 
@@ -184,6 +210,62 @@ def test_readers_wait_for_replicas_too(pair: tuple[RedisServer, RedisServer]) ->
     assert not primary.client().exists("lock:report", "{lock:report}:readers")
     replica.start()
     await_replication(primary, 1)
+
+
+class FifoPool(redis.ConnectionPool):
+    """Hands out the connection idle longest (redis-py's pool hands out the last returned):
+    what another thread taking the last returned connection in between does to a caller."""
+
+    def get_connection(self, *args: object, **kwargs: object) -> redis.Connection:
+        with self._lock:
+            if len(self._available_connections) > 1:
+                self._available_connections.insert(0, self._available_connections.pop())
+        return super().get_connection(*args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_replicas_are_counted_on_the_connection_that_carried_the_acquire(flavour: str) -> None:
+    """Finding c01: WAIT counts the calling connection's writes only. Sent on another
+    pooled connection, whose last write the replica had acknowledged, it "confirmed" an
+    acquisition the replica never saw (cut off here): after a failover a second caller
+    would take the lock. The WAIT must go on the acquire's own connection."""
+    from redlock_deco.testing import FaultProxy
+
+    with RedisServer(args=PRIMARY_ARGS) as primary, FaultProxy(primary.port) as link:
+        replica = RedisServer(args=("--replicaof", "127.0.0.1", str(link.port)))
+        with replica:
+            await_replication(primary, 1)
+            if flavour == "sync":
+                pool = FifoPool.from_url(primary.url)
+                client = redis.Redis(connection_pool=pool)
+                # Two pooled connections that never wrote: WAIT there counts every replica
+                # still attached, however far behind.
+                first, second = checkout(pool), checkout(pool)
+                for conn in (first, second):
+                    conn.send_command("PING")
+                    assert conn.read_response() in (b"PONG", "PONG")
+                pool.release(first)
+                pool.release(second)
+                link.stall()  # the replica acknowledges nothing from now on
+                register_provider("fifo", client)
+                with pytest.raises(LockNotAcquired):  # LockNotReplicated, 0 of 1
+                    Lock("copied", provider="fifo", replicas=1, wait=0.3).acquire()
+            else:
+                link.stall()
+
+                async def scenario() -> None:
+                    client = redis.asyncio.Redis.from_url(primary.url)
+                    register_provider("afifo", client)
+                    try:
+                        lock = AsyncLock("copied", provider="afifo", replicas=1, wait=0.3)
+                        with pytest.raises(LockNotAcquired):
+                            await lock.acquire()
+                    finally:
+                        await client.aclose()
+
+                asyncio.run(scenario())
+            assert not primary.client().exists("lock:copied")  # given back: too few copies
+            link.heal()
 
 
 # -- Sentinel ----------------------------------------------------------------------------
