@@ -15,10 +15,22 @@ owes replies stays with the thread that gave up on it, and that thread's next co
 master is written behind the unanswered ones (whose replies are then read and dropped).
 Redis runs one connection's commands in order, so a late acquire is followed, never
 overtaken, by the release its thread sends after it, however long the master stalls: the
-order the former serial worker per master kept. Past MAX_OWED unanswered commands the
-connection is closed instead; at worst one lease is then left to expire on that one master.
-The scripts compare tokens, so mutual exclusion never depends on this order, only that
-master's availability for the name does.
+order the former serial worker per master kept. A connection its thread must stop using
+while it owes replies (past MAX_OWED or MAX_BEHIND, or its thread ended) is not closed: a
+closed connection's commands run only until the server first fails to write a reply to it,
+then the rest are dropped, so a release written behind an acquire could be lost while the
+acquire runs -- and one sent on another connection could run before it. Either leaves an
+orphan lease (review finding b04: a master paused for more than MAX_BEHIND kept leases of
+finished calls for their whole ttl). Instead the release of every acquire attempt among what
+it owes is written behind them, and a drainer thread reads the replies until the master has
+answered everything (or the connection fails, or DRAIN_MAX passes), then hands it back. The
+scripts compare tokens, so mutual exclusion never depends on this order, only that master's
+availability for the name does.
+
+The asyncio fan-out keeps the same order another way: a command whose master did not answer
+in time is not cancelled (a cancelled redis-py command closes its connection, and the
+server still runs what it had received); it runs on in the background, and the next
+command for that master is sent only once it has ended (:class:`_AsyncMaster`).
 
 Connections are *made* only on a master's connector thread: redis-py connects inside
 ``get_connection`` under the client's own timeouts and retries (seconds, or no limit at all
@@ -39,8 +51,16 @@ from typing import Any
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._drivers import AsyncTarget, SyncTarget, checkout, command, fallback, lane_of
-from ._protocol import Algorithms, Eval, Fanout, Sleep, Step
+from ._drivers import (
+    AsyncTarget,
+    SyncTarget,
+    _takes_command_name,
+    checkout,
+    command,
+    fallback,
+    lane_of,
+)
+from ._protocol import Algorithms, Eval, Fanout, Sleep, Step, undo_step
 from ._quorum import Quorum
 from ._worker import SerialWorker
 
@@ -56,6 +76,9 @@ MAX_OWED = 32
 MAX_BEHIND = 8 * NODE_TIMEOUT
 # While connections are being made, the replies already sent for are looked at this often.
 POLL = 0.002
+# A connection set aside with replies owed is read until they came, for at most this long;
+# then it is closed (a master stalled that long: what it had not run yet may be lost).
+DRAIN_MAX = 600.0
 
 _NO_REPLY = object()
 _MADE: Future[None] = Future()
@@ -65,13 +88,16 @@ _MADE.set_result(None)
 class _Backlog:
     """A connection still owing replies to commands its thread stopped waiting for."""
 
-    __slots__ = ("conn", "owed", "owner", "since")
+    __slots__ = ("conn", "owed", "owner", "since", "undo")
 
-    def __init__(self, conn: Any, owed: int, owner: threading.Thread, since: float) -> None:
+    def __init__(
+        self, conn: Any, owed: int, owner: threading.Thread, since: float, undo: list[Eval]
+    ) -> None:
         self.conn = conn
         self.owed = owed
         self.owner = owner
         self.since = since  # when it first fell behind
+        self.undo = undo  # releases of the acquire attempts among what it owes
 
 
 class _Master:
@@ -102,7 +128,7 @@ class _Master:
             self.pool.release(backlog.conn)
             return None
         if backlog is not None and time.monotonic() - backlog.since > MAX_BEHIND:
-            self.drop(backlog.conn)  # behind for too long: start afresh, in step again
+            self.set_aside(backlog.conn, backlog.owed, backlog.undo)  # start afresh
             return None
         return backlog
 
@@ -142,21 +168,53 @@ class _Master:
         if self.retired:
             self._hand_back()
 
-    def owe(self, conn: Any, owed: int, since: float | None) -> None:
+    def owe(self, conn: Any, owed: int, since: float | None, undo: list[Eval]) -> None:
         """Keep ``conn``, still owing ``owed`` replies (since ``since``, None: from now), for
-        this thread's next command."""
+        this thread's next command; ``undo``: releases of the acquire attempts it owes."""
         if owed > MAX_OWED or self.retired:
-            self.drop(conn)
+            self.set_aside(conn, owed, undo)
             return
         current = threading.current_thread()
         with self.lock:
             gone = [ident for ident, b in self.behind.items() if not b.owner.is_alive()]
-            ended = [self.behind.pop(ident).conn for ident in gone]
+            ended = [self.behind.pop(ident) for ident in gone]
             self.behind[threading.get_ident()] = _Backlog(
-                conn, owed, current, time.monotonic() if since is None else since
+                conn, owed, current, time.monotonic() if since is None else since, undo
             )
         for dead in ended:  # their threads will send nothing more after them
-            self.drop(dead)
+            self.set_aside(dead.conn, dead.owed, dead.undo)
+
+    def set_aside(self, conn: Any, owed: int, undo: list[Eval]) -> None:
+        """Stop using ``conn``, which owes ``owed`` replies: write ``undo`` behind them, so an
+        acquire attempt the master has yet to run is released right after it runs (EVAL,
+        not EVALSHA: the master may have forgotten the script by then), and have a drainer
+        read every reply before the connection goes back (see the module's docstring)."""
+        if undo:
+            try:
+                packed = [part for step in undo for part in conn.pack_command(*fallback(step))]
+                conn.send_packed_command(packed, check_health=False)
+            except Exception:  # the connection failed: what it carried ends with it
+                self.drop(conn)
+                return
+        threading.Thread(
+            target=self._drain, args=(conn, owed + len(undo)), name="redlock-deco-drain",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def _drain(self, conn: Any, owed: int) -> None:
+        deadline = time.monotonic() + DRAIN_MAX
+        try:
+            while owed and (remaining := deadline - time.monotonic()) > 0:
+                if conn.can_read(min(1.0, remaining)):
+                    with contextlib.suppress(ResponseError):
+                        conn.read_response()
+                    owed -= 1
+        except Exception:  # closed or reset: nothing more of it runs
+            owed = -1
+        if owed:
+            self.drop(conn)
+        else:
+            self.give(conn)
 
     def drop(self, conn: Any) -> None:
         """Close ``conn`` (whatever it still owes is never read) and hand it back."""
@@ -172,10 +230,10 @@ class _Master:
         self.retired = True
         self.worker.retire()
         with self.lock:
-            behind = [b.conn for b in self.behind.values()]
+            behind = list(self.behind.values())
             self.behind.clear()
-        for conn in behind:
-            self.drop(conn)
+        for backlog in behind:
+            self.set_aside(backlog.conn, backlog.owed, backlog.undo)
         self._hand_back()
 
     def _hand_back(self) -> None:
@@ -194,13 +252,17 @@ class _Call:
 
     __slots__ = (
         "behind_since", "broken", "conn", "lane", "master", "name", "owed", "reply", "resend",
-        "sent",
+        "sent", "undo", "undoes",
     )  # fmt: skip
 
-    def __init__(self, master: _Master, name: str, resend: _Packer | None) -> None:
+    def __init__(
+        self, master: _Master, name: str, resend: _Packer | None, undoes: Eval | None
+    ) -> None:
         self.master = master
         self.name = name  # the command whose reply is awaited (EVAL after a NOSCRIPT)
         self.resend = resend  # the EVAL to send on NOSCRIPT
+        self.undoes = undoes  # the release undoing this call's command (an acquire attempt)
+        self.undo: list[Eval] = []  # releases of the acquire attempts ``conn`` owes replies to
         self.conn: Any = None
         self.lane: Any = None  # the semaphore held while ``conn`` is in use
         self.owed = 0  # replies still to come on ``conn``; this call's own is the last
@@ -222,6 +284,7 @@ class _Call:
         backlog = master.backlog()
         if backlog is not None:
             self.conn, self.owed, self.behind_since = backlog.conn, backlog.owed, backlog.since
+            self.undo = backlog.undo
             return
         if master.lanes is not None:
             self.lane = master.lanes[lane]
@@ -236,6 +299,8 @@ class _Call:
             self.reply, self.broken = exc, True
             return
         self.sent, self.owed = True, self.owed + 1
+        if self.undoes is not None:
+            self.undo.append(self.undoes)
 
     def read(self, deadline: float) -> None:
         """Read up to this call's own reply (earlier ones were given up on) by ``deadline``
@@ -271,7 +336,7 @@ class _Call:
                 if isinstance(self.reply, ConnectionError):
                     master.lost()
             elif self.owed:
-                master.owe(conn, self.owed, self.behind_since)
+                master.owe(conn, self.owed, self.behind_since, self.undo)
             else:
                 master.give(conn)
         if self.lane is not None:
@@ -361,7 +426,8 @@ class QuorumSyncTarget:
         args = command(step)
         name, pack = str(args[0]), _Packer(args)
         resend = _Packer(fallback(step)) if name == "EVALSHA" else None
-        calls = [_Call(master, name, resend) for master in self._masters]
+        undoes = undo_step(step)
+        calls = [_Call(master, name, resend, undoes) for master in self._masters]
         delegated = self._delegate(calls, step)
         piped = [call for call in calls if call.master.pool is not None]
         try:
@@ -395,6 +461,79 @@ class QuorumSyncTarget:
         ]
 
 
+class _AsyncMaster:
+    """One master of an asyncio quorum. Its commands for one key run one after another, in
+    the order the rounds sent them, each to its end even when its round stopped waiting for
+    it: each is written and read on a connection of its own, with no read timeout (a
+    redis-py timeout or cancellation closes the connection, and the master then runs only
+    part of what it had received), and the next one for that key is sent once it ended."""
+
+    __slots__ = ("node", "running", "tails")
+
+    def __init__(self, node: AsyncTarget) -> None:
+        self.node = node
+        self.tails: dict[str, asyncio.Task[Any]] = {}  # key -> its last command
+        self.running: set[asyncio.Task[Any]] = set()  # referenced until done (asyncio won't)
+
+    async def call(self, step: Eval, timeout: float) -> Any:
+        """``step``'s reply, or the error it failed with; a TimeoutError past ``timeout``
+        (the command then still runs, and the next one for its key waits for it)."""
+        if len(self.running) >= MAX_OWED:  # a master stalled for good: stop piling up
+            return RedisTimeoutError(f"{len(self.running)} commands still owed by this master")
+        key = step.keys[0]
+        before = self.tails.get(key)
+
+        async def run() -> Any:
+            if before is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(before)
+            try:
+                return await self._send(step)
+            except Exception as exc:  # the round's answer from this master, never an error
+                return exc  # left unretrieved (asyncio.run reports those at shutdown)
+
+        task = asyncio.get_running_loop().create_task(run(), name="redlock-deco-quorum")
+        self.tails[key] = task
+        self.running.add(task)
+        task.add_done_callback(lambda done: self._done(key, done))
+        finished, _ = await asyncio.wait({task}, timeout=timeout)
+        if not finished:
+            return RedisTimeoutError(f"no reply from this master within {timeout} s")
+        return asyncio.CancelledError() if task.cancelled() else task.result()
+
+    async def _send(self, step: Eval) -> Any:
+        pool = getattr(self.node.client, "connection_pool", None)
+        if pool is None:  # a cluster client routes by key over pools of its own
+            return await self.node.execute(step)
+        named = _takes_command_name(pool)
+        conn = await (pool.get_connection("EVALSHA") if named else pool.get_connection())
+        clean = False
+        try:
+            try:
+                reply = await _roundtrip(conn, command(step))
+            except NoScriptError:
+                reply = await _roundtrip(conn, fallback(step))
+            clean = True
+            return reply
+        except ResponseError:
+            clean = True  # an answer: the connection is in a clean state
+            raise
+        finally:
+            if not clean:
+                await conn.disconnect()
+            await pool.release(conn)
+
+    def _done(self, key: str, task: asyncio.Task[Any]) -> None:
+        self.running.discard(task)
+        if self.tails.get(key) is task:
+            del self.tails[key]
+
+
+async def _roundtrip(conn: Any, args: tuple[str | int, ...]) -> Any:
+    await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+    return await conn.read_response(timeout=DRAIN_MAX)
+
+
 class QuorumAsyncTarget:
     """Independent masters, each an AsyncTarget, driven together for the quorum algorithms."""
 
@@ -405,13 +544,15 @@ class QuorumAsyncTarget:
         self.node_timeout = node_timeout
         self.algorithms: Algorithms = Quorum(len(nodes))
         self.checked = False
+        self._masters = [_AsyncMaster(node) for node in nodes]
 
     async def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
         assert isinstance(step, Fanout), step
-        return await asyncio.gather(
-            *(asyncio.wait_for(node.execute(step.step), self.node_timeout) for node in self.nodes),
-            return_exceptions=True,
+        return list(
+            await asyncio.gather(
+                *(master.call(step.step, self.node_timeout) for master in self._masters)
+            )
         )

@@ -338,6 +338,24 @@ class Claim:
         return Eval(self.kind.owned_script, (self.keys.key, *self.keys.extra()), (self.token,))
 
 
+#: Each kind's acquire script, to undo an attempt from its step alone (see undo_step).
+_BY_ACQUIRE = {kind.acquire_script: kind for kind in (LOCK, SHARED, SEMAPHORE)}
+
+
+def undo_step(step: Eval) -> Eval | None:
+    """The release that undoes the acquire attempt ``step`` (leaving the queue too), or None
+    if ``step`` is no acquire attempt. For a driver that gave up on the attempt's reply and
+    stops using its connection: written behind it on that connection, it runs after the
+    attempt whenever the server gets to them, never before (see _fanout)."""
+    kind = _BY_ACQUIRE.get(step.script)
+    if kind is None:
+        return None
+    token, ttl_ms, counted, limit = step.args[0], step.args[1], step.args[5], step.args[6]
+    keys = Keys.for_key(step.keys[0], kind)
+    claim = Claim(kind, keys, str(token), int(ttl_ms), int(limit), counted=counted == 1)
+    return claim.release_step(leaving=True)
+
+
 #: The kinds a grant message names (``lua/waiters.lua``'s ``told``), by their letter.
 GRANT_KINDS = {"L": LOCK, "R": SHARED, "S": SEMAPHORE}
 

@@ -191,3 +191,35 @@ def test_no_lost_updates_across_processes_under_quorum(
         )
     assert sum(done) == procs * times
     assert int(r.get("qcounter") or 0) == procs * times
+
+
+def test_a_master_paused_past_the_round_keeps_no_lease_of_a_finished_call(
+    api: Api, masters: list[RedisServer]
+) -> None:
+    """Finding b04: master A paused while calls run (each round gives up on it after the
+    node timeout; the calls go on with the other two). Once A had owed replies for longer
+    than MAX_BEHIND, its connection was closed and the next release went out on another
+    one: on resume A ran the late acquire (the release was lost, or ran first), keeping a
+    lease of a finished call for its whole ttl. On resume every acquire A runs must be
+    followed by its release: no key left, in both flavours."""
+    from redlock_deco._fanout import MAX_BEHIND, NODE_TIMEOUT
+
+    cycles = int(MAX_BEHIND / (2 * NODE_TIMEOUT)) + 4  # past MAX_BEHIND with A paused
+
+    async def scenario(api: Api) -> None:
+        async with api.Lock("warm", provider="q", ttl=30):
+            pass
+        masters[0].pause()
+        try:
+            for n in range(cycles):
+                async with api.Lock(f"job:{n}", provider="q", ttl=30):
+                    pass
+        finally:
+            masters[0].resume()
+
+    api.run(scenario)
+    a = masters[0].client()
+    deadline = time.monotonic() + 5
+    while a.keys("lock:job:*") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert a.keys("lock:job:*") == []
