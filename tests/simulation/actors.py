@@ -145,6 +145,7 @@ class Actor:
         if type(result) is protocol.NotGranted:
             self.phase = "idle"
             self.outcome("not granted (wait ran out)")
+            world.invariants.not_granted(self, claim)
             return
         assert type(result) is protocol.Granted
         lease = guard._new_lease(claim, label, options, target, started, result, None,

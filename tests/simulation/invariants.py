@@ -20,9 +20,14 @@ Checks (names as ``--skip`` takes them):
 - ``queue-once``: a queue holds a token at most once.
 - ``expiry``: every key has an expiry, none longer than the longest lease or queue window,
   and a key holding leases lives at least as long as each of them.
-- ``progress``: an acquire attempt that finds its name free leaves it held by someone; an
-  actor waiting (not sending) while its name is free is served or asks again within RECHECK;
-  every actor finishes.
+- ``progress``: an acquire attempt that could be served (nobody holds; for a reader: no
+  writer holds or waits, listening) is, or someone else is; an attempt is never told busy
+  by a name it holds; a release that frees a name hands it on if a listening waiter is
+  queued; an actor waiting (not sending) while it could be served asks again within
+  RECHECK; every actor finishes.
+- ``keep`` (runs without faults): an auto-renewed lease is never lost.
+- ``ghost`` (runs without faults): nobody is handed a name after it stopped waiting for it.
+- ``leftover``: an acquire that returned without the lease (its wait ran out) holds nothing.
 - ``leak``: at the end (after the longest ttl), no key is left but fencing counters, and no
   lease is still renewed.
 """
@@ -34,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from redlock_deco import _lifecycle as lifecycle
 from redlock_deco import _protocol as protocol
+from redlock_deco import _renewal as renewal
 
 from . import plan as plans
 
@@ -41,13 +47,19 @@ if TYPE_CHECKING:
     from .actors import Actor
     from .world import Task, World
 
-CHECKS = ("exclusion", "limit", "loud-loss", "terms", "queue-once", "expiry", "progress", "leak")
+CHECKS = (
+    "exclusion", "limit", "loud-loss", "terms", "queue-once", "expiry", "progress", "leak",
+    "keep", "ghost", "leftover",
+)  # fmt: skip
 US = 1_000_000
 # The scripts read the server clock in whole milliseconds: a lease can begin up to 1 ms
 # before the command reached the server, so a belief is held to be valid only until 1 ms
 # before its end.
 BELIEF_SLACK_US = 1000
-# A waiter asks the server again after at most RECHECK (or a backoff sleep, shorter).
+# A waiter asks the server again after at most this long without a grant (the protocol's
+# RECHECK, the bound on what a lost grant costs: a promise, so written here, not imported);
+# a backoff sleep is shorter.
+RECHECK = 1.0
 PROGRESS_SLACK = 0.05
 
 
@@ -183,19 +195,34 @@ class Invariants:
         self.last_disturbance = self.world.now
 
     def renewal_outcome(self, lease: lifecycle.Lease, outcome: Any, started: float) -> None:
+        """After ``conclude``: what the holder now knows must be what the server said."""
         hold = self._hold_of(lease)
+        if hold is None:
+            return
+        label = self.label(lease.token)
         # Sent after its lease was seen gone (a reply to an earlier request may still say
         # it extended: the server jumped or restarted after running it).
         if (
-            hold is not None
-            and outcome is True
+            outcome is True
             and hold.pending_loss is not None
             and hold.pending_loss < round(started * US)
         ):
             self.fail(
                 "loud-loss",
-                f"{self.label(lease.token)}'s renewal succeeded, but its lease had ended on "
-                f"the server at {hold.pending_loss / US:.4f}s: it will never hear it was lost",
+                f"{label}'s renewal succeeded, but its lease had ended on the server at "
+                f"{hold.pending_loss / US:.4f}s: it will never hear it was lost",
+            )
+        if outcome is False and lease.state is lifecycle.State.HELD:
+            self.fail("loud-loss", f"{label}'s renewal found its lease gone; it still holds")
+        if (
+            outcome is renewal.FAILED
+            and started >= lease.expires_at
+            and lease.state is lifecycle.State.HELD
+        ):
+            self.fail(
+                "loud-loss",
+                f"{label}'s renewal failed after its lease's end ({lease.expires_at:.4f}s); "
+                "it still holds",
             )
 
     def released(self, actor: Actor, lease: lifecycle.Lease, answer: Any, kept: bool) -> None:
@@ -205,6 +232,19 @@ class Invariants:
                 "loud-loss",
                 f"{self.label(lease.token)} left its section told it held the lease throughout, "
                 f"but the lease had ended on the server at {hold.pending_loss / US:.4f}s",
+            )
+
+    def not_granted(self, actor: Actor, claim: protocol.Claim) -> None:
+        """An acquire returned NotGranted: every command it sent has been answered, so
+        nothing of it may hold the name (it would stay held, by nobody, for its ttl)."""
+        assert actor.session is not None
+        name = self.names[actor.session.name]
+        if claim.token in self.holders(name):
+            self.fail(
+                "leftover",
+                f"{self.label(claim.token)} gave up waiting ({actor.session.kind}, "
+                f"wait={actor.session.wait}) but holds {name.key}: nobody will release it "
+                "before its ttl ends",
             )
 
     def release_failed(self, actor: Actor, lease: lifecycle.Lease) -> None:
@@ -228,23 +268,47 @@ class Invariants:
             return None
         return self.by_key.get(key)
 
-    def before_command(self, args: tuple[Any, ...]) -> tuple[Name, dict[str, int]] | None:
+    def before_command(
+        self, args: tuple[Any, ...]
+    ) -> tuple[Name, dict[str, int], list[str]] | None:
         name = self.name_of(args)
         if name is None:
             return None
-        return name, self.holders(name)
+        return name, self.holders(name), self.queued(name)
+
+    def queued(self, name: Name) -> list[str]:
+        """The tokens in ``name``'s queue, in order."""
+        if not self.store._alive(name.queue) or self.store.types[name.queue] != "list":
+            return []
+        return [entry_token(e) for e in self.store.data[name.queue]]
+
+    def listening(self, token: str) -> bool:
+        """Is the process of ``token``'s waiter subscribed at the server (what PUBLISH and
+        PUBSUB NUMSUB count, so what the scripts take for "still there")?"""
+        claimed = self.claims.get(token)
+        return claimed is not None and claimed.actor.proc.waiting.server
+
+    def available(self, name: Name, token: str, holders: dict[str, int], queue: list[str]) -> bool:
+        """Could ``token``'s waiter be served now? A writer or a semaphore caller: nobody
+        holds. A reader: no writer holds, and no writer whose process listens is queued
+        (the scripts' rule that a queued writer stops new readers)."""
+        if not token.endswith(protocol.READER_SUFFIX) or name.family == "semaphore":
+            return not holders
+        if any(not t.endswith(protocol.READER_SUFFIX) for t in holders):
+            return False
+        return not any(not t.endswith(protocol.READER_SUFFIX) and self.listening(t) for t in queue)
 
     def after_command(
         self,
         args: tuple[Any, ...],
         script: str | None,
-        before: tuple[Name, dict[str, int]] | None,
+        before: tuple[Name, dict[str, int], list[str]] | None,
         reply: Any,
         task: Task | None,
     ) -> None:
         if before is None:
             return
-        name, was = before
+        name, was, before_queue = before
         now = self.holders(name)
         for token, left in now.items():
             claimed = self.claims.get(token)
@@ -275,16 +339,79 @@ class Invariants:
                         f"{name.key} ({script or args[0]}) as holder number {count}: "
                         + ", ".join(self.label(t) for t in now),
                     )
-        acquiring = (script is not None and script.endswith("_acquire")) or (
-            str(args[0]).upper() == "SET" and "NX" in args
-        )
-        if acquiring and not was and not now and not _is_error(reply):
-            self.fail(
-                "progress",
-                f"an attempt ({script or args[0]}) found {name.key} free and left it free",
-            )
+        self.check_progress_at(name, args, script, was, now, reply, before_queue)
         self.check_queue(name)
         self.check_keys()
+
+    def check_progress_at(
+        self,
+        name: Name,
+        args: tuple[Any, ...],
+        script: str | None,
+        was: dict[str, int],
+        now: dict[str, int],
+        reply: Any,
+        queue: list[str],
+    ) -> None:
+        """What one command must do for the waiters: an attempt that could be served is (or
+        someone is), an attempt is never told busy by a name it holds, a release that frees a
+        name hands it to a listening waiter if one is queued, and (in a run without faults)
+        nobody is handed a name after it stopped waiting for it."""
+        if _is_error(reply):
+            return
+        what = script or str(args[0])
+        command = str(args[0]).upper()
+        token = None
+        if command in ("EVAL", "EVALSHA") and len(args) > 3 + int(args[2]):
+            token = str(args[3 + int(args[2])])
+        elif command == "SET":
+            token = str(args[2])
+        acquiring = (script is not None and script.endswith("_acquire")) or (
+            command == "SET" and "NX" in args
+        )
+        if acquiring and token is not None:
+            code = reply[0] if isinstance(reply, list) and reply else reply
+            # (A plain SET NX re-sent by a retry after it landed says busy: by design the
+            # caller's next attempt, a script, finds its own token -- see ``leftover``.)
+            if code in (0, None) and token in now and command != "SET":
+                self.fail(
+                    "progress",
+                    f"{self.label(token)} is told {name.key} is busy ({what}) while it holds it",
+                )
+            # A plain SET NX fails on any key, a lock key saying SHARED for the last
+            # millisecond of its readers' leases too (the scripts see they all ended).
+            plain_on_key = command == "SET" and name.key in self.store.types
+            if (
+                self.available(name, token, was, queue)
+                and not plain_on_key
+                and not set(now) - set(was)
+                and token not in now
+            ):
+                self.fail(
+                    "progress",
+                    f"{self.label(token)}'s attempt ({what}) could be served on {name.key} "
+                    f"(holders {[self.label(t) for t in was]}, queue "
+                    f"{[self.label(t) for t in queue]}) and nobody was",
+                )
+        if was and not now:
+            waiting = [t for t in self.queued(name) if self.listening(t)]
+            if waiting:
+                self.fail(
+                    "progress",
+                    f"{what} freed {name.key} and handed it to nobody, though "
+                    f"{self.label(waiting[0])} waits for it, listening",
+                )
+        if self.world.quiet and "ghost" not in self.skip:
+            for new in set(now) - set(was) - {token}:
+                claimed = self.claims.get(new)
+                if claimed is not None and (
+                    claimed.actor.claim is not claimed.claim or claimed.actor.phase != "acquiring"
+                ):
+                    self.fail(
+                        "ghost",
+                        f"{what} hands {name.key} to {self.label(new)}, which no longer waits "
+                        f"for it (a run without faults)",
+                    )
 
     def check_queue(self, name: Name) -> None:
         if "queue-once" in self.skip or not self.store._alive(name.queue):
@@ -356,6 +483,13 @@ class Invariants:
             hold.pending_loss = now
             self.world.note(f"{self.label(token)}'s lease is gone from the server "
                             f"(its holder has not heard yet)")  # fmt: skip
+            session = hold.actor.session
+            if self.world.quiet and session is not None and session.auto_renew:
+                self.fail(
+                    "keep",
+                    f"{self.label(token)}'s lease ended although it is renewed and no fault "
+                    "has happened",
+                )
         valid = now + BELIEF_SLACK_US < round(lease.expires_at * US)
         disturbed = self.last_disturbance is not None and self.last_disturbance >= round(
             lease.recorded_at * US
@@ -374,7 +508,7 @@ class Invariants:
             return
         world = self.world
         now = world.now
-        bound = round((protocol.RECHECK + PROGRESS_SLACK) * US)
+        bound = round((RECHECK + PROGRESS_SLACK) * US)
         for actor in world.actors:
             task = actor.task
             idle = (
@@ -384,8 +518,13 @@ class Invariants:
                 and task.blocked in ("wait", "sleep")
                 and actor.proc.paused_until <= now
                 and actor.session is not None
-                and not self.holders(self.names[actor.session.name])
+                and actor.claim is not None
             )
+            if idle:
+                assert actor.session is not None and actor.claim is not None
+                name = self.names[actor.session.name]
+                idle = self.available(name, actor.claim.token, self.holders(name),
+                                      self.queued(name))  # fmt: skip
             if not idle:
                 actor.free_idle = None
                 continue
@@ -397,7 +536,7 @@ class Invariants:
                 self.fail(
                     "progress",
                     f"{actor.name} has waited {(now - actor.free_idle) / US:.3f}s without asking "
-                    f"while {actor.session.name} was free",
+                    f"while it could have been served on {actor.session.name}",
                 )
 
     def at_end(self) -> None:

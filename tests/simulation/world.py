@@ -395,8 +395,11 @@ class Renewer:
                 outcome = yield from world.drive(task, steps)
             except RedisError:
                 outcome = renewal.FAILED
+        if planned is None or renewal.conclude(job, started, ttl_ms, outcome):
+            self.remove(job)
         if type(job) is lifecycle.Lease:
-            world.invariants.renewal_outcome(job, outcome, started)
+            if planned is not None:
+                world.invariants.renewal_outcome(job, outcome, started)
             kind = "failed" if outcome is renewal.FAILED else "extended" if outcome else "lost"
             if planned is None:
                 kind = "dropped"
@@ -404,8 +407,6 @@ class Renewer:
             world.note(f"renewal of {world.label(job.token)}: {kind}")
         else:
             world.coverage["clean-up attempted"] += 1
-        if planned is None or renewal.conclude(job, started, ttl_ms, outcome):
-            self.remove(job)
 
 
 class Proc:
@@ -452,6 +453,7 @@ class World:
         self.ids = 0
         self.events = 0
         self.idle = False  # the event being run did nothing (a stale timer)
+        self.quiet = True  # no fault has happened yet
         self.coverage: Counter[str] = Counter()
         self.trace: list[tuple[int, str]] = []
         self.tracing = self.options.trace
@@ -505,6 +507,7 @@ class World:
         """A rate-drawn fault fires unless shrinking silenced it."""
         if label in self.plan.silenced:
             return False
+        self.quiet = False
         self.coverage[f"fault: {label.split(':')[0]}"] += 1
         return True
 
@@ -818,6 +821,7 @@ class World:
             self.invariants.disturbed("clock jump")
         else:
             return
+        self.quiet = False
         self.coverage[f"timed: {fault.kind}"] += 1
 
     # -- running ------------------------------------------------------------------------
