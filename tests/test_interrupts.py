@@ -35,7 +35,7 @@ import pytest
 import redis
 
 import redlock_deco
-from redlock_deco import Lock, Semaphore, current_lease, limited, locked
+from redlock_deco import Lock, current_lease, limited, locked
 from redlock_deco import _renewal as renewal
 from redlock_deco import asyncio as aio
 
@@ -122,7 +122,10 @@ def _decorated(_: redis.Redis) -> Callable[[], None]:
     def protected() -> int:
         return 1
 
-    return lambda: None if protected() else None
+    def run() -> None:
+        assert protected() == 1
+
+    return run
 
 
 def _bare_acquire_release(_: redis.Redis) -> Callable[[], None]:
@@ -140,7 +143,10 @@ def _semaphore(_: redis.Redis) -> Callable[[], None]:
     def protected() -> int:
         return 1
 
-    return lambda: None if protected() else None
+    def run() -> None:
+        assert protected() == 1
+
+    return run
 
 
 def _handed_off(r: redis.Redis) -> Callable[[], None]:
