@@ -82,10 +82,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Leave out the tests of CI legs (pyproject.toml's ``ci_legs``) unless asked for.
 
     The README's command must stay fast and green on a busy 2-core machine: a newcomer's run
-    took 13 minutes, half of it the fresh-clone test re-running the suite inside the suite.
-    Such tests (nested runs, the soak, the long simulation) run in legs of their own in
-    .ci/run (``-m soak``). A leg's tests run when ``-m`` names its marker, or when their file
-    or test is named on the command line (``pytest tests/test_soak.py``).
+    took 13 minutes, half of it the fresh-clone test re-running the suite inside the suite,
+    and 3 timing-sensitive tests failed under load. Such tests (the slow multi-process ones,
+    nested runs, the soak, the long simulation) run in legs of their own in .ci/run
+    (``-m slow``). A leg's tests run when ``-m`` names its marker (``-m "not slow"`` too), or
+    when their file or test is named on the command line (``pytest tests/test_soak.py``).
     """
     legs = [leg for leg in config.getini("ci_legs") if not _asked_for(config, leg)]
     if not legs:
