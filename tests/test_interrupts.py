@@ -35,7 +35,7 @@ import pytest
 import redis
 
 import redlock_deco
-from redlock_deco import Lock, current_lease, limited, locked
+from redlock_deco import Lock, Semaphore, current_lease, limited, locked
 from redlock_deco import _renewal as renewal
 from redlock_deco import asyncio as aio
 
@@ -221,13 +221,19 @@ def _until(condition: Callable[[], object], within: float) -> bool:
     return True
 
 
-def _nothing_left(r: redis.Redis, where: str) -> None:
+def _primitive(kind: str) -> Any:
+    if kind == "semaphore":  # of limit 1: a slot left held would keep everyone out
+        return Semaphore(NAME, limit=1, ttl=5, wait=CLEANUP)
+    return Lock(NAME, ttl=5, wait=CLEANUP)
+
+
+def _nothing_left(r: redis.Redis, where: str, kind: str = "lock") -> None:
     """Another thread takes the name at once; nothing renews anything; the same thread takes
     it afresh; no key is left once they let go."""
     taken: list[bool] = []
 
     def other() -> None:
-        lock = Lock(NAME, ttl=5, wait=CLEANUP)
+        lock = _primitive(kind)
         ok = lock.acquire()
         taken.append(ok)
         if ok:
@@ -239,11 +245,15 @@ def _nothing_left(r: redis.Redis, where: str) -> None:
     assert taken == [True], f"another thread could not take the name after {where}"
     assert _until(lambda: len(renewal.renewer()) == 0, CLEANUP), f"still renewed after {where}"
     assert current_lease(None) is None, f"a section left open after {where}"
-    mine = Lock(NAME, ttl=5, wait=CLEANUP)
+    mine = _primitive(kind)
     assert mine.acquire(), f"this thread could not take the name after {where}"
     try:
         assert mine.lease is not None
-        assert r.get("lock:" + NAME) == mine.lease.token.encode(), f"re-entered after {where}"
+        token = mine.lease.token.encode()
+        if kind == "semaphore":
+            assert r.zrange("sem:" + NAME, 0, -1) == [token], f"slots left after {where}"
+        else:
+            assert r.get("lock:" + NAME) == token, f"re-entered after {where}"
     finally:
         mine.release()
     assert _until(lambda: r.dbsize() == 0, CLEANUP), f"keys left after {where}: {r.keys('*')}"
@@ -275,9 +285,10 @@ def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
     r: redis.Redis, scenario: str
 ) -> None:
     make = SYNC[scenario]
+    kind = "semaphore" if scenario == "semaphore" else "lock"
     lines = _lines(make(r))
     assert len(lines) > 20  # the tracer saw the package run
-    _nothing_left(r, "the listing run")
+    _nothing_left(r, "the listing run", kind)
     missed = []
     for line in lines:
         tracer = Tracer(line, _interrupt)
@@ -291,7 +302,7 @@ def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
             sys.settrace(None)
         if not tracer.fired:
             missed.append(line)  # not reached this time (a path that depends on timing)
-        _nothing_left(r, f"an interrupt at {_where(line)}")
+        _nothing_left(r, f"an interrupt at {_where(line)}", kind)
     assert len(missed) < len(lines) / 2, [_where(line) for line in missed]
 
 
