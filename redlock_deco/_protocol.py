@@ -475,6 +475,7 @@ class SingleNode:
         polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
         won = False
+        plain = tried  # the caller's plain SET NX: its "busy" may be our own lease
         try:
             if mode == QUEUE:
                 registration = yield Listen(claim.token, claim.ttl_ms / 1000, deadline - clock())
@@ -518,8 +519,11 @@ class SingleNode:
                         continue
                 remaining = deadline - clock()
                 if remaining <= 0:
-                    if mode != TRY:
+                    if mode != TRY or plain:
                         # Leave the queue; a hand-off that reached us meanwhile is passed on.
+                        # After a plain SET NX, too: a client retry that re-sent it after its
+                        # reply was lost is answered "busy" by our own lease, which would
+                        # otherwise keep the lock for its whole ttl (found by the simulator).
                         yield claim.release_step(leaving=True)
                     return NotGranted(unreplicated)
                 # A holder that crashed sends no release: wake when its lease must have ended.

@@ -274,3 +274,16 @@ def test_after_a_busy_fast_try_the_waiter_queues_before_it_waits_even_if_listeni
     steps, result = drive(algorithm, [registration, [0, 20_000], 0.0], clock)
     assert [type(s) for s in steps] == [Listen, Eval, Wait] and modes(steps) == [QUEUE]
     assert result == protocol.Granted()
+
+
+def test_a_waiter_giving_up_after_a_plain_set_releases_what_a_retry_may_have_taken() -> None:
+    """fast_try's plain SET NX, re-sent by a client retry after its reply was lost, is
+    answered "busy" by the waiter's own lease. A waiter that then gives up without another
+    attempt must release it, or its lease keeps the lock for its whole ttl (found by the
+    simulator, seed 533)."""
+    clock = Clock()
+    algorithm = protocol.SINGLE.acquire(claim(), 0.05, False, clock, tried=True)
+    # No subscription could be made, and by then the wait ran out: it gives up at once.
+    steps, result = drive(algorithm, [None, 1], clock, {Listen: 0.06})
+    assert result == protocol.NotGranted()
+    assert steps[-1] == claim().release_step(leaving=True)
