@@ -95,7 +95,8 @@ def contend(make: Callable[..., Any], key: str, admin: redis.Redis) -> None:
     queue = sibling(key, "queue")
     until(lambda: admin.exists(queue))  # it waits in Redis now (queued only once listening)
     [entry] = admin.lrange(queue, 0, -1)
-    queued = entry.split("|")[0]  # the queue entry: its token and its terms
+    # The queue entry is the waiter's token and its terms, in the watcher's own type.
+    queued = entry.split(b"|" if isinstance(entry, bytes) else "|")[0]
     holder.release()  # hands it over: its token in the lease, a grant on its channel
     if admin.type(key) in ("string", b"string"):
         handed = admin.get(key) == queued

@@ -148,8 +148,8 @@ def test_every_freed_semaphore_slot_wakes_a_waiter(r: redis.Redis) -> None:
             assert r.eval(acquire, 3, *keys, holder, 5000, TRY, *tail)[0] == 1
         for waiter in waiters:
             assert r.eval(acquire, 3, *keys, waiter, 5000, QUEUE, *tail)[0] == 0
-        r.eval(release, 3, *keys, "h:1:h:h1", HANDOFF_MS, 1, 0)
-        r.eval(release, 3, *keys, "h:1:h:h2", HANDOFF_MS, 1, 0)
+        for holder in ("h:1:h:h1", "h:1:h:h2"):
+            r.eval(release, 3, *keys, holder, HANDOFF_MS, 1, 0, f"{holder}|5000|2", 2)
         # Two slots freed: both waiters hold one, and both were told.
         assert {m for m, _ in r.zrange("sem:pair", 0, -1, withscores=True)} == {
             w.encode() for w in waiters
@@ -158,7 +158,7 @@ def test_every_freed_semaphore_slot_wakes_a_waiter(r: redis.Redis) -> None:
         while (message := pubsub.get_message(timeout=0.2)) is not None:
             if message["type"] == "message":
                 heard.append(message["data"].decode())
-        assert heard == list(waiters)
+        assert heard == [f"{w} S sem:pair" for w in waiters]  # token, kind, key
         assert not r.exists("{sem:pair}:queue")
     finally:
         pubsub.close()

@@ -73,7 +73,8 @@ def test_knowing_the_name_without_the_token_releases_and_extends_nothing(
         guess = stolen.rsplit(":", 1)[0] + ":" + "0" * 32  # right host, pid, process; wrong secret
         keys = ("lock:guarded", "{lock:guarded}:queue")
         for leaving in (0, 1):  # neither as a holder nor as a waiter giving up
-            assert r.eval(lua.LOCK_RELEASE.source, 2, *keys, guess, 1000, 1, leaving) == 0
+            entry = f"{guess}|5000|1"  # a waiter's queue entry, had it queued
+            assert r.eval(lua.LOCK_RELEASE.source, 2, *keys, guess, 1000, 1, leaving, entry, 1) == 0
         assert r.eval(lua.LOCK_EXTEND.source, 1, "lock:guarded", guess, 999_999) == 0
         theirs = redis.lock.Lock(r, "lock:guarded")
         theirs.local.token = guess.encode()
