@@ -120,6 +120,7 @@ class Actor:
         algorithms = target.algorithms
         first = algorithms.fast_try(claim, session.wait, target.listening)
         started = world.seconds()
+        task.last_step = None
         try:
             result: protocol.Acquired | None = None
             if first is not None:
@@ -139,6 +140,7 @@ class Actor:
                 result = yield from world.drive(task, steps)
         except RedisError as exc:
             self.phase = "idle"
+            world.invariants.cut_short(claim.token)
             yield from self.cut_short(task, claim, exc)
             self.outcome(f"acquire failed ({type(exc).__name__})")
             return
@@ -152,7 +154,7 @@ class Actor:
                                  self.alive, None)  # fmt: skip
         self.lease = lease
         self.phase = "holding"
-        world.invariants.acquired(self, lease)
+        world.invariants.acquired(self, lease, type(task.last_step) is protocol.Wait)
         handed = result.lease_ms is not None
         world.coverage["acquired" + (" by a hand-off lease" if handed else "")] += 1
         world.note(f"{self.name}: holds {label}, believes until {lease.expires_at:.4f}s")

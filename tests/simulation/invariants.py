@@ -26,7 +26,10 @@ Checks (names as ``--skip`` takes them):
   queued; an actor waiting (not sending) while it could be served asks again within
   RECHECK; every actor finishes.
 - ``keep`` (runs without faults): an auto-renewed lease is never lost.
-- ``ghost`` (runs without faults): nobody is handed a name after it stopped waiting for it.
+- ``ghost``: nobody is handed a name after it stopped waiting for it (unless one of its
+  commands met a fault), and a grant that reaches a process where nobody waits for it is
+  given back at once.
+- ``order``: a reader never comes in past a writer queued before it whose process listens.
 - ``leftover``: an acquire that returned without the lease (its wait ran out) holds nothing.
 - ``leak``: at the end (after the longest ttl), no key is left but fencing counters, and no
   lease is still renewed.
@@ -49,7 +52,7 @@ if TYPE_CHECKING:
 
 CHECKS = (
     "exclusion", "limit", "loud-loss", "terms", "queue-once", "expiry", "progress", "leak",
-    "keep", "ghost", "leftover",
+    "keep", "ghost", "leftover", "order",
 )  # fmt: skip
 US = 1_000_000
 # The scripts read the server clock in whole milliseconds: a lease can begin up to 1 ms
@@ -61,6 +64,9 @@ BELIEF_SLACK_US = 1000
 # a backoff sleep is shorter.
 RECHECK = 1.0
 PROGRESS_SLACK = 0.05
+# A grant read where nobody waits for it is given back at once: one round trip, and a
+# retry or two.
+GIVE_BACK_US = 250_000
 
 
 class Violation(Exception):
@@ -121,6 +127,8 @@ class Invariants:
         )
         self.last_disturbance: int | None = None
         self._cache: dict[str, tuple[int, int, dict[str, int]]] = {}
+        self.uncertain: set[str] = set()  # tokens of claims whose commands met a fault
+        self.unclaimed: dict[str, int] = {}  # ghost grants read, since when
         self.watchdogs: set[int] = set()
 
     def fail(self, check: str, message: str) -> None:
@@ -159,6 +167,14 @@ class Invariants:
         when = store.expires.get(name.key)
         return {value: (when - now) if when is not None else 10**15}
 
+    def server_end(self, name: Name, token: str) -> int:
+        """When (world microseconds) ``token``'s lease on ``name`` ends on the server: a lock
+        key lives through its last millisecond, a sorted-set lease ends as it begins."""
+        left = self.holders(name)[token]
+        now_ms = self.store.now_ms()
+        string = name.family == "lock" and self._string(name.key) == token
+        return (now_ms + left + (1 if string else 0)) * 1000 - self.world.server_offset
+
     def _string(self, key: str) -> str | None:
         if not self.store._alive(key):
             return None
@@ -182,9 +198,16 @@ class Invariants:
     def register(self, actor: Actor, claim: protocol.Claim, session: plans.Session) -> None:
         self.claims[claim.token] = Claimed(actor, claim, session)
 
-    def acquired(self, actor: Actor, lease: lifecycle.Lease) -> None:
+    def acquired(self, actor: Actor, lease: lifecycle.Lease, by_grant: bool) -> None:
+        """``by_grant``: the acquire ended on a grant it read (not on a server's reply)."""
         assert actor.session is not None
         self.holds[actor] = Hold(actor, lease, actor.session.name)
+        if by_grant and self.world.now + BELIEF_SLACK_US >= round(lease.expires_at * US):
+            self.fail(
+                "exclusion",
+                f"{self.label(lease.token)} enters its section on a grant older than its lease "
+                f"(believed to end at {lease.expires_at:.4f}s): it may have passed on meanwhile",
+            )
         self.check_hold(self.holds[actor])
 
     def forget(self, actor: Actor) -> None:
@@ -281,6 +304,52 @@ class Invariants:
         if not self.store._alive(name.queue) or self.store.types[name.queue] != "list":
             return []
         return [entry_token(e) for e in self.store.data[name.queue]]
+
+    def ghost(self, token: str) -> bool:
+        """Is ``token`` a claim its actor is done with (it gave up, failed, or released)?"""
+        claimed = self.claims.get(token)
+        return claimed is not None and (
+            claimed.actor.claim is not claimed.claim
+            or claimed.actor.phase not in ("acquiring", "holding", "releasing")
+        )
+
+    def token_of(self, args: tuple[Any, ...]) -> str | None:
+        """The token a command is sent for (a script's ARGV[1], a SET's value)."""
+        command = str(args[0]).upper()
+        if command in ("EVAL", "EVALSHA") and len(args) > 3 + int(args[2]):
+            return str(args[3 + int(args[2])])
+        if command == "SET" and len(args) > 2:
+            return str(args[2])
+        return None
+
+    def cut_short(self, token: str) -> None:
+        """An acquire raised (its last command's fate unknown to its client, a clean-up
+        pending): what is left of it on the server is not its client's to know. (A command
+        whose reply was lost and that a retry re-sent is no such case: every script is
+        idempotent per token, so the retry's answer is the whole truth.)"""
+        self.uncertain.add(token)
+
+    def grant_unclaimed(self, token: str) -> None:
+        """A grant reached its process, where nobody waits for it: it must be given back."""
+        if self.ghost(token):
+            self.unclaimed.setdefault(token, self.world.now)
+
+    def check_unclaimed(self) -> None:
+        for token, since in list(self.unclaimed.items()):
+            claimed = self.claims[token]
+            name = self.names[claimed.session.name]
+            proc = claimed.actor.proc
+            if token not in self.holders(name) or token in self.uncertain or proc.dead:
+                del self.unclaimed[token]
+            elif proc.paused_until > self.world.now:
+                self.unclaimed[token] = self.world.now
+            elif self.world.now - since > GIVE_BACK_US:
+                self.fail(
+                    "ghost",
+                    f"the grant of {name.key} to {self.label(token)} reached its process "
+                    f"{(self.world.now - since) / US:.3f}s ago, where nobody waits for it; it "
+                    "still holds (given back, it would pass on at once)",
+                )
 
     def listening(self, token: str) -> bool:
         """Is the process of ``token``'s waiter subscribed at the server (what PUBLISH and
@@ -401,16 +470,31 @@ class Invariants:
                     f"{what} freed {name.key} and handed it to nobody, though "
                     f"{self.label(waiting[0])} waits for it, listening",
                 )
-        if self.world.quiet and "ghost" not in self.skip:
-            for new in set(now) - set(was) - {token}:
-                claimed = self.claims.get(new)
-                if claimed is not None and (
-                    claimed.actor.claim is not claimed.claim or claimed.actor.phase != "acquiring"
-                ):
+        for new in set(now) - set(was) - {token}:  # served by this command, not its sender
+            if not self.listening(new):
+                self.fail(  # a grant to a process that is gone
+                    "progress",
+                    f"{what} hands {name.key} to {self.label(new)}, whose process does not "
+                    "listen: nobody can hear the grant",
+                )
+            if self.ghost(new) and new not in self.uncertain:
+                self.fail(
+                    "ghost",
+                    f"{what} hands {name.key} to {self.label(new)}, which no longer waits for "
+                    "it (its acquire was not cut short)",
+                )
+        if name.family == "lock":
+            for new in set(now) - set(was):
+                if not new.endswith(protocol.READER_SUFFIX):
+                    continue
+                before = queue[: queue.index(new)] if new in queue else queue
+                ahead = [t for t in before if not t.endswith(protocol.READER_SUFFIX)]
+                ahead = [t for t in ahead if self.listening(t) and t != token]  # not leaving
+                if ahead:
                     self.fail(
-                        "ghost",
-                        f"{what} hands {name.key} to {self.label(new)}, which no longer waits "
-                        f"for it (a run without faults)",
+                        "order",
+                        f"reader {self.label(new)} comes in ({what}) past "
+                        f"{self.label(ahead[0])}, a writer queued before it and listening",
                     )
 
     def check_queue(self, name: Name) -> None:
@@ -461,6 +545,8 @@ class Invariants:
         for hold in list(self.holds.values()):
             self.check_hold(hold)
         self.check_progress()
+        if self.unclaimed and "ghost" not in self.skip:
+            self.check_unclaimed()
 
     def check_hold(self, hold: Hold) -> None:
         lease = hold.lease
@@ -470,6 +556,9 @@ class Invariants:
         token = lease.token
         held = token in self.holders(name)
         now = self.world.now
+        disturbed = self.last_disturbance is not None and self.last_disturbance >= round(
+            lease.recorded_at * US
+        )
         if held:
             if hold.pending_loss is not None:
                 self.fail(
@@ -477,6 +566,14 @@ class Invariants:
                     f"{self.label(token)}'s lease ended on the server at "
                     f"{hold.pending_loss / US:.4f}s, and now {name.key} is handed back to it "
                     f"(a stale grant): it never learns it lost the lease",
+                )
+            end = self.server_end(name, token)
+            if not disturbed and round(lease.expires_at * US) > end + BELIEF_SLACK_US:
+                self.fail(
+                    "exclusion",
+                    f"{self.label(token)} believes its lease on {name.key} ends at "
+                    f"{lease.expires_at:.4f}s, after the server's end ({end / US:.4f}s): it "
+                    "would go on believing it holds after another could have taken it",
                 )
             return
         if hold.pending_loss is None:
@@ -491,9 +588,6 @@ class Invariants:
                     "has happened",
                 )
         valid = now + BELIEF_SLACK_US < round(lease.expires_at * US)
-        disturbed = self.last_disturbance is not None and self.last_disturbance >= round(
-            lease.recorded_at * US
-        )
         if valid and not disturbed:
             others = ", ".join(self.label(t) for t in self.holders(name)) or "nobody"
             self.fail(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,12 @@ def run_plan(plan: plans.Plan, options: Options | None = None) -> Result:
     except Violation as exc:
         violation = exc
         world.note(f"VIOLATION {exc}")
+    except Exception as exc:  # the simulated code (or the simulator) raised
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        violation = Violation(
+            "crash", f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno})"
+        )
+        world.note(f"CRASH {violation}")
     return Result(plan, violation, world.events, world.now / US, world.coverage, world.trace)
 
 

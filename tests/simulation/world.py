@@ -106,7 +106,9 @@ class Installed:
 class Task:
     """One thread of control (an actor, a process's renewer, a give-back)."""
 
-    __slots__ = ("blocked", "commands", "done", "gen", "name", "proc", "rng", "wake_id")
+    __slots__ = (
+        "blocked", "commands", "done", "gen", "last_step", "name", "proc", "rng", "wake_id",
+    )  # fmt: skip
 
     def __init__(self, name: str, proc: Proc, seed: int) -> None:
         self.name = name
@@ -117,6 +119,7 @@ class Task:
         self.blocked = "start"  # what it waits for: net | wait | sleep | listen | park
         self.commands = 0
         self.done = False
+        self.last_step: Any = None  # the protocol step it ran last
 
 
 class SimTarget:
@@ -332,7 +335,9 @@ class Waiting:
             world.coverage["grant: read by its waiter"] += 1
             world.note(f"grant for {world.label(token)} read by P{self.proc.index}")
             waiter.granted(world.seconds())
-        elif give_back is not None:
+        if waiter is None:
+            world.invariants.grant_unclaimed(token)
+        if give_back is not None:
             world.coverage["grant: nobody waits, given back"] += 1
             world.note(f"grant for {world.label(token)}: nobody waits, giving it back")
             world.spawn(
@@ -340,7 +345,7 @@ class Waiting:
                 f"giveback{world.next_id()}",
                 lambda task: world.give_back(task, give_back),
             )
-        else:
+        elif waiter is None:
             world.coverage["grant: not for a waiter (kept or ignored)"] += 1
             world.note(f"grant for {world.label(token)} finds no waiter in P{self.proc.index}")
 
@@ -602,6 +607,7 @@ class World:
         task.commands += 1
         rates = self.plan.rates
         draw = rng.random()
+        notice = rng.random() * 1.0  # when a lost reply's reset is noticed (half: at once)
         fault = None
         if draw < rates.never_ran:
             fault = "never_ran"
@@ -613,6 +619,7 @@ class World:
             label = f"{label}:{fault}"
             if not self.fault(label):
                 fault = None
+
         self.after(SOCKET_TIMEOUT, lambda: self.wake(task, wid, exc=RedisTimeoutError(
             "Timeout reading from socket")), proc)  # fmt: skip
         if fault == "never_ran":
@@ -625,17 +632,22 @@ class World:
             epoch = self.epoch
             reply = self.execute(task, args)
             if fault == "reply_lost":
-                self.note(f"  its reply is lost [{label}]")
-                self.after_reply(lambda: self.wake(task, wid, exc=RedisConnectionError(
-                    "Connection reset by peer")), proc, rng)  # fmt: skip
+                # The reset is noticed at once, or later (the connection hangs a while
+                # before it breaks): the client's retry then meets a world that moved on.
+                late = notice if notice < 0.5 else 0.0
+                self.note(f"  its reply is lost [{label}]"
+                          + (f", noticed {late:.3f}s later" if late else ""))  # fmt: skip
+                self.after(late, lambda: self.after_reply(lambda: self.wake(
+                    task, wid, exc=RedisConnectionError("Connection reset by peer")),
+                    proc, rng), self.server)  # fmt: skip
             elif fault == "timeout":
                 self.note(f"  its reply never comes [{label}]")
             else:
-                self.after_reply(lambda: self.reply(task, wid, reply, epoch), proc, rng)
+                self.after_reply(lambda: self.reply(task, wid, reply, epoch, args), proc, rng)
 
         self.after_send(arrive, rng)
 
-    def reply(self, task: Task, wid: int, reply: Any, epoch: int) -> None:
+    def reply(self, task: Task, wid: int, reply: Any, epoch: int, args: tuple[Any, ...]) -> None:
         if epoch != self.epoch:
             self.wake(task, wid, exc=RedisConnectionError("Connection closed by server"))
         elif isinstance(reply, Error):
@@ -762,6 +774,7 @@ class World:
         try:
             step = next(steps)
             while True:
+                task.last_step = step
                 reply = yield from self.execute_step(task, step)
                 step = steps.send(reply)
         except StopIteration as done:

@@ -1,0 +1,434 @@
+"""Semantic mutants of the protocol, each of which some check must kill (issue 22 B.3).
+
+    python -m tests.simulation.mutants                  # every mutant; prints the table
+    python -m tests.simulation.mutants --jobs 2         # two at a time
+    python -m tests.simulation.mutants --only lua:queue-twice,py:fresh-always
+    python -m tests.simulation.mutants --list
+
+A mutant is one text substitution, applied before loading: to the Lua script text (through
+the simulated store's ``transform``, so the package's own files are never touched), or to
+a Python module of the package (its source executed again, mutated, in the child process
+that runs it, every ``from ... import`` of it in the package rebound). Each runs in a child
+process: the simulator over up to ``--seeds`` schedules, stopping at the first broken
+invariant; a mutant of code the simulator does not reach runs the named fast test files
+instead, on a copy of the repository with the mutated file. Before the mutants, the
+unmutated code must pass the same seeds (else every mutant would look killed).
+
+A mutant that survives is a finding: a missing invariant, a hole in the fault weights, or a
+branch that does not matter (then it should go). A mutant whose text is no longer in the
+code is reported as stale: the code changed, the mutant must follow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redlock_deco
+
+# The package as imported (a checkout, or a copy of one put first on the path) and its root.
+PACKAGE = Path(redlock_deco.__file__).parent
+ROOT = PACKAGE.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str  # "lua:..." for script text, "py:..." for a Python module
+    what: str
+    where: str  # a lua file name, or a module of the package ("_protocol")
+    old: str
+    new: str
+    tests: tuple[str, ...] = ()  # run these test files instead of the simulator
+
+    @property
+    def lua(self) -> bool:
+        return self.where.endswith(".lua")
+
+
+def lua(name: str, what: str, where: str, old: str, new: str) -> Mutant:
+    return Mutant(f"lua:{name}", what, where, old, new)
+
+
+def py(name: str, what: str, where: str, old: str, new: str, *tests: str) -> Mutant:
+    return Mutant(f"py:{name}", what, where, old, new, tests)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- the queue and the hand-off (lua/waiters.lua, included by every script) --------------
+    lua("queue-twice", "a join re-sent by a client retry queues the token again",
+        "waiters.lua", "  if not redis.call('LPOS', queue, item) then", "  if true then"),
+    lua("queue-no-expiry", "a join leaves the queue without an expiry",
+        "waiters.lua", "  redis.call('PEXPIRE', queue, window)\n", ""),
+    lua("grant-constant-lease", "a lock hand-off gives a constant lease, not the waiter's ttl",
+        "waiters.lua", "      redis.call('SET', key, token, 'PX', ttl)",
+        "      redis.call('SET', key, token, 'PX', handoff)"),
+    lua("reader-grant-constant-lease", "a reader admitted by a hand-off gets a constant lease",
+        "waiters.lua", "        redis.call('ZADD', readers, now + ttl, token)",
+        "        redis.call('ZADD', readers, now + tonumber(handoff), token)"),
+    lua("sem-grant-constant-lease", "a semaphore hand-off gives a constant lease",
+        "waiters.lua", "      redis.call('ZADD', holders, now + ttl, token)",
+        "      redis.call('ZADD', holders, now + tonumber(handoff), token)"),
+    lua("sem-serve-without-limit", "a semaphore waiter is served without its own limit",
+        "waiters.lua", "    if redis.call('ZCARD', holders) >= own_limit then",
+        "    if false then"),
+    lua("sem-serve-releasers-limit", "a semaphore waiter is served by the releaser's limit",
+        "waiters.lua", "  return token, tonumber(own_ttl), tonumber(own_limit)",
+        "  return token, tonumber(own_ttl), tonumber(limit)"),
+    lua("publish-count-ignored", "a grant nobody heard (the process is gone) still stands",
+        "waiters.lua", "  return counted == '0' or type(heard) ~= 'number' or heard > 0",
+        "  return true"),
+    lua("numsub-ignored", "a writer whose process is gone still keeps readers out",
+        "waiters.lua",
+        "  return type(found) ~= 'table' or found.err ~= nil or tonumber(found[2]) > 0",
+        "  return true"),
+    lua("queued-writer-ignored", "a listening writer at the head does not stop readers",
+        "waiters.lua", "      if not reads(token) and listens(token, counted) then",
+        "      if false then"),
+    lua("shared-key-short", "the SHARED key ends before its longest reader's lease",
+        "waiters.lua", "  local left = math.max(1, tonumber(last[2]) - now)",
+        "  local left = math.max(1, tonumber(last[2]) - now - 100)"),
+    # -- acquiring -----------------------------------------------------------------------------
+    lua("confirm-keeps-entry", "a waiter confirming its hand-off stays queued (no LREM)",
+        "lock_acquire.lua",
+        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  redis.call('LREM', KEYS[2], 0, queued)\n",
+        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"),
+    lua("acquire-without-nx", "an attempt sets the lock key whoever holds it",
+        "lock_acquire.lua", "  mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])",
+        "  mine = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"),
+    lua("own-token-unseen", "a retried attempt does not see that its first copy took the lock",
+        "lock_acquire.lua", "if holder == ARGV[1] then",
+        "if holder == ARGV[1] and mode == '2' then"),
+    lua("free-lock-taken-past-queue", "an attempt on a free lock takes it past the one it served",
+        "lock_acquire.lua",
+        "  if served == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then", "  if true then"),
+    lua("ended-readers-block-writer", "a writer cannot take a lock whose readers all ended",
+        "lock_acquire.lua",
+        "if not mine and holder == SHARED and readers_live(KEYS[3], now_ms()) == 0 then",
+        "if false then"),
+    lua("sem-no-sweep", "ended semaphore leases still count against the limit",
+        "sem_acquire.lua", "local swept = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)",
+        "local swept = 0"),
+    lua("sem-over-admit", "a semaphore admits one caller past its limit",
+        "sem_acquire.lua", "if count < limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then",
+        "if count <= limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then"),
+    lua("sem-key-not-extended", "the holders' zset is not kept as long as a new lease",
+        "sem_acquire.lua", "  if lives < ttl then\n", "  if false then\n"),
+    lua("sem-confirm-keeps-entry", "a semaphore waiter admitted stays queued",
+        "sem_acquire.lua",
+        "  if mode ~= '0' then\n    redis.call('LREM', KEYS[2], 0, queued)\n  end\n",
+        ""),
+    lua("readers-pass-queued-writer", "a reader comes in past a queued writer",
+        "shared_acquire.lua",
+        "  if admitted or ((not holder or holder == SHARED) and redis.call('EXISTS', KEYS[2]) "
+        "== 0) then",
+        "  if admitted or not holder or holder == SHARED then"),
+    lua("reader-over-writer", "a reader comes in while a writer holds the lock",
+        "shared_acquire.lua", "if not holder or holder == SHARED then\n", "if true then\n"),
+    # -- releasing -----------------------------------------------------------------------------
+    lua("release-without-token-check", "a release deletes the lock whoever holds it",
+        "lock_release.lua", "if holder ~= ARGV[1] then", "if not holder then"),
+    lua("release-without-handoff", "a release frees the lock without serving the queue",
+        "lock_release.lua",
+        "redis.call('DEL', KEYS[1])\nlock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], 0)\n",
+        "redis.call('DEL', KEYS[1])\n"),
+    lua("leaving-stays-queued", "a waiter giving up stays in the queue (every release script)",
+        "lock_release.lua",
+        "if ARGV[4] == '1' then\n  redis.call('LREM', KEYS[2], 0, ARGV[5])\nend\n",
+        ""),
+    lua("release-of-gone-is-released", "a release of a lease that ended says released",
+        "lock_release.lua", "  if holder then\n    return 0\n  end\n  return 2\n",
+        "  if holder then\n    return 0\n  end\n  return 1\n"),
+    lua("sem-release-without-handoff", "a semaphore release serves nobody",
+        "sem_release.lua",
+        "sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[2], ARGV[6], ARGV[3])\n", ""),
+    lua("ended-slot-released", "releasing an ended slot or share says released",
+        "sem_release.lua", "if tonumber(ends) <= now then\n  return 0\nend\nreturn 1",
+        "return 1"),
+    lua("shared-release-without-handoff", "the last reader out serves nobody",
+        "shared_release.lua",
+        "lock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], live)\nif tonumber(ends)",
+        "if tonumber(ends)"),
+    # -- renewing ------------------------------------------------------------------------------
+    lua("extend-without-token-check", "a renewal extends the lock whoever holds it",
+        "lock_extend.lua", "if redis.call('GET', KEYS[1]) ~= ARGV[1] then",
+        "if redis.call('EXISTS', KEYS[1]) == 0 then"),
+    lua("sem-extend-ended", "a semaphore renewal revives a lease that ended",
+        "sem_extend.lua", "if not ends or tonumber(ends) <= now then", "if not ends then"),
+    lua("shared-extend-key-unsettled", "a reader's renewal leaves the SHARED key's expiry",
+        "shared_extend.lua", "readers_settle(KEYS[1], KEYS[2], now)\nreturn 1", "return 1"),
+    # -- the client's decisions (_protocol.py) -------------------------------------------------
+    py("fresh-always", "every grant is used as is, however late it is read",
+       "_protocol", "    return not claim.confirm and age < claim.ttl_ms / 1000 * FRESH_FRACTION",
+       "    return True"),
+    py("fresh-fraction-2", "a grant older than its whole lease is used as is",
+       "_protocol", "FRESH_FRACTION = 0.5", "FRESH_FRACTION = 2.0"),
+    py("no-again-after-wait", "after a wait the next attempt is not AGAIN (old grants trusted)",
+       "_protocol", "                mode = AGAIN\n", "                mode = mode\n"),
+    py("handoff-measured-from-receipt", "a hand-off lease is measured from when it was read",
+       "_protocol",
+       "                    won = True\n                    return Granted(None, sent_at)",
+       "                    won = True\n                    return Granted(None, handed_at)"),
+    py("give-up-stays-queued", "a waiter whose wait ran out does not leave the queue",
+       "_protocol", "                    if mode != TRY:\n", "                    if False:\n"),
+    py("no-recheck", "a waiter waits for its grant up to the holder's lease, not RECHECK",
+       "_protocol", "max(MIN_WAIT, min(bound, RECHECK))", "max(MIN_WAIT, bound)"),
+    py("release-gone-is-released", "a release that found its lease gone reports it released",
+       "_protocol", 'return scripts.outcome("release", code) is Outcome.RELEASED',
+       'return scripts.outcome("release", code) is not Outcome.NOT_OWNER'),
+    py("extend-always-ok", "a renewal that found its lease gone reports it extended",
+       "_protocol", 'return scripts.outcome("extend", code) is Outcome.EXTENDED', "return True"),
+    py("entry-format-drift", "the leaving release names a queue entry the scripts never wrote",
+       "_protocol", 'return f"{self.token}|{self.ttl_ms}|{self.limit}"',
+       'return f"{self.token}|{self.ttl_ms}|{self.limit}|"'),
+    # -- renewal and the lease's state (_renewal.py, _lifecycle.py, _guard.py) -----------------
+    py("renewal-loss-silent", "a renewal that finds the lease gone does not mark it lost",
+       "_renewal", "        lost = job.lose()", "        lost = False"),
+    py("renewal-records-double", "a renewal records twice the ttl it sent",
+       "_renewal", "        job.renewed(started, ttl_ms)",
+       "        job.renewed(started, 2 * ttl_ms)"),
+    py("renew-at-the-end", "renewals are due when the lease ends, not at a third of it",
+       "_lifecycle", "RENEW_FRACTION = 1 / 3", "RENEW_FRACTION = 1.0"),
+    py("never-presumed-lost", "renewals failing past the lease's end never mark it lost",
+       "_lifecycle", "        if left <= 0:\n            return self.lose()",
+       "        if False:\n            return self.lose()"),
+    py("renewed-from-the-reply", "a renewal's new end is measured from its reply, not its send",
+       "_lifecycle", "        self.expires_at = started + ttl",
+       "        self.expires_at = time.monotonic() + ttl"),
+    py("released-always-kept", "the outermost exit reports the lease kept, whatever it found",
+       "_guard", "    released = answer if answer is not None else lease.remaining() > 0",
+       "    released = True"),
+    # -- grants (_waiting.py) ------------------------------------------------------------------
+    py("no-give-back", "a grant nobody in the process waits for is kept, not given back",
+       "_waiting", "        return None, give_back_step(message, self.counted)",
+       "        return None, None"),
+    py("held-grant-forgotten", "a late copy of a grant this process took is given back",
+       "_waiting", "            if held_for is not None:\n                held[token]",
+       "            if False:\n                held[token]"),
+    # -- code the simulator does not reach: named fast tests ---------------------------------
+    py("quorum-majority", "a semaphore's quorum is a simple majority", "_quorum",
+       "    return masters * limit // (limit + 1) + 1", "    return masters // 2 + 1",
+       "tests/test_core_quorum.py"),
+    py("reenter-ended-lease", "a lease that ended by the clock can be re-entered", "_lifecycle",
+       "        if self.state is not State.HELD or self.remaining() == 0:",
+       "        if self.state is not State.HELD:", "tests/test_core_renewal.py"),
+)  # fmt: skip
+
+
+def by_name() -> dict[str, Mutant]:
+    return {m.name: m for m in MUTANTS}
+
+
+def source_of(mutant: Mutant) -> str:
+    if mutant.lua:
+        return (PACKAGE / "lua" / mutant.where).read_text("utf-8")
+    return (PACKAGE / f"{mutant.where}.py").read_text("utf-8")
+
+
+def stale(mutant: Mutant) -> str | None:
+    """Why the mutant cannot apply to the code as it is now, or None."""
+    found = source_of(mutant).count(mutant.old)
+    if found != 1:
+        return f"its text occurs {found} times in {mutant.where} (expected once)"
+    return None
+
+
+# -- in the child ------------------------------------------------------------------------------
+
+
+def apply_python(mutant: Mutant) -> None:
+    """Run the module's source again, mutated, in its own namespace, and rebind every
+    ``from <module> import name`` of the package (and of the simulator) to the new objects."""
+    module = importlib.import_module(f"redlock_deco.{mutant.where}")
+    path = module.__file__
+    assert path is not None
+    source = Path(path).read_text("utf-8")
+    before = dict(vars(module))
+    exec(compile(source.replace(mutant.old, mutant.new), path, "exec"), vars(module))
+    replaced = {
+        id(old): vars(module)[name]
+        for name, old in before.items()
+        if name in vars(module) and vars(module)[name] is not old and not name.startswith("__")
+    }
+    for other in list(sys.modules.values()):
+        name = getattr(other, "__name__", "")
+        if other is module or not (name.startswith("redlock_deco") or "simulation" in name):
+            continue
+        for attr, value in list(vars(other).items()):
+            new = replaced.get(id(value))
+            if new is not None:
+                setattr(other, attr, new)
+
+
+def run_simulator(mutant: Mutant | None, seeds: int, skip: frozenset[str]) -> dict[str, Any]:
+    from . import runner
+    from .world import Options
+
+    transform = None
+    if mutant is not None and mutant.lua:
+        old, new = mutant.old, mutant.new
+
+        def transform(text: str) -> str:
+            return text.replace(old, new)
+
+    elif mutant is not None:
+        apply_python(mutant)
+    options = Options(transform=transform, skip=skip)
+    started = time.perf_counter()
+    summary = runner.run_many(range(seeds), options, stop_after=1)
+    result: dict[str, Any] = {"seeds": summary.seeds, "wall": time.perf_counter() - started}
+    if summary.failures:
+        failure = summary.failures[0]
+        assert failure.violation is not None
+        result.update(
+            killed=True,
+            by=failure.violation.check,
+            seed=failure.plan.seed,
+            message=failure.violation.message,
+        )
+    else:
+        result.update(killed=False)
+    return result
+
+
+def run_tests(mutant: Mutant) -> dict[str, Any]:
+    """The named test files on a copy of the repository whose module is mutated."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="redlock-deco-mutant-") as tmp:
+        copy = Path(tmp)
+        ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "simulation")
+        shutil.copytree(PACKAGE, copy / "redlock_deco", ignore=ignore)
+        shutil.copytree(ROOT / "tests", copy / "tests", ignore=ignore)
+        shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+        target = copy / "redlock_deco" / f"{mutant.where}.py"
+        target.write_text(target.read_text("utf-8").replace(mutant.old, mutant.new), "utf-8")
+        env = {**os.environ, "PYTHONPATH": str(copy)}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    result: dict[str, Any] = {"wall": time.perf_counter() - started, "seeds": 0}
+    if done.returncode == 1:
+        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+        result.update(killed=True, by=" ".join(mutant.tests), seed=None,
+                      message=(failed[0] if failed else last)[:200])  # fmt: skip
+    elif done.returncode == 0:
+        result.update(killed=False, message=last)
+    else:
+        result.update(killed=False, error=f"pytest exited {done.returncode}: {last}")
+    return result
+
+
+def child(name: str, seeds: int, skip: frozenset[str]) -> dict[str, Any]:
+    if name == "baseline":
+        return run_simulator(None, seeds, skip)
+    mutant = by_name()[name]
+    problem = stale(mutant)
+    if problem is not None:
+        return {"killed": False, "stale": problem, "seeds": 0, "wall": 0.0}
+    if mutant.tests:
+        return run_tests(mutant)
+    return run_simulator(mutant, seeds, skip)
+
+
+# -- in the parent -----------------------------------------------------------------------------
+
+
+def spawn(name: str, seeds: int, skip: frozenset[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "tests.simulation.mutants", "--one", name,
+               "--seeds", str(seeds), "--skip", ",".join(sorted(skip))]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return {"killed": False, "error": f"child failed: {tail}", "seeds": 0, "wall": 0.0}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def table(results: list[tuple[Mutant, dict[str, Any]]]) -> str:
+    rows = [("mutant", "killed?", "by (check or tests)", "seed", "what")]
+    for mutant, result in results:
+        if "stale" in result:
+            verdict, by = "STALE", result["stale"]
+        elif "error" in result:
+            verdict, by = "ERROR", result["error"]
+        elif result["killed"]:
+            verdict, by = "killed", str(result["by"])
+        else:
+            verdict, by = "SURVIVED", f"{result['seeds']} schedules passed"
+        seed = "" if result.get("seed") is None else str(result["seed"])
+        rows.append((mutant.name, verdict, by, seed, mutant.what))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for i, row in enumerate(rows):
+        cells = [row[c].ljust(widths[c]) for c in range(4)]
+        lines.append("  ".join([*cells, row[4]]))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in [*widths, 4]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.simulation.mutants",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--seeds", type=int, default=4000, help="schedules per mutant (max)")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
+    parser.add_argument("--only", default="", help="comma-separated mutant names")
+    parser.add_argument("--skip", default="", help="checks the simulator leaves out")
+    parser.add_argument("--list", action="store_true", help="list the mutants")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    skip = frozenset(s for s in args.skip.split(",") if s)
+    if args.one:
+        print(json.dumps(child(args.one, args.seeds, skip)))
+        return 0
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only.split(",")]
+    if args.list:
+        for mutant in chosen:
+            print(f"{mutant.name:36} {mutant.where:18} {mutant.what}")
+        return 0
+    print(f"baseline: the unmutated code over {args.seeds:,} schedules ...", flush=True)
+    base = spawn("baseline", args.seeds, skip)
+    if "error" in base or base.get("killed"):
+        print(f"the unmutated code fails ({base}): fix that first (or --skip the check)")
+        return 2
+    print(f"  passes ({base['wall']:.0f}s); {len(chosen)} mutants:", flush=True)
+    started = time.perf_counter()
+    results: list[tuple[Mutant, dict[str, Any]]] = []
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [(m, pool.submit(spawn, m.name, args.seeds, skip)) for m in chosen]
+        for mutant, future in futures:
+            result = future.result()
+            results.append((mutant, result))
+            verdict = "killed" if result.get("killed") else "NOT KILLED"
+            print(f"  {mutant.name}: {verdict} ({result.get('wall', 0):.1f}s)", flush=True)
+    print()
+    print(table(results))
+    survivors = [m.name for m, r in results if not r.get("killed")]
+    print(f"\n{len(results) - len(survivors)}/{len(results)} killed in "
+          f"{time.perf_counter() - started:.0f}s"
+          + (f"; not killed: {', '.join(survivors)}" if survivors else ""))  # fmt: skip
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
