@@ -45,6 +45,7 @@ from redlock_deco import _protocol as protocol
 from redlock_deco import _renewal as renewal
 
 from . import plan as plans
+from .store import Error
 
 if TYPE_CHECKING:
     from .actors import Actor
@@ -651,6 +652,4 @@ class Invariants:
 
 
 def _is_error(reply: Any) -> bool:
-    from .store import Error
-
     return isinstance(reply, Error)

@@ -128,6 +128,7 @@ def _in_range(score: float, low: tuple[float, bool], high: tuple[float, bool]) -
 
 _LUA_BRIDGE = r"""
 local py_call, py_sha1, py_log = ...
+local FLAT, NULL = '\0sim-flat-reply\0', '\0sim-nil\0'  -- no script returns these
 local base = {
   string = string, math = math, table = table, tonumber = tonumber, tostring = tostring,
   type = type, pairs = pairs, ipairs = ipairs, unpack = unpack, select = select,
@@ -205,9 +206,30 @@ local function run(compiled, nkeys, ...)
     end
     return {err = 'ERR ' .. tostring(result)}
   end
-  return result
+  -- The common reply, a flat array of numbers and strings, goes back as values ('flat',
+  -- then the items: false as nil, as Redis replies), the rest as the value itself.
+  if type(result) ~= 'table' or result.err ~= nil or result.ok ~= nil then
+    return result
+  end
+  local flat = {}
+  local i = 1
+  while true do
+    local item = result[i]
+    local t = type(item)
+    if item == nil then
+      break
+    elseif t == 'number' or t == 'string' then
+      flat[i] = item
+    elseif t == 'boolean' then
+      flat[i] = item and 1 or NULL
+    else
+      return result
+    end
+    i = i + 1
+  end
+  return FLAT, i - 1, unpack(flat, 1, i - 1)
 end
-return compile, run
+return compile, run, FLAT, NULL
 """
 
 
@@ -218,7 +240,7 @@ class Lua:
         self.runtime = lua51.LuaRuntime(unpack_returned_tuples=True, encoding="utf-8")
         self.store: Store | None = None  # the store whose script runs now
         bridge = self.runtime.execute(_LUA_BRIDGE, self._call, _sha1, _log)
-        self._compile, self._run = bridge
+        self._compile, self._run, self._flat, self._null = bridge
         self.lua_type = lua51.lua_type
         self.compiled: dict[str, Any] = {}  # script text -> compiled function
 
@@ -236,7 +258,14 @@ class Lua:
         return result
 
     def run(self, compiled: Any, nkeys: int, args: list[str]) -> Any:
-        return self.to_reply(self._run(compiled, nkeys, *args))
+        result = self._run(compiled, nkeys, *args)
+        if type(result) is tuple and result and result[0] == self._flat:
+            null = self._null
+            return [
+                None if item == null else int(item) if type(item) is float else item
+                for item in result[2 : 2 + result[1]]
+            ]
+        return self.to_reply(result)
 
     def to_reply(self, value: Any) -> Any:
         """A script's result as a reply, by Redis's Lua-to-RESP rules."""

@@ -1,41 +1,82 @@
 """The deterministic simulator, run over many seeds (see tests/simulation/README.md).
 
-The default run takes a few thousand schedules; the ``simulation`` leg runs at least 20,000
-(``pytest -m simulation``), and ``python -m tests.simulation --seeds N`` runs any number.
+The default run takes a few thousand schedules; the ``simulation`` CI leg runs at least
+20,000 and a rotating sample of the mutants (``pytest -m simulation tests/simulation``), and
+``python -m tests.simulation --seeds N`` runs any number.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
+from collections.abc import Iterator
 
 import pytest
 
+from . import mutants, runner
 from . import plan as plans
-from . import runner
 from .world import Options
 
 FAST_SEEDS = 1500
-# The CI leg: at least 20,000 schedules, split so pytest-xdist can run the parts side by side.
-LONG_SEEDS = int(os.environ.get("REDLOCK_DECO_SIMULATION_SEEDS", "24000"))
+# The CI leg: at least 20,000 schedules, in parts that pytest-xdist runs side by side.
+LONG_SEEDS = int(os.environ.get("REDLOCK_DECO_SIMULATION_SEEDS", "20000"))
 LONG_PARTS = 4
+# Mutants per CI run (all of them with REDLOCK_DECO_MUTANTS=all), rotating by the day.
+MUTANT_SAMPLE = 8
+
+# Findings on the code as it is, each a check that fails (see the README): left out of the
+# runs above until fixed, and each kept failing by a test below -- strict, so the fix shows
+# as an unexpected pass, and the entry here must then go.
+KNOWN_FINDINGS: dict[str, str] = {
+    "ghost": "lock_acquire's SET NX success path (mode 1) leaves the token's own queue entry "
+    "from an earlier copy of the same retried attempt: the entry is served later to a waiter "
+    "that no longer waits (and whose process ignores the late grant), or to a holder whose "
+    "lease ended (a silent re-grant)",
+}
+# Where each was first seen, and a few thousand seeds on.
+FINDING_SEEDS = {"ghost": range(5651, 9651)}
+CHECKED = Options(skip=frozenset(KNOWN_FINDINGS))
 
 
-def _fail(summary: runner.Summary) -> None:
+@contextlib.contextmanager
+def unmeasured() -> Iterator[None]:
+    """Coverage off for a while: under a tracer the long run takes three times as long, and
+    the README's run already measures what it reaches."""
+    try:
+        import coverage
+    except ImportError:  # pragma: no cover - coverage is a test dependency
+        yield
+        return
+    current = coverage.Coverage.current()
+    if current is None:
+        yield
+        return
+    current.stop()
+    try:
+        yield
+    finally:
+        current.start()
+
+
+def _fail(summary: runner.Summary, options: Options = CHECKED) -> None:
     if not summary.failures:
         return
     first = summary.failures[0]
-    shrunk = runner.shrink(first.plan)
-    traced = runner.run_plan(shrunk, Options(trace=True))
+    shrunk = runner.shrink(first.plan, options)
+    traced = runner.run_plan(shrunk, Options(skip=options.skip, trace=True))
     pytest.fail(
         f"seed {first.plan.seed} fails: {first.violation}\n"
-        f"replay: python -m tests.simulation --seed {first.plan.seed}\n\n"
+        f"replay: python -m tests.simulation --seed {first.plan.seed}"
+        + (f" --skip {','.join(sorted(options.skip))}" if options.skip else "")
+        + "\n\n"
         + runner.format_trace(traced),
         pytrace=False,
     )
 
 
 def test_seeded_schedules() -> None:
-    summary = runner.run_many(range(FAST_SEEDS))
+    summary = runner.run_many(range(FAST_SEEDS), CHECKED)
     _fail(summary)
     assert summary.seeds == FAST_SEEDS
 
@@ -43,11 +84,23 @@ def test_seeded_schedules() -> None:
 @pytest.mark.simulation
 @pytest.mark.parametrize("part", range(LONG_PARTS))
 def test_many_seeded_schedules(part: int) -> None:
-    size = LONG_SEEDS // LONG_PARTS
+    size = -(-LONG_SEEDS // LONG_PARTS)
     start = 1_000_000 + part * size
-    summary = runner.run_many(range(start, start + size))
+    with unmeasured():
+        summary = runner.run_many(range(start, start + size), CHECKED)
     _fail(summary)
     assert summary.seeds == size
+
+
+@pytest.mark.parametrize("check", sorted(KNOWN_FINDINGS))
+@pytest.mark.xfail(strict=True, reason="a finding on the code as it is (see KNOWN_FINDINGS)")
+def test_known_finding_is_fixed(check: str) -> None:
+    options = Options(skip=frozenset(KNOWN_FINDINGS) - {check})
+    for seed in FINDING_SEEDS[check]:
+        result = runner.run_seed(seed, options)
+        assert result.violation is None or result.violation.check != check, (
+            f"seed {seed}: {result.violation} -- {KNOWN_FINDINGS[check]}"
+        )
 
 
 def test_a_schedule_replays_exactly() -> None:
@@ -61,7 +114,7 @@ def test_a_schedule_replays_exactly() -> None:
 def test_the_schedules_reach_every_reply_and_fault() -> None:
     """What the seeds reach: every reply code of the scripts the clients run, hand-offs,
     grants read, retries, and each kind of fault (a zero here is a hole in the weights)."""
-    summary = runner.run_many(range(400))
+    summary = runner.run_many(range(400), CHECKED)
     reached = summary.coverage
     for script, codes in {
         "lock_acquire": (0, 1),
@@ -103,7 +156,7 @@ def test_a_failure_is_found_replayed_and_shrunk() -> None:
             "if redis.call('ZCARD', holders) >= own_limit then", "if false then"
         ).replace("while served < free do", "while served < 99 do")
 
-    options = Options(transform=no_limit)
+    options = Options(transform=no_limit, skip=CHECKED.skip)
     summary = runner.run_many(range(3000), options)
     assert summary.failures, "a semaphore served past its waiters' limits went unnoticed"
     first = summary.failures[0]
@@ -115,3 +168,25 @@ def test_a_failure_is_found_replayed_and_shrunk() -> None:
     assert result.violation is not None and result.violation.check == "limit"
     size = sum(len(a.sessions) for a in shrunk.actors)
     assert size <= sum(len(a.sessions) for a in first.plan.actors)
+
+
+def test_every_mutant_names_code_that_exists() -> None:
+    """A mutant whose text left the code kills nothing: it must follow the change."""
+    stale = {m.name: problem for m in mutants.MUTANTS if (problem := mutants.stale(m))}
+    assert not stale, stale
+    assert len(mutants.MUTANTS) >= 30
+
+
+@pytest.mark.simulation
+def test_a_rotating_sample_of_mutants_is_killed() -> None:
+    chosen = list(mutants.MUTANTS)
+    if os.environ.get("REDLOCK_DECO_MUTANTS") != "all":
+        day = datetime.date.today().toordinal()
+        start = day * MUTANT_SAMPLE % len(chosen)
+        chosen = (chosen + chosen)[start : start + MUTANT_SAMPLE]
+    survivors = {}
+    for mutant in chosen:
+        result = mutants.spawn(mutant.name, 3000, CHECKED.skip)
+        if not result.get("killed"):
+            survivors[mutant.name] = result
+    assert not survivors, survivors
