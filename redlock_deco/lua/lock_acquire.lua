@@ -21,6 +21,11 @@ if mode ~= '2' then
   mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   if not mine then
     holder = redis.call('GET', KEYS[1])  -- a key of another type raises WRONGTYPE here
+  elseif mode == '1' then
+    -- An earlier copy of this attempt (re-sent by a client retry) may have queued us: that
+    -- entry would be served later, to a waiter that no longer waits or to a holder whose
+    -- lease had ended (found by the simulator).
+    redis.call('LREM', KEYS[2], 0, queued)
   end
 else
   holder = redis.call('GET', KEYS[1])

@@ -28,14 +28,9 @@ MUTANT_SAMPLE = 8
 # Findings on the code as it is, each a check that fails (see the README): left out of the
 # runs above until fixed, and each kept failing by a test below -- strict, so the fix shows
 # as an unexpected pass, and the entry here must then go.
-KNOWN_FINDINGS: dict[str, str] = {
-    "ghost": "lock_acquire's SET NX success path (mode 1) leaves the token's own queue entry "
-    "from an earlier copy of the same retried attempt: the entry is served later to a waiter "
-    "that no longer waits (and whose process ignores the late grant), or to a holder whose "
-    "lease ended (a silent re-grant)",
-}
+KNOWN_FINDINGS: dict[str, str] = {}
 # Where each was first seen, and a few thousand seeds on.
-FINDING_SEEDS = {"ghost": range(5651, 9651)}
+FINDING_SEEDS: dict[str, range] = {}
 CHECKED = Options(skip=frozenset(KNOWN_FINDINGS))
 
 
@@ -101,6 +96,28 @@ def test_known_finding_is_fixed(check: str) -> None:
         assert result.violation is None or result.violation.check != check, (
             f"seed {seed}: {result.violation} -- {KNOWN_FINDINGS[check]}"
         )
+
+
+# Findings fixed since, by the seeds that first showed them: regression tests.
+FIXED_FINDINGS: dict[str, tuple[str, range]] = {
+    "ghost": (
+        "lock_acquire's SET NX path (mode 1) left the token's own queue entry from an earlier "
+        "copy of the same retried attempt",
+        range(5651, 6651),
+    ),
+    "leftover": (
+        "a waiter giving up after a plain SET NX kept the lease a client retry had taken",
+        range(533, 534),
+    ),
+}
+
+
+@pytest.mark.parametrize("check", sorted(FIXED_FINDINGS))
+def test_a_fixed_finding_stays_fixed(check: str) -> None:
+    about, seeds = FIXED_FINDINGS[check]
+    for seed in seeds:
+        result = runner.run_seed(seed, CHECKED)
+        assert result.violation is None, f"seed {seed}: {result.violation} -- once: {about}"
 
 
 def test_a_schedule_replays_exactly() -> None:
