@@ -3,6 +3,7 @@ with the codes of the one reply table on a real server."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from importlib import resources
 
@@ -214,3 +215,19 @@ def test_a_retried_semaphore_attempt_holds_one_slot_and_never_queues_behind_it(
     assert sem_release(r, a, limit=1) == 1 and r.zrange("sem:s", 0, -1) == [w.encode()]
     assert sem_acquire(r, w, QUEUE, limit=1) == [1, 5000]  # re-sent after its grant
     assert r.zcard("sem:s") == 1 and not r.exists("{sem:s}:queue")
+
+
+def test_a_retried_attempt_that_finds_the_lock_free_leaves_the_queue(
+    r: redis.Redis, listener: Callable[..., list[str]]
+) -> None:
+    """The first copy of an attempt queued the waiter; the holder's lease then ended; the
+    retried copy takes the free lock with SET NX and must take the entry out too, or it is
+    served later to a holder whose lease had ended (found by the simulator)."""
+    holder, waiter = token("p1", "h"), token("p2", "w")
+    listener("p2")
+    assert acquire(r, holder, TRY, ttl=100)[0] == 1
+    assert acquire(r, waiter, QUEUE)[0] == 0
+    assert r.lrange("{lock:s}:queue", 0, -1) == [entry(waiter)]
+    time.sleep(0.15)  # the holder's lease ends
+    assert acquire(r, waiter, QUEUE) == [1, 5000]  # the retried copy
+    assert r.keys("*") == [b"lock:s"]
