@@ -7,7 +7,6 @@ Renewal is the process's :class:`~.world.Renewer`, which runs ``_renewal``'s fun
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
@@ -138,7 +137,7 @@ class Actor:
                     tried=first is not None,
                 )
                 result = yield from world.drive(task, steps)
-        except RedisError as exc:
+        except (RedisError, KeyboardInterrupt) as exc:
             self.phase = "idle"
             world.invariants.cut_short(claim.token)
             yield from self.cut_short(task, claim, exc)
@@ -191,5 +190,10 @@ class Actor:
         if isinstance(exc, renewal.UNREACHABLE):
             self.proc.renewer.add(lifecycle.Cleanup(claim, target, self.world.seconds()))
             return
-        with contextlib.suppress(RedisError):
+        try:
             yield from self.world.drive(task, target.algorithms.abandon(claim))
+        except renewal.UNREACHABLE:
+            if not isinstance(exc, RedisError):
+                self.proc.renewer.add(lifecycle.Cleanup(claim, target, self.world.seconds()))
+        except RedisError:
+            pass  # the server answered with an error again: nothing more to do

@@ -12,6 +12,8 @@ Checks (names as ``--skip`` takes them):
   so two actors never both believe they hold a name exclusively, a writer never alongside a
   reader -- unless a server restart or clock jump since its last confirmed request took it
   away (it then learns at its next renewal or exit, which ``loud-loss`` checks).
+- ``fresh``: no section begins on a grant older than its lease (by the holder's own clock:
+  the lease may have passed on meanwhile).
 - ``limit``: a semaphore admits a caller only while fewer than that caller's own limit hold.
 - ``loud-loss``: once a holder's lease ended on the server it never comes back to it (a stale
   queue entry handing the key back), its renewal never succeeds, and its exit reports the loss.
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 
 CHECKS = (
     "exclusion", "limit", "loud-loss", "terms", "queue-once", "expiry", "progress", "leak",
-    "keep", "ghost", "leftover", "order",
+    "keep", "ghost", "leftover", "order", "fresh",
 )  # fmt: skip
 US = 1_000_000
 # The scripts read the server clock in whole milliseconds: a lease can begin up to 1 ms
@@ -130,6 +132,7 @@ class Invariants:
         self._cache: dict[str, tuple[int, int, dict[str, int]]] = {}
         self.uncertain: set[str] = set()  # tokens of claims whose commands met a fault
         self.unclaimed: dict[str, int] = {}  # ghost grants read, since when
+        self.give_back_failed: set[str] = set()  # tokens whose give-back met a fault
         self.watchdogs: set[int] = set()
 
     def fail(self, check: str, message: str) -> None:
@@ -205,7 +208,7 @@ class Invariants:
         self.holds[actor] = Hold(actor, lease, actor.session.name)
         if by_grant and self.world.now + BELIEF_SLACK_US >= round(lease.expires_at * US):
             self.fail(
-                "exclusion",
+                "fresh",
                 f"{self.label(lease.token)} enters its section on a grant older than its lease "
                 f"(believed to end at {lease.expires_at:.4f}s): it may have passed on meanwhile",
             )
@@ -340,7 +343,7 @@ class Invariants:
             claimed = self.claims[token]
             name = self.names[claimed.session.name]
             proc = claimed.actor.proc
-            if token not in self.holders(name) or token in self.uncertain or proc.dead:
+            if token not in self.holders(name) or token in self.give_back_failed or proc.dead:
                 del self.unclaimed[token]
             elif proc.paused_until > self.world.now:
                 self.unclaimed[token] = self.world.now

@@ -103,6 +103,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "lock_acquire.lua",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  redis.call('LREM', KEYS[2], 0, queued)\n",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"),
+    lua("retried-join-stays-queued", "an attempt that takes a free lock keeps the entry an "
+        "earlier copy of it queued", "lock_acquire.lua", "  elseif mode == '1' then\n",
+        "  elseif false then\n"),
     lua("acquire-without-nx", "an attempt sets the lock key whoever holds it",
         "lock_acquire.lua", "  mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])",
         "  mine = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"),
@@ -391,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--seeds", type=int, default=4000, help="schedules per mutant (max)")
+    parser.add_argument("--seeds", type=int, default=20_000, help="schedules per mutant (max)")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
     parser.add_argument("--only", default="", help="comma-separated mutant names")
     parser.add_argument("--skip", default="", help="checks the simulator leaves out")

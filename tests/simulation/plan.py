@@ -50,7 +50,7 @@ class Timed:
 
     at: float
     # pause | holder (pause whoever holds, for `seconds` times its ttl) | kill | drop |
-    # restart | stall | jump
+    # restart | stall | jump | interrupt (a KeyboardInterrupt in a waiting actor)
     kind: str
     proc: int = 0
     seconds: float = 0.0
@@ -125,6 +125,7 @@ class Plan:
         for t in self.timed:
             what = f"{t.kind} P{t.proc}" if t.kind in ("pause", "kill", "drop") else t.kind
             amount = f" {t.seconds:.3f}" + ("x its ttl" if t.kind == "holder" else "s")
+            amount = "" if t.kind == "interrupt" else amount
             lines.append(f"  at {t.at:.3f}s: {what}" + (amount if t.seconds else ""))
         if self.silenced:
             lines.append("  silenced: " + ", ".join(sorted(self.silenced)))
@@ -201,7 +202,7 @@ def generate(seed: int) -> Plan:
     horizon = 0.5 + sum(s.hold + s.think for a in actors for s in a.sessions) / max(1, n_actors)
     for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
         kind = rng.choice(("pause", "pause", "holder", "holder", "kill", "drop", "drop",
-                           "restart", "stall", "jump"))  # fmt: skip
+                           "restart", "stall", "jump", "interrupt", "interrupt"))  # fmt: skip
         at = rng.uniform(0, horizon)
         proc = rng.randrange(len(procs))
         seconds = 0.0
@@ -209,6 +210,8 @@ def generate(seed: int) -> Plan:
             seconds = rng.choice((rng.uniform(0, 0.3), rng.uniform(0, 3 * max(TTLS[:4]))))
         elif kind == "holder":
             seconds = rng.uniform(1.0, 3.0)  # times the holder's ttl
+        elif kind == "interrupt":
+            seconds = rng.random()  # which of the waiters
         elif kind == "stall":
             seconds = rng.uniform(0, 2.5)
         elif kind == "jump":

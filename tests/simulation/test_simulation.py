@@ -28,9 +28,15 @@ MUTANT_SAMPLE = 8
 # Findings on the code as it is, each a check that fails (see the README): left out of the
 # runs above until fixed, and each kept failing by a test below -- strict, so the fix shows
 # as an unexpected pass, and the entry here must then go.
-KNOWN_FINDINGS: dict[str, str] = {}
+KNOWN_FINDINGS: dict[str, str] = {
+    "fresh": "a grant read by another thread while its waiter was stuck in a slow attempt (a "
+    "socket timeout, then the client's retry) is taken when the waiter next waits, however "
+    "old: _fresh measures the grant's age to when it was read, not to when it is used, and "
+    "the retry's busy reply, which came after the grant, does not void it; the waiter enters "
+    "its section on a lease that had ended (and passed on) long before",
+}
 # Where each was first seen, and a few thousand seeds on.
-FINDING_SEEDS: dict[str, range] = {}
+FINDING_SEEDS: dict[str, range] = {"fresh": range(24009, 27009)}
 CHECKED = Options(skip=frozenset(KNOWN_FINDINGS))
 
 
@@ -158,7 +164,7 @@ def test_the_schedules_reach_every_reply_and_fault() -> None:
         "fast path: busy",
     ):
         assert reached[path], f"no schedule reached {path!r}"
-    for fault in ("pause", "holder", "kill", "drop", "restart", "stall", "jump"):
+    for fault in ("pause", "holder", "kill", "drop", "restart", "stall", "jump", "interrupt"):
         assert reached[f"timed: {fault}"], f"no {fault} fault fired"
     for fault in ("cmd", "msg"):
         assert reached[f"fault: {fault}"], f"no {fault} fault fired"

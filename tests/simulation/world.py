@@ -18,7 +18,6 @@ would raise (redis-py's ConnectionError, TimeoutError, ResponseError, NoScriptEr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import heapq
@@ -783,8 +782,10 @@ class World:
             steps.close()
 
     def give_back(self, task: Task, step: Any) -> Generator[Any, Any, None]:
-        with contextlib.suppress(RedisError):
+        try:
             yield from self.execute_step(task, step)
+        except RedisError:
+            self.invariants.give_back_failed.add(str(step.args[0]))
 
     # -- faults at fixed times ----------------------------------------------------------
 
@@ -806,6 +807,18 @@ class World:
             actor.proc.paused_until = max(actor.proc.paused_until, self.now + round(seconds * US))
             self.note(f"FAULT P{actor.proc.index} (holding, {actor.name}) paused for "
                       f"{seconds:.3f}s [{label}]")  # fmt: skip
+        elif fault.kind == "interrupt":
+            waiting = [a for a in self.actors if a.phase == "acquiring" and not a.proc.dead]
+            waiting = [a for a in waiting if a.task is not None and a.task.wake_id is not None]
+            if not waiting:
+                return
+            actor = waiting[int(fault.seconds * 1000) % len(waiting)]
+            assert actor.task is not None
+            self.note(f"FAULT {actor.name} interrupted (KeyboardInterrupt) while it waits in "
+                      f"'{actor.task.blocked}' [{label}]")  # fmt: skip
+            actor.task.wake_id = None
+            actor.task.blocked = "running"
+            self._advance(actor.task, None, KeyboardInterrupt())
         elif fault.kind == "kill" and proc is not None and not proc.dead:
             proc.dead = True
             proc.waiting.server = False
