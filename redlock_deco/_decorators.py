@@ -21,7 +21,6 @@ import wrapt
 
 from . import _events as events
 from . import _guard as guard
-from . import _ownership as ownership
 from . import _targets as targets
 from ._errors import LockNotAcquired
 from ._naming import check_name, compile_name, describe, full_args, own_args
@@ -120,24 +119,28 @@ def _decorate(
             result = await result  # an async fallback, or a sync one returning an awaitable
         return result
 
+    # Each call opens its section inside the try that closes it, and closes it in one
+    # `finally` statement: a KeyboardInterrupt at any line between taking the lease and
+    # giving it back still gives it back (see _guard.py), never leaving it held and renewed
+    # for this thread's later calls to walk into.
     def call_locked(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
         lock_name = render(instance, args, kwargs)
         key = prefix + lock_name
         started = time.monotonic()
-        lease = guard.enter(kind, options, lock_name, key, options.wait)
-        if lease is None:
-            return busy_sync(lock_name, key, started, instance, args, kwargs)
-        section = ownership.enter_call(lease, task=False)
+        section = error = None
         try:
+            section = guard.open_section(kind, options, lock_name, key, options.wait)
+            if section is None:
+                return busy_sync(lock_name, key, started, instance, args, kwargs)
             result = wrapped(*args, **kwargs)
             if targets.returned_unrun(result, awaitable=True):  # closed unrun, raised once
                 targets.refuse_unrun(decorator, underlying, result)  # the lease is given back
         except BaseException as exc:
-            ownership.leave_call(section)
-            guard.finish(lease, exc)
+            error = exc
             raise
-        ownership.leave_call(section)
-        guard.finish(lease, None)
+        finally:  # one statement: no line can come before the exit begins
+            guard.close_section(section, error)
+            error = None  # the exception's traceback holds this frame: no cycle through it
         return result
 
     async def call_locked_async(
@@ -146,20 +149,20 @@ def _decorate(
         lock_name = render(instance, args, kwargs)
         key = prefix + lock_name
         started = time.monotonic()
-        lease = await guard.enter_async(kind, options, lock_name, key, options.wait)
-        if lease is None:
-            return await busy_async(lock_name, key, started, instance, args, kwargs)
-        section = ownership.enter_call(lease, task=True)
+        section = error = None
         try:
+            section = await guard.open_section_async(kind, options, lock_name, key, options.wait)
+            if section is None:
+                return await busy_async(lock_name, key, started, instance, args, kwargs)
             result = await wrapped(*args, **kwargs)
             if targets.returned_unrun(result, awaitable=False):  # an async generator behind
                 targets.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
         except BaseException as exc:  # CancelledError too: release (shielded), then propagate
-            ownership.leave_call(section)
-            await guard.finish_async(lease, exc)
+            error = exc
             raise
-        ownership.leave_call(section)
-        await guard.finish_async(lease, None)
+        finally:
+            await guard.close_section_async(section, error)
+            error = None
         return result
 
     def rendered(instance: Any, args: tuple[Any, ...], kwargs: Any) -> dict[str, str]:
@@ -172,21 +175,22 @@ def _decorate(
     def call_all(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
         names_by_key = rendered(instance, args, kwargs)
         started = time.monotonic()
-        leases = guard.enter_all(kind, options, names_by_key, options.wait)
-        if leases is None:
-            key = ", ".join(sorted(names_by_key))
-            return busy_sync(", ".join(names_by_key.values()), key, started, instance, args, kwargs)
-        sections = [ownership.enter_call(lease, task=False) for lease in leases]
+        sections = error = None
         try:
+            sections = guard.open_sections(kind, options, names_by_key, options.wait)
+            if sections is None:
+                key = ", ".join(sorted(names_by_key))
+                names = ", ".join(names_by_key.values())
+                return busy_sync(names, key, started, instance, args, kwargs)
             result = wrapped(*args, **kwargs)
             if targets.returned_unrun(result, awaitable=True):  # closed unrun, raised once
                 targets.refuse_unrun(decorator, underlying, result)  # the lease is given back
         except BaseException as exc:
-            ownership.leave_calls(sections)
-            guard.finish_all(leases, exc)
+            error = exc
             raise
-        ownership.leave_calls(sections)
-        guard.finish_all(leases, None)
+        finally:
+            guard.close_sections(sections, error)
+            error = None
         return result
 
     async def call_all_async(
@@ -194,22 +198,22 @@ def _decorate(
     ) -> Any:
         names_by_key = rendered(instance, args, kwargs)
         started = time.monotonic()
-        leases = await guard.enter_all_async(kind, options, names_by_key, options.wait)
-        if leases is None:
-            key = ", ".join(sorted(names_by_key))
-            names = ", ".join(names_by_key.values())
-            return await busy_async(names, key, started, instance, args, kwargs)
-        sections = [ownership.enter_call(lease, task=True) for lease in leases]
+        sections = error = None
         try:
+            sections = await guard.open_sections_async(kind, options, names_by_key, options.wait)
+            if sections is None:
+                key = ", ".join(sorted(names_by_key))
+                names = ", ".join(names_by_key.values())
+                return await busy_async(names, key, started, instance, args, kwargs)
             result = await wrapped(*args, **kwargs)
             if targets.returned_unrun(result, awaitable=False):  # an async generator behind
                 targets.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
         except BaseException as exc:
-            ownership.leave_calls(sections)
-            await guard.finish_all_async(leases, exc)
+            error = exc
             raise
-        ownership.leave_calls(sections)
-        await guard.finish_all_async(leases, None)
+        finally:
+            await guard.close_sections_async(sections, error)
+            error = None
         return result
 
     # The flavour (and single or several names) is chosen once, here, not per call.
@@ -423,8 +427,10 @@ def locked(
     is typed as returning ``T | None``); a callable (a *fallback*) is called instead with the
     call's arguments (``self``/``cls`` included for methods) and its result returned (awaited
     if it is awaitable, for an ``async def``; a sync function needs a sync fallback).
-    Re-entrant per thread (per task for ``async def``). Raises LockLost at exit if the lease
-    ended meanwhile.
+    Re-entrant per owner -- the asyncio task running the call, else its thread: a nested
+    call or ``with`` block of the same owner on the same name only counts (a bare
+    ``Lock.acquire()`` is its object's and re-enters nothing). Raises LockLost at exit if
+    the lease ended meanwhile.
     ``replicas=N`` waits (WAIT) until N replicas have the lock after each acquisition, and
     counts the attempt as failed (releasing it) if fewer acknowledge in time. ``on_lost`` is
     called with the lease as soon as renewal finds it gone (``"cancel"``, for async functions,

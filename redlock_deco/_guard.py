@@ -28,7 +28,6 @@ from . import _renewal as renewal
 from ._errors import LockError, LockLost, LockNotReplicated, ProviderError
 from ._lifecycle import Cleanup, Lease
 from ._options import LeaseOptions
-from ._process import Holdings
 from ._protocol import (
     Acquired,
     Claim,
@@ -50,16 +49,13 @@ def add_note(error: BaseException, note: str) -> None:
     notes.append(note)
 
 
-def _reenter(held: Holdings | None, kind: Kind, options: LeaseOptions, key: str) -> Lease | None:
-    """The owner's lease on ``key`` if it already holds it (then counted once more).
+def _check_reentry(lease: Lease, kind: Kind, options: LeaseOptions, key: str) -> None:
+    """Refuse re-entries that cannot be counted as one more section on the owner's lease.
 
     Shared in shared, exclusive in exclusive, and shared inside exclusive (it stays
     exclusive) re-enter. Exclusive inside shared -- an upgrade -- raises at once: two readers
     upgrading would each wait for the other to leave, forever.
     """
-    lease = held.get((options.provider, key)) if held is not None else None
-    if lease is None:
-        return None
     if lease.claim.kind.shared and not kind.shared:
         raise LockError(
             f"this owner holds {key!r} shared (read) and asks for it exclusively: upgrading "
@@ -79,8 +75,20 @@ def _reenter(held: Holdings | None, kind: Kind, options: LeaseOptions, key: str)
             name=lease.name,
             key=key,
         )
-    lease.reenter()
-    return lease
+
+
+def _waits_for_itself(owner: ownership.Owner, kind: Kind, options: LeaseOptions, key: str,
+                      wait: float | None, *, blocks_thread: bool) -> str | None:  # fmt: skip
+    """Why a wait for ``key`` here could only run out (then the caller tries once and raises
+    :func:`_self_wait` if that fails), or None."""
+    if wait == 0 or not kind.reentrant:
+        return None
+    return ownership.waits_for_itself(owner, (options.provider, key), blocks_thread=blocks_thread)
+
+
+def _self_wait(reason: str, name: str, key: str) -> LockError:
+    return LockError(f"{key!r} is taken, and waiting for it here would never end: {reason}",
+                     name=name, key=key)  # fmt: skip
 
 
 def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
@@ -148,7 +156,6 @@ def _new_lease(
     io: Any,
     alive: Callable[[], bool],
     on_lost: Callable[[Lease], object] | None,
-    by_object: bool = False,
 ) -> Lease:
     """A lease just acquired, built complete; measured from when the winning attempt was
     sent (``started``, the start of the whole acquire, if the algorithm did not say)."""
@@ -157,7 +164,7 @@ def _new_lease(
     lease = Lease(
         claim, name=name, provider=options.provider, target=target, started=started, io=io,
         alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
-        on_lost=on_lost, by_object=by_object, lease_ms=granted.lease_ms, source=options.source,
+        on_lost=on_lost, lease_ms=granted.lease_ms, source=options.source,
     )  # fmt: skip
     if events.listeners:
         events.emit("acquired", name, claim.keys.key, lease.acquired_at - started, lease.source)
@@ -218,29 +225,26 @@ def _release_failed(lease: Lease, error: BaseException | None, exc: RedisError) 
     raise exc
 
 
-def _forget_holding(lease: Lease, held: Holdings | None) -> None:
-    if held is not None and held.get((lease.provider, lease.key)) is lease:
-        del held[(lease.provider, lease.key)]
-
-
 # -- sync --------------------------------------------------------------------------------
+#
+# Interruptions: a KeyboardInterrupt (any BaseException) may arrive at any line. Every
+# function below that changes what is held does so inside one try whose handler undoes it
+# (a lease given back, a section forgotten), and hands its result to the caller with the
+# ``return`` inside that try, so nothing can come between taking a lease and its keeper
+# (a section, an object's list) knowing of it. Without that, a caught Ctrl-C left a lease
+# held and renewed while its thread lived, and that thread's later calls walked into it.
 
 
-def enter(
-    kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None
-) -> Lease | None:
-    """Take the lease on ``key`` for the calling thread (or count a re-entry); None if
-    ``wait`` ran out."""
-    held = ownership.thread_holdings() if kind.reentrant else None
-    lease = _reenter(held, kind, options, key)
-    if lease is not None:
-        return lease
+def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None,
+          alive: Callable[[], bool]) -> Lease | None:  # fmt: skip
+    """A lease on ``key``, renewed while ``alive()``; None if ``wait`` ran out."""
     target = providers.sync_target(options.provider)
     _check_target(kind, options, target)
     claim = _claim(kind, options, key, target)
     algorithms = target.algorithms
     first = algorithms.fast_try(claim, wait, target.listening)
     started = time.monotonic()
+    lease: Lease | None = None
     try:
         # The lean path: an uncontended lock is one plain command, sent here directly.
         result: Acquired | None = None
@@ -250,24 +254,29 @@ def enter(
             left = _left(wait, started)
             steps = algorithms.acquire(claim, left, target.listening, tried=first is not None)
             result = drivers.run(steps, target)
+        if type(result) is Granted:
+            on_lost = options.on_lost if callable(options.on_lost) else None
+            lease = _new_lease(claim, name, options, target, started, result, threading.Lock(),
+                               alive, on_lost)  # fmt: skip
+            if options.auto_renew:
+                renewal.renewer().add(lease)
+            if not target.checked:
+                eviction.start_check(target)
+            return lease
     except BaseException as exc:
+        if lease is not None:
+            _stop(lease)
         _cut_short(claim, target, exc)
         raise
-    if type(result) is NotGranted:
-        _not_granted(result, options, name, key, started)
-        return None
-    assert type(result) is Granted
-    on_lost = options.on_lost if callable(options.on_lost) else None
-    alive = threading.current_thread().is_alive
-    lease = _new_lease(claim, name, options, target, started, result, threading.Lock(), alive,
-                       on_lost)  # fmt: skip
-    if held is not None:
-        held[(options.provider, key)] = lease
-    if options.auto_renew:
-        renewal.renewer().add(lease)
-    if not target.checked:
-        eviction.start_check(target)
-    return lease
+    assert type(result) is NotGranted
+    _not_granted(result, options, name, key, started)
+    return None
+
+
+def _stop(lease: Lease) -> None:
+    """No more renewals of ``lease`` (its release is under way or given up)."""
+    lease.release()
+    renewal.renewer().remove(lease)
 
 
 def _cut_short(claim: Claim, target: Any, exc: BaseException) -> None:
@@ -277,7 +286,8 @@ def _cut_short(claim: Claim, target: Any, exc: BaseException) -> None:
     token-compared release retried in the background (retrying here would repeat the
     client's own retries and double the time the caller waits); an error reply (READONLY,
     NOPERM, OOM, WRONGTYPE) is an answer, raised at once, with one best-effort release for a
-    script that failed after its SET; anything else (KeyboardInterrupt, a bug) releases now.
+    script that failed after its SET; anything else (KeyboardInterrupt, a bug) releases now,
+    or in the background if that is interrupted too.
     """
     if isinstance(exc, renewal.UNREACHABLE):
         renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
@@ -289,14 +299,21 @@ def _cut_short(claim: Claim, target: Any, exc: BaseException) -> None:
             renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
     except RedisError:
         pass  # the server answered with an error again: nothing more to do
+    except BaseException:
+        renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
+        raise
 
 
-def leave(lease: Lease) -> bool:
-    """Give the lease back (or count down a re-entry). True unless the outermost exit found
-    the lease already ended; a nested exit never reports (the outermost one will)."""
-    if not lease.exit():
-        return True
-    _forget_holding(lease, ownership.thread_holdings() if lease.claim.kind.reentrant else None)
+def _abandon(lease: Lease, exc: BaseException) -> None:
+    """Give ``lease`` back at once, best effort, after an interruption: it was taken, but
+    whoever was to keep it never will."""
+    _stop(lease)
+    if lease.pid == os.getpid():
+        _cut_short(lease.claim, lease.target, exc)
+
+
+def _give_back(lease: Lease) -> bool:
+    """Release ``lease``; True unless it had already ended."""
     if lease.pid != os.getpid():
         # A forked child holds nothing: the lease is its parent's, and so is the renewer
         # (whose lock another thread may have held at fork time: touching it could hang).
@@ -314,84 +331,240 @@ def leave(lease: Lease) -> bool:
     return _released(lease, answer, was_lost)
 
 
-def finish(lease: Lease, error: BaseException | None) -> None:
-    """Leave, then make a lost lease loud: LockLost, or a note on the call's own error."""
-    try:
-        kept = leave(lease)
-    except RedisError as exc:
-        _release_failed(lease, error, exc)
-        return
-    lost = _lost_lease(lease, error, kept)
-    if lost is not None:
-        raise lost
+def _dropped(lease: Lease) -> None:
+    """The last section on ``lease`` was dropped open (see ownership.Section): stop renewing
+    it and release it in the background, at once. Runs in a finalizer: no I/O, no lock
+    it could already hold."""
+    lease.orphan()
+    if lease.pid == os.getpid():
+        renewal.renewer().add_from_finalizer(Cleanup(lease.claim, lease.target, time.monotonic()))
 
 
-# -- asyncio -----------------------------------------------------------------------------
+def _dropped_async(lease: Lease) -> None:
+    """:func:`_dropped` for asyncio (where only a KeyboardInterrupt, not a cancellation, can
+    come at a line): stop renewing; the loop's shutdown releases it, or its ttl ends it."""
+    lease.orphan()
 
 
-def task_owner() -> tuple[asyncio.Task[Any], Callable[[], bool]]:
-    """The calling task, and whether it is still running (renewal stops when it ends)."""
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
-    return task, lambda: not task.done()
-
-
-async def enter_async(
+def open_section(
     kind: Kind,
     options: LeaseOptions,
     name: str,
     key: str,
     wait: float | None,
     *,
-    helper_of: Callable[[], bool] | None = None,
-) -> Lease | None:
-    """Take the lease on ``key`` for the current task (or count a re-entry).
+    frame: int = 0,
+    keep: ownership.Blocks | None = None,
+) -> ownership.Section | None:
+    """Open a section on ``key`` for the calling task or thread: re-enter the lease of one
+    of its open sections, or take a new one; None if ``wait`` ran out. ``keep``: the list
+    of an object's open ``with`` blocks, which the section joins."""
+    owner = ownership.current_owner()
+    held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
+    if held is not None:
+        _check_reentry(held, kind, options, key)
+        return ownership.open_section(held, owner, fresh=False, dropped=_dropped, frame=frame,
+                                       keep=keep)  # fmt: skip
+    reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
+    lease: Lease | None = None
+    try:
+        lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner))
+        if lease is not None:
+            return ownership.open_section(lease, owner, fresh=True, dropped=_dropped, frame=frame,
+                                           keep=keep)  # fmt: skip
+    except BaseException as exc:
+        if lease is not None:
+            _abandon(lease, exc)
+        raise
+    if reason is not None:
+        raise _self_wait(reason, name, key)
+    return None
 
-    ``helper_of``: the task only runs this acquire for someone else (``asyncio.gather``,
-    ``shield``, ``wait_for`` before 3.12), so the lease belongs to the object that asked
-    for it; renewal then goes on while ``helper_of()`` is true.
-    """
-    task, task_alive = task_owner()
-    held = ownership.task_holdings(task) if kind.reentrant and helper_of is None else None
-    lease = _reenter(held, kind, options, key)
-    if lease is not None:
-        return lease
+
+def close_section(section: ownership.Section | None, error: BaseException | None) -> None:
+    """Leave ``section`` (None: none was opened); the last one open on its lease gives it
+    back. Then make a lost lease loud: LockLost, or a note on the call's own ``error``. A
+    nested exit never reports (the outermost one will)."""
+    try:  # first: an interruption anywhere below still finishes the exit
+        if section is None or not ownership.close(section):
+            return
+        kept = _give_back(section.lease)
+    except RedisError as exc:
+        _release_failed(section.lease, error, exc)  # type: ignore[union-attr]  # closed: not None
+        return
+    except BaseException as exc:
+        if section is not None:
+            abort(section, exc)
+        raise
+    lost = _lost_lease(section.lease, error, kept)
+    if lost is not None:
+        raise lost
+
+
+def abort(section: ownership.Section, exc: BaseException) -> None:
+    """Finish leaving ``section`` after its opening or exit was interrupted (by ``exc``):
+    forget it, and give its lease back if no other section is open on it."""
+    if ownership.close(section):
+        _abandon(section.lease, exc)
+
+
+_UNSET: Any = object()
+
+
+def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
+    """The exit of a ``with`` block on an object whose open blocks are ``blocks``."""
+    section = _UNSET
+    try:
+        section = ownership.exiting(blocks, ownership.user_frame())
+        close_section(section, error)
+    except BaseException as exc:
+        # Interrupted before its exit began (finding it, or entering close_section): give
+        # it up now. (One close_section closed, or that raised LockLost, is not open.)
+        if section is _UNSET:
+            section = ownership.exiting(blocks, ownership.user_frame())
+        if section is not None and section.open:
+            abort(section, exc)
+        raise
+
+
+def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, key: str,
+                 wait: float | None, alive: Callable[[], bool],
+                 kept: Callable[[], None]) -> bool:  # fmt: skip
+    """A bare ``acquire()``: take a lease that belongs to the object whose list of leases
+    is ``held``, renewed while ``alive()`` (the object exists); ``kept()`` once it is in
+    ``held``. It re-enters nothing."""
+    owner = ownership.current_owner()
+    reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
+    lease: Lease | None = None
+    try:
+        lease = _take(kind, options, name, key, 0 if reason else wait, alive)
+        if lease is None and reason is not None:
+            raise _self_wait(reason, name, key)
+        if lease is not None:
+            held.append(lease)
+            kept()
+        # Not `return True`: CPython evaluates a returned constant after leaving the try,
+        # where an exception raised at that line (by a tracer) would skip the handler.
+        return lease is not None
+    except BaseException as exc:
+        if lease is not None:
+            _forget_held(held, lease)
+            _abandon(lease, exc)
+        raise
+
+
+_held_lock = threading.Lock()  # one release per lease, when threads share an object
+
+
+def _pop_held(held: list[Lease]) -> Lease | None:
+    """The newest lease of this process in ``held``, taken out of it."""
+    pid = os.getpid()
+    with _held_lock:
+        for index in range(len(held) - 1, -1, -1):
+            if held[index].pid == pid:
+                return held.pop(index)
+    return None
+
+
+def _forget_held(held: list[Lease], lease: Lease) -> None:
+    with _held_lock:
+        if lease in held:
+            held.remove(lease)
+
+
+def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:
+    """Release the newest lease an object holds (``held``; ``taken()`` once it is out of
+    it): None if it holds none, False if that lease had already ended."""
+    lease: Lease | None = None
+    try:
+        lease = _pop_held(held)
+        if lease is None:
+            return None
+        taken()
+        return _give_back(lease)
+    except RedisError:
+        raise  # _give_back dealt with it (an unreachable server: released in the background)
+    except BaseException as exc:
+        if lease is not None:
+            _abandon(lease, exc)
+        raise
+
+
+# -- asyncio -----------------------------------------------------------------------------
+#
+# Cancellation: redis-py sometimes completes a command whose task was cancelled meanwhile
+# instead of raising CancelledError. After every await of an acquire, a cancel requested
+# since it began (``Task.cancelling()``, Python 3.11+) is raised here, so the protected body
+# never runs for a cancelled task (13 of 60 cancelled acquires once ran their body to the
+# end), and asyncio.timeout(), TaskGroup and wait_for see their cancellation arrive.
+
+
+def _cancels(task: asyncio.Task[Any]) -> int:
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+; 3.10 relies on redis-py
+    return cancelling() if cancelling is not None else 0
+
+
+def _raise_if_cancelled(task: asyncio.Task[Any], before: int) -> None:
+    if _cancels(task) > before:
+        raise asyncio.CancelledError
+
+
+async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
+                      wait: float | None, alive: Callable[[], bool]) -> Lease | None:  # fmt: skip
+    """:func:`_take` for asyncio; never returns a lease to a task cancelled meanwhile."""
+    task = _current_task()
+    before = _cancels(task)
     target = providers.async_target(options.provider)
     _check_target(kind, options, target)
     if not target.checked:  # before acquiring: a cancellation here leaves nothing held
         await eviction.check_async_once(target)
+        _raise_if_cancelled(task, before)
     claim = _claim(kind, options, key, target)
     algorithms = target.algorithms
     first = algorithms.fast_try(claim, wait, target.listening)
     started = time.monotonic()
+    lease: Lease | None = None
     try:
         result: Acquired | None = None
         if first is not None:
             result = fast_granted(await target.execute(first), started)
+            _raise_if_cancelled(task, before)
         if result is None:
             left = _left(wait, started)
             steps = algorithms.acquire(claim, left, target.listening, tried=first is not None)
             result = await drivers.run_async(steps, target)
+            _raise_if_cancelled(task, before)
+        if type(result) is Granted:
+            on_lost = options.on_lost if callable(options.on_lost) else None
+            if options.on_lost == "cancel":
+                on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
+            lease = _new_lease(claim, name, options, target, started, result, asyncio.Lock(),
+                               alive, on_lost)  # fmt: skip
+            process.loop_state().leases.add(lease)  # released at the loop's shutdown if held
+            if options.auto_renew:
+                renewal.async_renewer().add(lease)
+            return lease
     except BaseException as exc:
+        if lease is not None:
+            _stop_async(lease)
         await _cut_short_async(claim, target, exc)
         raise
-    if type(result) is NotGranted:
-        _not_granted(result, options, name, key, started)
-        return None
-    assert type(result) is Granted
-    on_lost = options.on_lost if callable(options.on_lost) else None
-    if options.on_lost == "cancel" and helper_of is None:
-        on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
-    alive = task_alive if helper_of is None else helper_of
-    lease = _new_lease(claim, name, options, target, started, result, asyncio.Lock(), alive,
-                       on_lost, by_object=helper_of is not None)  # fmt: skip
-    if held is not None:
-        held[(options.provider, key)] = lease
-    process.loop_state().leases.add(lease)  # released at the loop's shutdown if still held
-    if options.auto_renew:
-        renewal.async_renewer().add(lease)
-    return lease
+    assert type(result) is NotGranted
+    _not_granted(result, options, name, key, started)
+    return None
+
+
+def _current_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("redlock_deco.asyncio primitives must be used inside an asyncio task")
+    return task
+
+
+def _stop_async(lease: Lease) -> None:
+    lease.release()
+    process.loop_state().leases.discard(lease)
+    renewal.async_renewer().remove(lease)
 
 
 async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> None:
@@ -406,19 +579,24 @@ async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> Non
             renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
     except RedisError:
         pass
+    except BaseException:
+        renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
+        raise
 
 
-async def leave_async(lease: Lease) -> bool:
-    """Give the lease back (or count down a re-entry). True unless the outermost exit found
-    the lease already ended. A task cancelled while releasing still releases."""
-    if not lease.exit():
-        return True
-    if lease.claim.kind.reentrant:
-        _forget_holding(lease, ownership.task_holdings())
+async def _abandon_async(lease: Lease, exc: BaseException) -> None:
+    """:func:`_abandon` for asyncio."""
+    _stop_async(lease)
+    if lease.pid == os.getpid():
+        await _cut_short_async(lease.claim, lease.target, exc)
+
+
+async def _give_back_async(lease: Lease) -> bool:
+    """Release ``lease``; True unless it had already ended. A task cancelled while
+    releasing still releases."""
     if lease.pid != os.getpid():
         return True
-    state = process.loop_state()
-    state.leases.discard(lease)
+    process.loop_state().leases.discard(lease)
     renewal.async_renewer().remove(lease)
     was_lost = lease.lost
     lease.releasing()
@@ -442,16 +620,122 @@ async def leave_async(lease: Lease) -> bool:
     return _released(lease, answer, was_lost)
 
 
-async def finish_async(lease: Lease, error: BaseException | None) -> None:
-    """Leave, then make a lost lease loud: LockLost, or a note on the call's own error."""
+async def open_section_async(
+    kind: Kind,
+    options: LeaseOptions,
+    name: str,
+    key: str,
+    wait: float | None,
+    *,
+    frame: int = 0,
+    keep: ownership.Blocks | None = None,
+) -> ownership.Section | None:
+    """:func:`open_section` for the current task."""
+    owner = _current_task()
+    held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
+    if held is not None:
+        _check_reentry(held, kind, options, key)
+        return ownership.open_section(held, owner, fresh=False, dropped=_dropped_async,
+                                       frame=frame, keep=keep)  # fmt: skip
+    lease: Lease | None = None
     try:
-        kept = await leave_async(lease)
+        lease = await _take_async(kind, options, name, key, wait, ownership.liveness(owner))
+        if lease is not None:
+            return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
+                                           frame=frame, keep=keep)  # fmt: skip
+    except BaseException as exc:
+        if lease is not None:
+            await _abandon_async(lease, exc)
+        raise
+    return None
+
+
+async def close_section_async(
+    section: ownership.Section | None, error: BaseException | None
+) -> None:
+    """:func:`close_section` for asyncio."""
+    try:
+        if section is None or not ownership.close(section):
+            return
+        kept = await _give_back_async(section.lease)
     except RedisError as exc:
-        _release_failed(lease, error, exc)
+        _release_failed(section.lease, error, exc)  # type: ignore[union-attr]  # not None
         return
-    lost = _lost_lease(lease, error, kept)
+    except asyncio.CancelledError:
+        raise  # _give_back_async released it, shielded
+    except BaseException as exc:
+        if section is not None:
+            await abort_async(section, exc)
+        raise
+    lost = _lost_lease(section.lease, error, kept)
     if lost is not None:
         raise lost
+
+
+async def abort_async(section: ownership.Section, exc: BaseException) -> None:
+    """:func:`abort` for asyncio."""
+    if ownership.close(section):
+        await _abandon_async(section.lease, exc)
+
+
+async def close_block_async(blocks: ownership.Blocks, error: BaseException | None) -> None:
+    """:func:`close_block` for asyncio."""
+    section = _UNSET
+    try:
+        section = ownership.exiting(blocks, ownership.user_frame())
+        await close_section_async(section, error)
+    except BaseException as exc:
+        if section is _UNSET:
+            section = ownership.exiting(blocks, ownership.user_frame())
+        if section is not None and section.open:
+            await abort_async(section, exc)
+        raise
+
+
+async def acquire_held_async(
+    held: list[Lease],
+    kind: Kind,
+    options: LeaseOptions,
+    name: str,
+    key: str,
+    wait: float | None,
+    alive: Callable[[], bool],
+    kept: Callable[[], None],
+) -> bool:
+    """:func:`acquire_held` for asyncio."""
+    owner = _current_task()
+    reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
+    lease: Lease | None = None
+    try:
+        lease = await _take_async(kind, options, name, key, 0 if reason else wait, alive)
+        if lease is None and reason is not None:
+            raise _self_wait(reason, name, key)
+        if lease is not None:
+            held.append(lease)
+            kept()
+        return lease is not None  # (not a constant: see acquire_held)
+    except BaseException as exc:
+        if lease is not None:
+            _forget_held(held, lease)
+            await _abandon_async(lease, exc)
+        raise
+
+
+async def release_held_async(held: list[Lease], taken: Callable[[], None]) -> bool | None:
+    """:func:`release_held` for asyncio."""
+    lease: Lease | None = None
+    try:
+        lease = _pop_held(held)
+        if lease is None:
+            return None
+        taken()
+        return await _give_back_async(lease)
+    except (RedisError, asyncio.CancelledError):
+        raise  # dealt with by _give_back_async
+    except BaseException as exc:
+        if lease is not None:
+            await _abandon_async(lease, exc)
+        raise
 
 
 # -- several names at once (@locked("acct:{src}", "acct:{dst}")) ----------------------------
@@ -464,78 +748,98 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-def enter_all(
+Sections = list[ownership.Section]
+
+
+def open_sections(
     kind: Kind, options: LeaseOptions, names: dict[str, str], wait: float | None
-) -> list[Lease] | None:
-    """Take every ``key -> name`` lease, in key order; None (holding nothing) if one fails."""
+) -> Sections | None:
+    """Open a section on every ``key -> name``, in key order; None (holding nothing) if one
+    fails."""
     deadline = None if wait is None else time.monotonic() + wait
-    taken: list[Lease] = []
+    # Appended as it returns: no line comes between opening a section and keeping it.
+    taken: list[ownership.Section | None] = []
     try:
         for key in sorted(names):
-            lease = enter(kind, options, names[key], key, _remaining(deadline))
-            if lease is None:
-                break
-            taken.append(lease)
-        else:
-            return taken
-    except BaseException:
-        _leave_quietly(taken)
+            taken.append(open_section(kind, options, names[key], key, _remaining(deadline)))
+            if taken[-1] is None:
+                _close_quietly(taken)
+                return None
+        return [section for section in taken if section is not None]
+    except BaseException as exc:
+        for section in reversed(taken):
+            if section is not None:
+                abort(section, exc)
         raise
-    _leave_quietly(taken)
-    return None
 
 
-def finish_all(leases: list[Lease], error: BaseException | None) -> None:
-    """Finish every lease (reverse order), whatever one of them raises -- a failed release
-    must not leave the others held and renewed -- then raise the first problem."""
+def close_sections(sections: Sections | None, error: BaseException | None) -> None:
+    """Close every section (reverse order; None: none were opened), whatever one of them
+    raises -- a failed release must not leave the others held and renewed -- then raise the
+    first problem."""
     first: BaseException | None = None
-    for lease in reversed(leases):
-        try:
-            finish(lease, error)
-        except BaseException as exc:
-            first = first or exc
+    try:
+        for section in reversed(sections or ()):
+            try:
+                close_section(section, error)
+            except BaseException as exc:
+                first = first or exc
+    except BaseException as exc:  # interrupted between two of them
+        for section in sections or ():
+            if section.open:
+                abort(section, exc)
+        raise
     if first is not None:
         raise first
 
 
-def _leave_quietly(leases: list[Lease]) -> None:
-    for lease in reversed(leases):
-        with contextlib.suppress(RedisError):
-            leave(lease)
+def _close_quietly(sections: list[ownership.Section | None]) -> None:
+    for section in reversed(sections):
+        if section is not None:
+            with contextlib.suppress(RedisError, LockError):
+                close_section(section, None)
 
 
-async def enter_all_async(
+async def open_sections_async(
     kind: Kind, options: LeaseOptions, names: dict[str, str], wait: float | None
-) -> list[Lease] | None:
+) -> Sections | None:
     deadline = None if wait is None else time.monotonic() + wait
-    taken: list[Lease] = []
+    taken: list[ownership.Section | None] = []
     try:
         for key in sorted(names):
-            lease = await enter_async(kind, options, names[key], key, _remaining(deadline))
-            if lease is None:
-                break
-            taken.append(lease)
-        else:
-            return taken
-    except BaseException:
-        await _leave_quietly_async(taken)
+            taken.append(
+                await open_section_async(kind, options, names[key], key, _remaining(deadline))
+            )
+            if taken[-1] is None:
+                await _close_quietly_async(taken)
+                return None
+        return [section for section in taken if section is not None]
+    except BaseException as exc:
+        for section in reversed(taken):
+            if section is not None:
+                await abort_async(section, exc)
         raise
-    await _leave_quietly_async(taken)
-    return None
 
 
-async def finish_all_async(leases: list[Lease], error: BaseException | None) -> None:
+async def close_sections_async(sections: Sections | None, error: BaseException | None) -> None:
     first: BaseException | None = None
-    for lease in reversed(leases):
-        try:
-            await finish_async(lease, error)
-        except BaseException as exc:
-            first = first or exc
+    try:
+        for section in reversed(sections or ()):
+            try:
+                await close_section_async(section, error)
+            except BaseException as exc:
+                first = first or exc
+    except BaseException as exc:
+        for section in sections or ():
+            if section.open:
+                await abort_async(section, exc)
+        raise
     if first is not None:
         raise first
 
 
-async def _leave_quietly_async(leases: list[Lease]) -> None:
-    for lease in reversed(leases):
-        with contextlib.suppress(RedisError):
-            await leave_async(lease)
+async def _close_quietly_async(sections: list[ownership.Section | None]) -> None:
+    for section in reversed(sections):
+        if section is not None:
+            with contextlib.suppress(RedisError, LockError):
+                await close_section_async(section, None)

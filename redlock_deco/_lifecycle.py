@@ -68,9 +68,7 @@ class Lease:
         "_source",
         "acquired_at",
         "alive",
-        "by_object",
         "claim",
-        "count",
         "expires_at",
         "fencing_token",
         "hold_until",
@@ -82,6 +80,7 @@ class Lease:
         "provider",
         "recorded_at",
         "renewing",
+        "sections",
         "state",
         "target",
         "ttl_ms",
@@ -100,22 +99,19 @@ class Lease:
         fencing_token: int | None = None,
         max_hold: float | None = None,
         on_lost: Callable[[Lease], object] | None = None,
-        by_object: bool = False,
         lease_ms: int | None = None,
         source: Source | None = None,
     ) -> None:
         self.claim: Claim = claim
-        # Held by a primitive object rather than a thread or task (an asyncio acquire that
-        # ran as a task of its own): any task using that object may release it.
-        self.by_object: bool = by_object
         self.name: str = name
         self.provider: str = provider
         # The labels its events carry; None: a primitive used directly (see ``source``).
         self._source: Source | None = source
         self.target: Any = target
         self.io: Any = io
-        # Renewal must not outlive the owner: a thread or task that ended without releasing
-        # stops being renewed, and its lease then expires within ttl.
+        # Renewal must not outlive the owner: a thread or task that ended without leaving
+        # its section, or an object collected without releasing, stops being renewed, and
+        # its lease then expires within ttl.
         self.alive: Callable[[], bool] = alive
         self.fencing_token: int | None = fencing_token
         # Told when renewal finds the lease gone.
@@ -124,7 +120,9 @@ class Lease:
         self.pid: int = os.getpid()  # a forked child must never release its parent's lease
         self.acquired_at: float = time.monotonic()
         self.state: State = State.HELD
-        self.count: int = 1  # re-entrant depth of the owner
+        # The owner's open sections on it (a set, not a count: leaving one twice, as the
+        # clean-up of an interrupted exit may, must not leave an outer section unprotected).
+        self.sections: set[object] = set()
         self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms: int = claim.ttl_ms
         self.recorded_at: float = started  # when the request behind the recorded expiry was sent
@@ -172,9 +170,15 @@ class Lease:
 
     # -- transitions --------------------------------------------------------------------
 
-    def reenter(self) -> None:
-        """The owner enters again (re-entrant locks). A lease it knows to be over cannot be
-        re-entered: that call would run unprotected, so it fails loudly instead."""
+    def enter(self, section: object) -> None:
+        """A protected section of its owner is open on it (the first, or a nested one that
+        :meth:`reenter` admitted)."""
+        self.sections.add(section)
+
+    def reenter(self, section: object) -> None:
+        """A nested section of the owner enters again (re-entrant locks). A lease it knows to
+        be over cannot be re-entered: that call would run unprotected, so it fails loudly
+        instead."""
         if self.state is not State.HELD or self.remaining() == 0:
             raise LockLost(
                 f"re-entering {self.key!r}, but this owner's lease on it has ended (expired "
@@ -182,12 +186,13 @@ class Lease:
                 name=self.name,
                 key=self.key,
             )
-        self.count += 1
+        self.sections.add(section)
 
-    def exit(self) -> bool:
-        """Count an exit down; True when it is the outermost one, which must touch Redis."""
-        self.count -= 1
-        return self.count <= 0
+    def exit(self, section: object) -> bool:
+        """A section left (leaving it again changes nothing); True once no section of the
+        owner is open on it: the lease is then to be given back."""
+        self.sections.discard(section)
+        return not self.sections
 
     def renewed(self, started: float, ttl_ms: int) -> None:
         """The server set the lease to ``ttl_ms`` by a request sent at ``started``.

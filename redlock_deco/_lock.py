@@ -1,4 +1,4 @@
-"""``Lock`` and its asyncio twin: a re-entrant Redis token lock on the key ``prefix + name``."""
+"""``Lock`` and its asyncio twin: a Redis token lock on the key ``prefix + name``."""
 
 from __future__ import annotations
 
@@ -47,9 +47,23 @@ class _LockOptions(Base):
 class Lock(_LockOptions, Primitive):
     """A distributed lock, as a context manager or an explicit object.
 
-    Ownership belongs to the calling thread, like :class:`threading.RLock`: the same thread
-    may acquire again (it only counts), and only the thread that acquired may release. Every
-    ``Lock`` object (and ``@locked`` function) naming the same key shares that ownership.
+    Who owns it (the README's "Who owns a lock"):
+
+    - A ``with`` block (like a ``@locked`` call) belongs to the asyncio task running it, else
+      to its thread. A nested block or call of the same owner on the same name re-enters it
+      (it only counts; the outermost exit releases), through any object or decorator; no
+      other owner gets in. It is released by its own exit.
+    - What ``acquire()`` takes belongs to this object, like a :class:`threading.Lock`'s: any
+      thread may ``release()`` or ``extend()`` it through the object, and it re-enters
+      nothing. While it holds, another ``acquire()`` -- through another object of the name,
+      in this thread or not, or through this one -- waits or returns False, as
+      ``threading.Lock.acquire`` does (a second ``acquire()`` of this object waits for a
+      ``release()`` from anyone). Inside an open block or call of its own owner on the name,
+      ``acquire()`` raises LockError instead of waiting for itself (``blocking=False``: just
+      False): it does not re-enter that section, since the object, which any thread may
+      release later, would outlive it. It is renewed while the object exists: an object
+      collected while holding stops renewing, with a ResourceWarning, and the lease expires
+      within its ttl.
 
     ``shared=True`` takes it in shared (read) mode: any number of shared holders at once, or
     one exclusive holder (every ``Lock`` without ``shared``), never both. Waiters are served
@@ -62,10 +76,6 @@ class Lock(_LockOptions, Primitive):
     """
 
     api_name = "Lock"
-
-    def __enter__(self) -> Lock:
-        super().__enter__()
-        return self
 
     @classmethod
     def force_release(
@@ -96,14 +106,12 @@ class Lock(_LockOptions, Primitive):
 
 
 class AsyncLock(_LockOptions, AsyncPrimitive):
-    """``Lock`` for asyncio (``redlock_deco.asyncio.Lock``): owned per task, not per thread,
-    so tasks sharing one object can never release each other's lock."""
+    """``Lock`` for asyncio (``redlock_deco.asyncio.Lock``). An ``async with`` block belongs
+    to its task (tasks sharing one object can never release or walk into each other's
+    block); what ``acquire()`` takes belongs to the object, whichever task ran it (directly,
+    or through ``gather``, ``shield``, ``wait_for``), as for the sync ``Lock``."""
 
     api_name = "redlock_deco.asyncio.Lock"
-
-    async def __aenter__(self) -> AsyncLock:
-        await super().__aenter__()
-        return self
 
     @classmethod
     async def force_release(

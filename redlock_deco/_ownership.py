@@ -1,67 +1,257 @@
-"""Who holds what, per owner: a thread for sync code, an asyncio task for async code.
+"""Who owns what: sections belong to a task or a thread, bare acquisitions to their object.
 
-Locks are re-entrant: one lease per (provider, key) and owner, counted. (Semaphores are not;
-which object took which slot is kept by the primitive objects themselves.) Each owner also has
-a stack of the protected sections it is inside, for ``current_lease()``.
+A *section* is a decorated call or a ``with``/``async with`` block. It belongs to the asyncio
+task running it when a task is running in that thread, else to the thread -- so a sync
+``with Lock(...)`` around an ``await`` in several tasks of one loop lets one task in at a
+time (owned by the thread, every task walked into the first one's lease). A section
+re-enters a lock name only when an *open section of the same owner* holds it: the owner's
+table (``held``) lists exactly the leases of its open sections, and nothing else, so a lease
+taken by a bare ``acquire()``, or one whose sections have all ended, is never re-entered and
+never makes a later acquisition of its name fail. (Semaphores are not re-entrant: every
+section takes a slot.) Each owner also has a stack of the sections it is inside, for
+``current_lease()``.
+
+A bare ``acquire()`` belongs to its object (see ``_primitive.py``), not to any owner here.
 
 Async ownership is keyed by the task object itself, not by a context variable: a context is
 copied into child tasks, which would let a task spawned inside a locked section believe it
-holds its parent's lock. (redis-py's asyncio Lock keeps its token in a thread-local, so all
-tasks of a loop share it and can release each other's lock.) The tables live in
-:mod:`redlock_deco._process`, which resets them in a forked child.
+holds its parent's lock. A thread is represented by a :class:`~redlock_deco._process.
+ThreadOwner` kept in a thread-local, which dies with its thread, whatever started it: leases
+hold it weakly, so renewal notices the end of any thread, and a thread that reuses an ended
+one's ident starts with nothing. The tables live in :mod:`redlock_deco._process`, which
+resets them in a forked child.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
+import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from . import _process as process
 from ._errors import LockError
 from ._lifecycle import Lease
-from ._process import Calls, Holdings
+from ._process import Tables, ThreadOwner
 
-Section = tuple[Calls, tuple[int, Lease]]  # where a protected section was recorded, and how
+Owner = asyncio.Task[Any] | ThreadOwner
 _sequence = itertools.count()
 
 
-def thread_holdings() -> Holdings:
-    """The locks the current thread holds (re-entrantly), by (provider, key)."""
-    return process.thread_tables()[0]
+def current_owner() -> Owner:
+    """The owner of a section opened here: the running task, else the thread."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        task = asyncio.current_task(loop)
+        if task is not None:
+            return task
+    return process.thread_owner()
 
 
-def task_holdings(task: asyncio.Task[object] | None = None) -> Holdings:
-    """The locks the current (or the given) asyncio task holds, by (provider, key)."""
-    return process.task_tables(task)[0]
+def tables(owner: Owner) -> Tables:
+    """The owner's re-entry table and section stack."""
+    if type(owner) is ThreadOwner:
+        return owner.tables
+    return process.task_tables(owner)  # type: ignore[arg-type]  # a task, by elimination
 
 
-def enter_call(lease: Lease, *, task: bool) -> Section:
-    """Record that the calling thread (or task) is inside a section protected by ``lease``;
-    hand the result to :func:`leave_call` when it leaves."""
-    calls = (process.task_tables() if task else process.thread_tables())[1]
-    entry = (next(_sequence), lease)
-    calls.append(entry)
-    return calls, entry
+def liveness(owner: Owner) -> Callable[[], bool]:
+    """A check that is true while ``owner`` runs, holding it only weakly (a strong reference
+    from a lease would keep an ended thread's owner, and so its lease, alive forever)."""
+    ref = weakref.ref(owner)
+    if type(owner) is ThreadOwner:
+        return lambda: ref() is not None
+
+    def task_alive() -> bool:
+        task = ref()
+        return task is not None and not task.done()  # type: ignore[union-attr]  # a task
+
+    return task_alive
 
 
-def leave_call(section: Section) -> None:
-    """Forget one protected section, wherever it sits in its stack.
+class Blocks(list["Section"]):
+    """An object's open ``with`` blocks. Its sections refer to it weakly: a strong reference
+    would make a cycle, and a block dropped open would then wait for the cyclic collector
+    (seconds, or never with ``gc.disable()``) instead of being finalized with its object."""
+
+    __slots__ = ("__weakref__",)
+
+
+class Section:
+    """One open section: its lease, its owner, and where it is recorded.
+
+    Everything it records is undone by :func:`close`, which may run more than once (the
+    clean-up of an interrupted exit repeats it). Only the frame running the section (and,
+    for a ``with`` block, its object) holds it: if it is dropped while still open -- a
+    KeyboardInterrupt arrived at the very line that starts its exit, where no handler can
+    run yet -- its finalizer closes it and hands its lease to ``dropped`` (stop renewing,
+    release in the background), so nothing stays held for an exit that never came.
+    """
+
+    __slots__ = (
+        "dropped",
+        "entry",
+        "frame",
+        "held",
+        "here",
+        "keep",
+        "lease",
+        "open",
+        "owner",
+        "stack",
+    )
+
+    def __init__(
+        self, lease: Lease, owner: Owner, frame: int, dropped: Callable[[Lease], None]
+    ) -> None:
+        self.dropped = dropped  # what becomes of its lease if the section is dropped open
+        self.lease = lease
+        self.owner = weakref.ref(owner)
+        self.held, self.stack = tables(owner)
+        self.here = process.thread_owner().here
+        self.frame = frame  # the frame running a `with` block (0 for a decorated call)
+        self.entry = (next(_sequence), lease)
+        self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
+        self.open = True
+
+    def __repr__(self) -> str:
+        return f"<Section {self.lease.key!r} {'open' if self.open else 'closed'}>"
+
+
+class _Open(Section):
+    """A section while it is open: the only kind with a finalizer, so a section that ended
+    runs no code of ours when it goes (:func:`close` turns it back into a plain Section)."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # Dropped open: its exit never began (an interrupt came at its first line). The
+        # frame that ran it is gone, and so is whatever it protected.
+        if getattr(self, "open", False) and close(self):  # (False: __init__ interrupted)
+            self.dropped(self.lease)
+
+
+def reentered(owner: Owner, key: tuple[str, str]) -> Lease | None:
+    """The lease of an open section of ``owner`` on ``key`` (provider, Redis key), if any."""
+    return tables(owner)[0].get(key)
+
+
+def open_section(
+    lease: Lease,
+    owner: Owner,
+    *,
+    fresh: bool,
+    dropped: Callable[[Lease], None],
+    frame: int = 0,
+    keep: Blocks | None = None,
+) -> Section:
+    """Record a section of ``owner`` on ``lease``: a fresh lease, or one it re-enters
+    (:meth:`Lease.reenter` refuses one that has ended). Undone if interrupted."""
+    section: Section = _Open(lease, owner, frame, dropped)
+    try:
+        hk = (lease.provider, lease.key)
+        if lease.claim.kind.reentrant:
+            section.held[hk] = lease
+            section.here[lease] = None
+        section.stack.append(section.entry)
+        if keep is not None:
+            section.keep = weakref.ref(keep)
+            keep.append(section)
+        # The lease knows its sections by number: a reference to the section itself would
+        # keep a section whose exit never ran alive, and its finalizer would never run.
+        if fresh:
+            lease.enter(section.entry[0])
+        else:
+            lease.reenter(section.entry[0])
+        return section
+    except BaseException:
+        close(section)
+        raise
+
+
+def close(section: Section) -> bool:
+    """Forget ``section`` wherever it was recorded; True if no section is left on its lease
+    (which is then to be given back). Safe to repeat.
 
     By identity, not by popping the top: sections can end out of order (a generator
     suspended inside a ``with Lock`` outlives the call that started it), and popping would
     drop the wrong entry and leave a stale one behind.
     """
-    calls, entry = section
-    for index in range(len(calls) - 1, -1, -1):
-        if calls[index] is entry:
-            del calls[index]
-            return
+    section.open = False
+    section.__class__ = Section  # no finalizer any more (the layouts are the same)
+    stack, entry = section.stack, section.entry
+    for index in range(len(stack) - 1, -1, -1):
+        if stack[index] is entry:
+            del stack[index]
+            break
+    blocks = section.keep() if section.keep is not None else None
+    if blocks is not None and section in blocks:
+        blocks.remove(section)
+    lease = section.lease
+    last = lease.exit(section.entry[0])
+    if last:
+        hk = (lease.provider, lease.key)
+        if section.held.get(hk) is lease:
+            del section.held[hk]
+        section.here.pop(lease, None)
+    return last
 
 
-def leave_calls(sections: list[Section]) -> None:
-    for section in reversed(sections):
-        leave_call(section)
+def user_frame() -> int:
+    """The id of the frame running the ``with`` statement (the first caller outside this
+    package): it is alive, and so unique, for as long as its block is open."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("redlock_deco"):
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    return id(frame)
+
+
+def exiting(blocks: Blocks, frame: int) -> Section | None:
+    """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
+    ``frame`` is: the newest that frame entered for the current owner; else the newest it
+    entered (a generator suspended in a block may be resumed by another thread); else the
+    current owner's newest. (The newest of all would be wrong when blocks on one object
+    end out of order -- a generator suspended inside one outlives a later block -- and the
+    ending block would give back the generator's slot while keeping its own.)"""
+    owner = current_owner()
+    same_frame = newest_of_owner = None
+    for section in reversed(blocks):
+        mine = section.owner() is owner
+        if section.frame == frame:
+            if mine:
+                return section
+            same_frame = same_frame or section
+        elif mine:
+            newest_of_owner = newest_of_owner or section
+    return same_frame or newest_of_owner
+
+
+def waits_for_itself(owner: Owner, key: tuple[str, str], *, blocks_thread: bool) -> str | None:
+    """Why waiting here for the lock ``key`` (provider, Redis key) could only run out, or
+    None: an open section of this owner holds it (a bare ``acquire()`` does not re-enter
+    it), or, for a sync wait (``blocks_thread``), one of another owner on this thread (a
+    task of the loop this thread runs, or the thread around that loop), which cannot end
+    while the thread waits."""
+    if key in tables(owner)[0]:
+        return (
+            "this thread or task holds it in an open section (a `with` block or a decorated "
+            "call), and a bare acquire() belongs to its object, which does not re-enter that "
+            "section: it could only wait for itself. Nest a `with` block or a decorated call "
+            "instead (those re-enter), or call acquire(blocking=False)"
+        )
+    if not blocks_thread:
+        return None
+    for lease in process.thread_owner().here:
+        if (lease.provider, lease.key) == key:
+            return (
+                "a section of another task of the event loop running in this thread (or of "
+                "this thread, around that loop) holds it, and a sync acquire blocks the "
+                "thread, so that section could never end while this one waits; in async code "
+                "use redlock_deco.asyncio.Lock (`async with`)"
+            )
+    return None
 
 
 _NO_DEFAULT: Any = object()
@@ -82,15 +272,13 @@ def current_lease(default: Any = _NO_DEFAULT) -> Any:
     than answered with None -- unless ``default`` is given, which is returned instead (as
     :meth:`contextvars.ContextVar.get` does): ``current_lease(None)``.
 
-    Sync code running inside a task and a task's loop running inside a locked sync call both
-    happen: the most recently entered of the two stacks' tops is the innermost.
+    A task's loop running inside a locked sync call happens: the most recently entered of
+    the thread's and the task's stack tops is the innermost.
     """
     candidates = [process.thread_tables()[1]]
-    try:
-        if asyncio.current_task() is not None:
-            candidates.append(process.task_tables()[1])
-    except RuntimeError:
-        pass  # no running loop in this thread
+    owner = current_owner()
+    if type(owner) is not ThreadOwner:
+        candidates.append(tables(owner)[1])
     tops = [calls[-1] for calls in candidates if calls]
     if tops:
         return max(tops, key=lambda entry: entry[0])[1]

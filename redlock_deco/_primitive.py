@@ -4,15 +4,13 @@ class and its asyncio twin, side by side so they cannot drift (a test compares t
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
-import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
-from types import FrameType, TracebackType
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from . import _drivers as drivers
 from . import _guard as guard
@@ -26,55 +24,48 @@ from ._options import LeaseOptions, acquire_wait, check_seconds, check_wait, to_
 from ._protocol import Kind
 
 DEFAULT: Any = object()
+P = TypeVar("P", bound="Primitive")
+AP = TypeVar("AP", bound="AsyncPrimitive")
 
 
-class Holding:
-    """One acquisition by one primitive object, and the protected section it opened (with
-    the frame that runs that ``with`` block)."""
-
-    __slots__ = ("frame", "lease", "section")
-
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.section: ownership.Section | None = None
-        self.frame = 0
-
-
-def _user_frame() -> int:
-    """The id of the frame running the ``with`` statement (the first caller outside this
-    package): it is alive, and so unique, for as long as its block is open."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("redlock_deco"):
-        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
-    return id(frame)
-
-
-class ObjectOwner:
-    """Stands for "the object itself" as the owner of leases a helper task acquired."""
-
-    __slots__ = ("__weakref__",)
+def _collected_holding(held: list[Lease], what: str) -> None:
+    """An object was collected while ``acquire()`` still held ``held``: like an unclosed
+    file, say so, and stop renewing at once (the leases expire within their ttl). Releasing
+    here would mean I/O from the garbage collector, which may run inside any code."""
+    live = [lease for lease in held if lease.held and lease.remaining()]
+    for lease in live:
+        lease.orphan()
+    if live:
+        warnings.warn(
+            f"{what} was garbage-collected while holding what acquire() took (never "
+            "released): it is no longer renewed and expires within its ttl; call release(), "
+            "or use a `with` block",
+            ResourceWarning,
+            stacklevel=2,
+        )
 
 
 class Base:
-    """Name, options, and the leases this object took, per owner (thread or task).
+    """Name, options, what this object holds, and the ``with`` blocks open through it.
 
-    What owns a lease: the object *and* the owner that acquired it (a thread for ``Lock``, a
-    task for the asyncio ``Lock``). Another object naming the same key does not own it (API:
-    "held by this object"), and neither does another thread or task using this object, so
-    tasks sharing one object never release each other's lock. The one exception is an
-    acquire that runs as a task of its own -- ``asyncio.gather(lock.acquire(), ...)``,
-    ``asyncio.shield(lock.acquire())``, ``asyncio.wait_for(lock.acquire(), t)`` before Python
-    3.12: that task ends as soon as the lock is taken, so the lease belongs to the object
-    alone, like a ``threading.Lock``: it is renewed while the object exists, any task using
-    the object may ``release``, ``extend`` or check it (a task's own lease comes first), and
-    it is never re-entered -- another ``acquire`` or ``async with`` waits for it like anyone
-    else (handing it to whichever task asked next let a second task in).
+    Two kinds of holding (the README's ownership table):
+
+    - ``with``/``async with`` blocks are *sections*, owned by the task running them (else the
+      thread): they re-enter the lease of an open section of the same owner, are left by
+      their own exit, and ``lease``/``extend``/``owned`` through this object act on the
+      calling owner's newest block first.
+    - A bare ``acquire()`` belongs to *this object*, like a ``threading.Lock``: it re-enters
+      nothing (another object of the name, even in the same thread or task, waits or gets
+      False; so does this object: a second ``acquire()`` waits for a ``release()``, which
+      may come from any thread or task), and any thread or task may ``release()``,
+      ``extend()`` or check it through the object. It is renewed while the object exists:
+      an object collected while still holding stops renewing (ResourceWarning), and the
+      lease expires within its ttl.
     """
 
     kind: Kind
     noun = "lock"
     is_async = False
-    owner_hint = ""
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if options.on_lost == "cancel" and not self.is_async:
@@ -93,67 +84,66 @@ class Base:
         self.key: str = options.prefix + self.name
         self.options: LeaseOptions = options
         self.limit: int = options.limit
-        self._mine: weakref.WeakKeyDictionary[Any, list[Holding]] = weakref.WeakKeyDictionary()
-        self._object_owner = ObjectOwner()
+        self._held: list[Lease] = []  # taken by acquire(), oldest first
+        self._blocks = ownership.Blocks()  # `with` blocks open through it
+        self._watcher: weakref.finalize[Any, Any] | None = None  # see _watch
+        ref = weakref.ref(self)
+        # Held by its leases' renewal: a strong reference would keep the object alive.
+        self._alive: Callable[[], bool] = lambda: ref() is not None
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__} {self.key!r}>"
 
+    def _watch(self) -> None:
+        """Say so if this object is collected while holding what ``acquire()`` took. Only
+        while it holds: an object holding nothing runs no code of ours when it goes.
+        (Renewal stops on its own: it is kept only while the object exists.)"""
+        if self._watcher is None or not self._watcher.alive:
+            self._watcher = weakref.finalize(self, _collected_holding, self._held, repr(self))
+            self._watcher.atexit = False  # at exit, as for files: nothing to say
+
+    def _unwatch(self) -> None:
+        if not self._held and self._watcher is not None:
+            self._watcher.detach()
+
     @property
     def lease(self) -> Lease | None:
-        """The lease the calling owner holds through this object (``.fencing_token``,
-        ``.remaining()``, ``.lost``...), or None."""
-        holding = self._holding()
-        return None if holding is None else holding.lease
+        """The Lease of the calling owner's newest ``with`` block through this object, else
+        the newest one this object holds through ``acquire()``, else None
+        (``.fencing_token``, ``.remaining()``, ``.lost``...)."""
+        pid = os.getpid()
+        owner = ownership.current_owner()
+        for section in reversed(self._blocks):
+            if section.owner() is owner and section.lease.pid == pid:
+                return section.lease
+        for lease in reversed(self._held):
+            if lease.pid == pid:  # never the lease of the parent of a forked child
+                return lease
+        return None
 
     def _lease(self) -> Lease | None:
         """``self.lease`` under its pre-0.2 private name (the review's repro scripts use it)."""
         return self.lease
 
-    def _owner(self) -> Any:
-        return threading.current_thread()
-
-    def _holding(self) -> Holding | None:
-        """This object's newest acquisition by the calling owner -- or, failing that, one
-        the object itself holds -- if any (never one taken by the parent of a forked child,
-        whose thread object the child inherits)."""
-        mine = self._mine.get(self._owner()) or self._mine.get(self._object_owner)
-        if not mine or mine[-1].lease.pid != os.getpid():
-            return None
-        return mine[-1]
-
-    def _exiting(self) -> Holding | None:
-        """The acquisition this ``with`` block entered: the newest one entered from the
-        frame now exiting. (The newest of all would be wrong when blocks on one object end
-        out of order -- a generator suspended inside one outlives a later block -- and the
-        ending block would give back the generator's slot while keeping its own.)"""
-        frame = _user_frame()
-        for owner in (self._owner(), self._object_owner):
-            for holding in reversed(self._mine.get(owner, [])):
-                if holding.frame == frame and holding.lease.pid == os.getpid():
-                    return holding
-        return self._holding()
-
-    def _keep(self, lease: Lease, owner: Any = None) -> None:
-        self._mine.setdefault(owner or self._owner(), []).append(Holding(lease))
-
-    def _forget(self, holding: Holding) -> None:
-        for owner in (self._owner(), self._object_owner):
-            mine = self._mine.get(owner, [])
-            if holding in mine:
-                mine.remove(holding)
-                return
-
-    def _owned_holding(self, action: str) -> Holding:
-        holding = self._holding()
-        if holding is None:
+    def _owned_lease(self, action: str) -> Lease:
+        lease = self.lease
+        if lease is None:
             raise LockNotOwned(
-                f"cannot {action} {self.key!r}: this owner (thread or task) does not hold it"
-                + self.owner_hint,
+                f"cannot {action} {self.key!r}: this object holds nothing taken by acquire(), "
+                "and the calling thread or task has no `with` block open through it",
                 name=self.name,
                 key=self.key,
             )
-        return holding
+        return lease
+
+    def _not_held(self) -> LockNotOwned:
+        in_block = self.lease is not None
+        return LockNotOwned(
+            f"cannot release {self.key!r}: this object holds nothing taken by acquire()"
+            + (" (a `with` block holds it, and gives it back at its exit)" if in_block else ""),
+            name=self.name,
+            key=self.key,
+        )
 
     def _ended(self, action: str) -> LockNotOwned:
         return LockNotOwned(
@@ -183,36 +173,44 @@ class Base:
 
 
 class Primitive(Base):
-    """The sync API; ownership belongs to the calling thread."""
+    """The sync API: ``with`` blocks owned by the running task or thread, ``acquire()``
+    owned by the object (see :class:`Base`)."""
 
     def acquire(
         self, blocking: bool = True, timeout: float | None = None, *, wait: float | None = DEFAULT
     ) -> bool:
-        """Take it; True if taken, False if the wait ran out.
+        """Take it for this object; True if taken, False if the wait ran out.
 
         As :meth:`threading.Lock.acquire`: ``blocking=False`` tries once; ``timeout=S`` waits
         at most S seconds, ``timeout=-1`` forever; ``blocking=False`` with a timeout is a
         ValueError. Without either, it waits this object's ``wait`` (not forever, unlike
         threading). ``wait=S`` is the same as ``timeout=S`` (0 tries once, None waits forever).
+
+        The lease belongs to the object: any thread may release or extend it through the
+        object. It re-enters nothing: while this object (or another object of the name)
+        holds it, another ``acquire()`` waits or returns False, as a ``threading.Lock``'s
+        does. Inside an open ``with`` block or decorated call of this thread (or task) on
+        the name it raises LockError rather than wait for itself (``blocking=False``
+        returns False).
         """
         wait = self._wait(blocking, timeout, wait)
-        lease = guard.enter(self.kind, self.options, self.name, self.key, wait)
-        if lease is not None:
-            self._keep(lease)
-        return lease is not None
+        return guard.acquire_held(self._held, self.kind, self.options, self.name, self.key,
+                                  wait, self._alive, self._watch)  # fmt: skip
 
     def release(self) -> None:
-        """Give it back; LockNotOwned if this thread does not hold it (or its lease ended)."""
-        holding = self._owned_holding("release")
-        self._forget(holding)
-        if not guard.leave(holding.lease):
+        """Give back what ``acquire()`` took (the newest, for a semaphore), from any thread;
+        LockNotOwned if this object holds nothing so taken (or its lease had ended)."""
+        kept = guard.release_held(self._held, self._unwatch)
+        if kept is None:
+            raise self._not_held()
+        if not kept:
             raise self._ended("release")
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
         ``ttl`` also becomes the length of later automatic renewals."""
         ttl_ms = self._ttl_ms(ttl)
-        lease = self._owned_holding("extend").lease
+        lease = self._owned_lease("extend")
         with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed
             started = time.monotonic()
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
@@ -229,7 +227,8 @@ class Primitive(Base):
         renewal.renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     def owned(self) -> bool:
-        """True if this thread holds it, as confirmed by the server."""
+        """True if this object (or the calling thread's ``with`` block through it) holds
+        it, as confirmed by the server."""
         lease = self.lease
         return lease is not None and drivers.run(
             lease.target.algorithms.owned(lease.claim), lease.target
@@ -246,14 +245,20 @@ class Primitive(Base):
         "held", and a shared acquire may still get in beside those readers."""
         return self.holders() >= self.limit
 
-    def __enter__(self) -> Any:
+    def __enter__(self: P) -> P:
         started = time.monotonic()
-        if not self.acquire():
-            raise self._not_acquired(started)
-        holding = self._owned_holding("enter")
-        holding.section = ownership.enter_call(holding.lease, task=False)
-        holding.frame = _user_frame()
-        return self
+        section: ownership.Section | None = None
+        try:
+            section = guard.open_section(self.kind, self.options, self.name, self.key,
+                                         self.options.wait, frame=ownership.user_frame(),
+                                         keep=self._blocks)  # fmt: skip
+            if section is None:
+                raise self._not_acquired(started)
+            return self
+        except BaseException as exc:  # interrupted before the block began: no __exit__
+            if section is not None:
+                guard.abort(section, exc)
+            raise
 
     def __exit__(
         self,
@@ -261,68 +266,40 @@ class Primitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        holding = self._exiting()
-        if holding is not None:
-            if holding.section is not None:
-                ownership.leave_call(holding.section)
-            self._forget(holding)
-            guard.finish(holding.lease, exc)
-
-
-def _runs_alone(frame: FrameType | None) -> bool:
-    """True if the current task exists only to run the coroutine of ``frame`` (a helper
-    task of ``gather``, ``shield``, ``ensure_future`` or ``wait_for`` before 3.12)."""
-    task = asyncio.current_task()
-    coro = task.get_coro() if task is not None else None
-    return frame is not None and getattr(coro, "cr_frame", None) is frame
+        guard.close_block(self._blocks, exc)
 
 
 class AsyncPrimitive(Base):
-    """The asyncio API; ownership belongs to the calling task (see :class:`Base`)."""
+    """The asyncio API: ``async with`` blocks owned by the task, ``acquire()`` by the object
+    (see :class:`Base`)."""
 
     is_async = True
-    owner_hint = (
-        " (a lease belongs to the task that acquired it; asyncio.gather, shield, and wait_for"
-        " before Python 3.12 run the call in a task of their own: call it directly)"
-    )
-
-    def _owner(self) -> Any:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("redlock_deco.asyncio primitives must be used inside a task")
-        return task
 
     async def acquire(
         self, blocking: bool = True, timeout: float | None = None, *, wait: float | None = DEFAULT
     ) -> bool:
-        """Take it; True if taken, False if the wait ran out. ``blocking``, ``timeout`` and
-        ``wait`` as for the sync :meth:`Primitive.acquire`."""
+        """Take it for this object; True if taken, False if the wait ran out. ``blocking``,
+        ``timeout`` and ``wait`` as for the sync :meth:`Primitive.acquire`, and so is what
+        the lease belongs to: the object, whichever task (``asyncio.gather``, ``shield``,
+        ``wait_for``...) ran the acquire."""
         wait = self._wait(blocking, timeout, wait)
-        owner = self._owner()
-        helper_of: Callable[[], bool] | None = None
-        if _runs_alone(sys._getframe()):
-            ref = weakref.ref(self)
-            helper_of = lambda: ref() is not None  # noqa: E731
-            owner = self._object_owner
-        lease = await guard.enter_async(
-            self.kind, self.options, self.name, self.key, wait, helper_of=helper_of
-        )
-        if lease is not None:
-            self._keep(lease, owner)
-        return lease is not None
+        return await guard.acquire_held_async(self._held, self.kind, self.options, self.name,
+                                              self.key, wait, self._alive, self._watch)  # fmt: skip
 
     async def release(self) -> None:
-        """Give it back; LockNotOwned if this task does not hold it (or its lease ended)."""
-        holding = self._owned_holding("release")
-        self._forget(holding)
-        if not await guard.leave_async(holding.lease):
+        """Give back what ``acquire()`` took (the newest, for a semaphore), from any task;
+        LockNotOwned if this object holds nothing so taken (or its lease had ended)."""
+        kept = await guard.release_held_async(self._held, self._unwatch)
+        if kept is None:
+            raise self._not_held()
+        if not kept:
             raise self._ended("release")
 
     async def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
         ``ttl`` also becomes the length of later automatic renewals."""
         ttl_ms = self._ttl_ms(ttl)
-        lease = self._owned_holding("extend").lease
+        lease = self._owned_lease("extend")
         async with lease.io:  # ordered with this lease's renewals
             started = time.monotonic()
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
@@ -339,7 +316,8 @@ class AsyncPrimitive(Base):
         renewal.async_renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     async def owned(self) -> bool:
-        """True if this task holds it, as confirmed by the server."""
+        """True if this object (or the calling task's ``async with`` block through it)
+        holds it, as confirmed by the server."""
         lease = self.lease
         return lease is not None and await drivers.run_async(
             lease.target.algorithms.owned(lease.claim), lease.target
@@ -357,14 +335,21 @@ class AsyncPrimitive(Base):
         "held", and a shared acquire may still get in beside those readers."""
         return await self.holders() >= self.limit
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self: AP) -> AP:
         started = time.monotonic()
-        if not await self.acquire():
-            raise self._not_acquired(started)
-        holding = self._owned_holding("enter")
-        holding.section = ownership.enter_call(holding.lease, task=True)
-        holding.frame = _user_frame()
-        return self
+        section: ownership.Section | None = None
+        try:
+            section = await guard.open_section_async(self.kind, self.options, self.name,
+                                                     self.key, self.options.wait,
+                                                     frame=ownership.user_frame(),
+                                                     keep=self._blocks)  # fmt: skip
+            if section is None:
+                raise self._not_acquired(started)
+            return self
+        except BaseException as exc:  # interrupted before the block began: no __aexit__
+            if section is not None:
+                await guard.abort_async(section, exc)
+            raise
 
     async def __aexit__(
         self,
@@ -372,9 +357,4 @@ class AsyncPrimitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        holding = self._exiting()
-        if holding is not None:
-            if holding.section is not None:
-                ownership.leave_call(holding.section)
-            self._forget(holding)
-            await guard.finish_async(holding.lease, exc)
+        await guard.close_block_async(self._blocks, exc)

@@ -180,16 +180,42 @@ async def aclose() -> None:
 
 # -- per thread and per task -----------------------------------------------------------
 
+
+class ThreadOwner:
+    """Stands for the current thread as the owner of protected sections.
+
+    Kept only in a thread-local, so it is freed when its thread ends -- whatever started
+    the thread: ``threading``, ``_thread.start_new_thread``, or C code (mod_wsgi, uWSGI),
+    whose ``threading._DummyThread`` objects report ``is_alive()`` forever and are handed
+    to a later thread that reuses the ident. Leases hold it weakly: a dead reference is
+    the end of the thread (renewal stops), and a new thread always gets a new owner.
+    """
+
+    __slots__ = ("__weakref__", "here", "tables")
+
+    def __init__(self) -> None:
+        self.tables: Tables = ({}, [])
+        # The leases of lock sections open on this thread, whatever their owner (the
+        # thread itself or a task of the loop it runs): a sync acquire that waited for one
+        # would stop the very thread that has to end it.
+        self.here: dict[Lease, None] = {}
+
+
 _local = threading.local()
 _tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], Tables] = weakref.WeakKeyDictionary()
 
 
-def thread_tables() -> Tables:
+def thread_owner() -> ThreadOwner:
+    """The owner object of the calling thread (created on first use)."""
     try:
-        tables: Tables = _local.tables
+        owner: ThreadOwner = _local.owner
     except AttributeError:
-        tables = _local.tables = ({}, [])
-    return tables
+        owner = _local.owner = ThreadOwner()
+    return owner
+
+
+def thread_tables() -> Tables:
+    return thread_owner().tables
 
 
 def task_tables(task: asyncio.Task[Any] | None = None) -> Tables:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Hashable, Iterable
@@ -178,21 +179,41 @@ class Renewer:
         self._wake = threading.Condition(threading.Lock())
         self._next_wake = math.inf
         self._thread: threading.Thread | None = None
+        # Jobs from finalizers that could not take the lock (see add_from_finalizer).
+        self._orphans: queue.SimpleQueue[Job] = queue.SimpleQueue()
 
     def add(self, job: Job) -> None:
         # Under the lock: the thread snapshots the jobs and picks its wake-up time under it
         # too, so a job added in between can never be overlooked until a later wake-up.
         with self._wake:
-            if not self._table.add(job):
-                return
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="redlock-deco-renewer", daemon=True
-                )
-                self._thread.start()
-            if job.next_renew < self._next_wake:
-                self._next_wake = job.next_renew
-                self._wake.notify()
+            self._add_locked(job)
+
+    def add_from_finalizer(self, job: Job) -> None:
+        """:meth:`add`, from a finalizer. The garbage collector may run one while this very
+        thread holds the renewer's lock (inside :meth:`add`, say): waiting for it could hang,
+        so it is tried for a moment; failing that, the job waits in a queue that is safe to
+        fill from anywhere, for the renewer's next round."""
+        if not self._wake.acquire(timeout=0.05):
+            self._orphans.put(job)
+            return
+        try:
+            self._add_locked(job)
+        finally:
+            self._wake.release()
+
+    def _add_locked(self, job: Job) -> None:
+        while not self._orphans.empty():
+            self._table.add(self._orphans.get_nowait())
+        if not self._table.add(job):
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._loop, name="redlock-deco-renewer", daemon=True
+            )
+            self._thread.start()
+        if job.next_renew < self._next_wake:
+            self._next_wake = job.next_renew
+            self._wake.notify()
 
     def remove(self, job: Job) -> None:
         with self._wake:
@@ -222,6 +243,8 @@ class Renewer:
     def _loop(self) -> None:
         while True:
             with self._wake:
+                while not self._orphans.empty():
+                    self._table.add(self._orphans.get_nowait())
                 now = time.monotonic()
                 ready, self._next_wake = due(self._table.jobs.values(), now)
                 if not ready:

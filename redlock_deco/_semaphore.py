@@ -48,13 +48,12 @@ class _SemaphoreOptions(Base):
 
 
 class Semaphore(_SemaphoreOptions, Primitive):
-    """A distributed counting semaphore with ``limit`` slots; slots belong to the thread."""
+    """A distributed counting semaphore with ``limit`` slots. A ``with`` block's slot belongs
+    to the block (its task, else its thread); what ``acquire()`` takes belongs to the object,
+    which any thread may ``release()`` -- the newest slot first -- and every ``acquire()``
+    takes another slot, as :class:`threading.Semaphore`'s does."""
 
     api_name = "Semaphore"
-
-    def __enter__(self) -> Semaphore:
-        super().__enter__()
-        return self
 
     @classmethod
     def force_release(
@@ -81,14 +80,10 @@ class Semaphore(_SemaphoreOptions, Primitive):
 
 
 class AsyncSemaphore(_SemaphoreOptions, AsyncPrimitive):
-    """``Semaphore`` for asyncio (``redlock_deco.asyncio.Semaphore``); slots belong to the
-    task that took them."""
+    """``Semaphore`` for asyncio (``redlock_deco.asyncio.Semaphore``); an ``async with``
+    block's slot belongs to its task, what ``acquire()`` takes to the object."""
 
     api_name = "redlock_deco.asyncio.Semaphore"
-
-    async def __aenter__(self) -> AsyncSemaphore:
-        await super().__aenter__()
-        return self
 
     @classmethod
     async def force_release(

@@ -149,7 +149,8 @@ def queued_section(url: str, name: str, role: str, who: str, hold: float) -> Non
 def hold_forever(url: str, name: str, shared: bool, ttl: float, ready: Any) -> None:
     """Take the lock (renewed, ``ttl``), signal readiness; the parent SIGKILLs us."""
     register_provider("default", url)
-    Lock(name, shared=shared, ttl=ttl, wait=5).acquire()
+    lock = Lock(name, shared=shared, ttl=ttl, wait=5)  # kept: renewed while the object lives
+    lock.acquire()
     ready.set()
     while True:
         time.sleep(1)

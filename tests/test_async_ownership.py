@@ -1,8 +1,9 @@
-"""Who owns an asyncio lease when acquire() runs in a task of its own (gather, shield,
-wait_for before 3.12): the object, like a threading.Lock. Renewal goes on while the object
-exists, ``owned()`` is true and ``release()`` works from the task that awaited it; it is
-never re-entered (another task asking for it waits), and tasks that share an object still
-cannot release each other's own leases."""
+"""Who owns an asyncio lease. A bare ``acquire()`` belongs to its object, like a
+threading.Lock, whichever task ran it (directly, or in a task of its own through gather,
+shield, wait_for before 3.12): renewal goes on while the object exists, any task may
+``release()``, ``extend()`` or check it through the object, and it is never re-entered
+(another task asking for it waits). An ``async with`` block belongs to its task: another task
+sharing the object can neither release its lease nor walk into it."""
 
 from __future__ import annotations
 
@@ -80,17 +81,19 @@ def test_an_object_held_lease_is_never_re_entered_by_another_task(r: redis.Redis
     assert r.dbsize() == 0
 
 
-def test_a_tasks_own_lease_is_not_another_tasks(r: redis.Redis) -> None:
+def test_an_acquired_lease_is_the_objects_any_task_may_release_it(r: redis.Redis) -> None:
     async def main() -> None:
         lock = Lock("own", ttl=5)
         assert await lock.acquire()
 
-        async def intruder() -> None:
-            with pytest.raises(LockNotOwned, match="task of their own"):
-                await lock.release()
+        async def another_task() -> None:
+            assert await lock.owned()
+            await lock.release()
 
-        await asyncio.create_task(intruder())
-        await lock.release()
+        await asyncio.create_task(another_task())
+        assert not r.exists("lock:own")
+        with pytest.raises(LockNotOwned):
+            await lock.release()
 
     asyncio.run(main())
     assert r.dbsize() == 0
@@ -99,11 +102,15 @@ def test_a_tasks_own_lease_is_not_another_tasks(r: redis.Redis) -> None:
 def test_a_helper_acquired_lease_is_renewed_only_while_its_object_lives(
     r: redis.Redis,
 ) -> None:
-    async def main() -> None:
-        lock = Lock("dropped", ttl=0.5)
-        await asyncio.gather(lock.acquire())
-        del lock  # nobody can ever release it now: renewal must stop
+    def dropped(locks: list[Lock]) -> None:
+        locks.clear()  # nobody can ever release it now: renewal must stop
         gc.collect()
+
+    async def main() -> None:
+        locks = [Lock("dropped", ttl=0.5)]
+        await asyncio.gather(locks[0].acquire())
+        with pytest.warns(ResourceWarning, match="garbage-collected while holding"):
+            dropped(locks)
         await asyncio.sleep(1.2)
         assert not r.exists("lock:dropped")
 

@@ -192,8 +192,12 @@ def test_renewal_is_a_task_per_loop_and_stops_with_its_owner(r: redis.Redis) -> 
     threads_before = threading.active_count()
 
     async def scenario() -> None:
+        kept: list[Lock] = []
+
         async def holder() -> None:
-            await Lock("orphan", ttl=0.3).acquire()  # the task ends without releasing
+            lock = Lock("orphan", ttl=0.3)
+            await lock.__aenter__()  # a block the task never leaves: it ends inside it
+            kept.append(lock)  # (the object lives on: only the task's end can stop renewal)
 
         await asyncio.create_task(holder())
         names = {t.get_name() for t in asyncio.all_tasks()}

@@ -538,12 +538,17 @@ def test_remaining_counts_down_to_zero() -> None:
     assert lease.remaining(T0 + 10) == 0
 
 
-def test_reenter_and_exit_count_the_depth() -> None:
+def test_reenter_and_exit_track_the_open_sections() -> None:
     lease = live_lease()
-    lease.reenter()
-    lease.reenter()
-    assert lease.count == 3
-    assert [lease.exit(), lease.exit(), lease.exit()] == [False, False, True]  # outermost last
+    outer, middle, inner = object(), object(), object()
+    lease.enter(outer)
+    lease.reenter(middle)
+    lease.reenter(inner)
+    assert lease.sections == {outer, middle, inner}
+    # Leaving one twice (the clean-up of an interrupted exit repeats it) changes nothing:
+    # a count would have dropped to zero with the outer section still open.
+    assert [lease.exit(middle), lease.exit(middle), lease.exit(outer)] == [False, False, False]
+    assert lease.exit(inner)  # the last one out
 
 
 @pytest.mark.parametrize("how", ["released", "lost", "orphaned", "expired"])
@@ -554,9 +559,9 @@ def test_reenter_of_an_ended_lease_raises_lock_lost(how: str) -> None:
         lease = live_lease()
         {"released": lease.release, "lost": lease.lose, "orphaned": lease.orphan}[how]()
     with pytest.raises(LockLost, match="re-entering") as raised:
-        lease.reenter()
+        lease.reenter(object())
     assert raised.value.key == "lock:k" and raised.value.name == "lock:k"
-    assert lease.count == 1  # a failed re-entry does not count
+    assert not lease.sections  # a failed re-entry does not count
 
 
 OPERATIONS = st.sampled_from(["release", "lose", "orphan", "renewed", "failed"])

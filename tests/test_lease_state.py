@@ -152,7 +152,7 @@ def test_lock_lease_is_public_after_acquire() -> None:
     thread = threading.Thread(target=lambda: other.append(lock.lease))
     thread.start()
     thread.join()
-    assert other == [None]  # another thread does not hold it through this object
+    assert other == [lease]  # the object holds it: seen through it from any thread
     lock.release()
     assert lock.lease is None
 
@@ -196,13 +196,12 @@ def test_a_lease_won_after_a_long_wait_is_measured_from_its_own_attempt() -> Non
     got: list[float] = []
 
     def wait_then_look() -> None:
-        assert waiter.acquire()  # granted after ~0.4 s of waiting, longer than its own ttl
-        lease = waiter.lease
-        assert lease is not None
-        got.append(lease.remaining())
-        with Lock("long-wait", wait=0):  # re-entry must not see the fresh lease as over
-            pass
-        waiter.release()
+        with waiter:  # granted after ~0.4 s of waiting, longer than its own ttl
+            lease = waiter.lease
+            assert lease is not None
+            got.append(lease.remaining())
+            with Lock("long-wait", wait=0):  # re-entry must not see the fresh lease as over
+                pass
 
     thread = threading.Thread(target=wait_then_look)
     thread.start()

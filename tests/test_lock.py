@@ -59,12 +59,16 @@ def test_release_after_expiry_is_not_owned_and_spares_the_new_holder(r: redis.Re
     assert r.get("lock:x") == b"someone-else"
 
 
-def test_reentrant_per_thread_and_shared_by_lock_objects(r: redis.Redis) -> None:
+def test_blocks_re_enter_per_thread_across_objects_bare_acquires_do_not(r: redis.Redis) -> None:
     a, b = Lock("re", ttl=5), Lock("re", ttl=5)
+    with a:
+        with b:  # a nested block of the same thread, through any object: counts, no lease
+            assert r.exists("lock:re") and b.owned()
+        assert r.exists("lock:re") and a.owned()
+    assert not r.exists("lock:re")
     assert a.acquire(wait=0)
-    assert b.acquire(wait=0)  # same thread: counts, no second lease
-    b.release()
-    assert r.exists("lock:re") and a.owned()
+    assert not b.acquire(wait=0)  # a bare acquire belongs to its object: b is another one
+    assert not a.acquire(wait=0)  # and a second acquire of a waits, as threading.Lock's does
     a.release()
     assert not r.exists("lock:re")
 

@@ -165,6 +165,8 @@ def test_each_callers_own_limit_applies_at_admission() -> None:
     assert one.acquire()
     assert not threading_result(lambda: Semaphore("mixed", limit=1, wait=0).acquire())
     assert threading_result(lambda: two.acquire())  # limit 2: a second holder is admitted
+    one.release()
+    two.release()  # what acquire() took is the object's: released from any thread
 
 
 class Exporter:

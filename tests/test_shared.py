@@ -320,6 +320,8 @@ def test_force_release_removes_every_reader_and_serves_the_queue(
     assert lost == ["lock:doc:8"]
     with pytest.raises(LockNotOwned):
         one.release()
+    with pytest.raises(LockNotOwned):
+        other[0].release()  # force-released too (its renewal may not have noticed yet)
     assert r.dbsize() == 0
 
 

@@ -4,9 +4,9 @@ hypothesis state machines with a model of who holds what, against a real redis-s
 Three owners (threads for ``Lock``, tasks for ``redlock_deco.asyncio.Lock``) act on one name
 through shared objects of both modes (reader: ``shared=True``; writer: plain) and two
 variants (short unrenewed leases, renewed ones), always trying once (``wait=0``, so nobody
-queues): acquire (fresh or re-entrant, an upgrade attempt), release, extend, owned(),
-holders(), time passing, crashed holders (a lease taken by the library's own acquire script
-on a connection that then goes quiet: never renewed, never released) and force_release.
+queues): acquire, release, extend, owned(), holders(), time passing, crashed holders (a
+lease taken by the library's own acquire script on a connection that then goes quiet: never
+renewed, never released) and force_release.
 
 Timing is modelled as in tests/test_stateful.py: an unrenewed lease is certainly on the
 server until ``ttl`` after its request was sent, certainly gone ``ttl`` (+EPS) after its
@@ -21,8 +21,10 @@ Checked after every step, read from Redis in one script (one instant of the serv
 - ``holders()`` counts what the model says may be live;
 - no two owners believe they hold it in conflicting modes (unless removed by force).
 And per step: a try-once shared acquire succeeds iff no writer's lease is live; a try-once
-exclusive acquire iff no lease at all is live; an upgrade (shared -> exclusive) raises
-LockError; exclusive -> shared re-enters the exclusive lease.
+exclusive acquire iff no lease at all is live -- through any object, the one holding it
+included: what ``acquire()`` takes belongs to the object, so nothing re-enters it, and any
+owner may release, extend or check it through the object. (Re-entry and upgrades are of
+sections: tests/test_shared.py.)
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ READERS = f"{{{KEY}}}:readers"
 OWNERS = ("o0", "o1", "o2")
 MODES = workers.MODES
 VARIANTS = tuple(workers.VARIANTS)
+OBJECTS = [(mode, variant) for mode in MODES for variant in VARIANTS]  # shared by all owners
 EPS = 0.02  # expiry precision of the server plus clock reading slack, seconds
 MIN_RENEWED_TTL = 0.6
 RENEWAL_SLACK = 0.5
@@ -129,7 +132,6 @@ class Held:
     sent: float
     replied: float
     owner: str | None = None  # None: a crashed holder (nobody will renew or release it)
-    count: int = 1
     gone: bool = False
     lost: bool | None = False
     released: bool = False
@@ -186,9 +188,8 @@ class Held:
 
 
 class ReadersWriters(RuleBasedStateMachine):
-    """The model: every lease with what is known of it on the server; per owner the lease it
-    holds re-entrantly (``registered``); per owner and object the acquisitions that object
-    recorded (``entries``, newest last)."""
+    """The model: every lease with what is known of it on the server; per object (mode,
+    variant), shared by every owner, the leases it holds (``entries``, newest last)."""
 
     def __init__(self, server: RedisServer) -> None:
         super().__init__()
@@ -197,8 +198,7 @@ class ReadersWriters(RuleBasedStateMachine):
         self.admin.flushall()
         self.snapshot = self.admin.register_script(SNAPSHOT)
         self.leases: list[Held] = []
-        self.registered: dict[str, Held] = {}
-        self.entries: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
+        self.entries: dict[tuple[str, str], list[Held]] = defaultdict(list)
         self.owners: dict[str, Any] = {}
         self.start_owners()
 
@@ -221,7 +221,9 @@ class ReadersWriters(RuleBasedStateMachine):
         return [h for h in self.live() if mode == "w" or h.mode == "w"]
 
     def targets(self) -> list[tuple[str, str, str]]:
-        return sorted(key for key, mine in self.entries.items() if mine)
+        """(owner, mode, variant) reaching an object that holds something: any owner."""
+        held = [obj for obj, mine in self.entries.items() if mine]
+        return sorted((owner, *obj) for obj in held for owner in OWNERS)
 
     # -- rules --
 
@@ -233,43 +235,28 @@ class ReadersWriters(RuleBasedStateMachine):
     def acquire(self, owner: str, mode: str, variant: str) -> None:
         self.do_acquire(owner, mode, variant)
 
-    @rule(pick=st.integers(0, 255), mode=st.sampled_from(MODES), variant=st.sampled_from(VARIANTS))
-    def acquire_fresh(self, pick: int, mode: str, variant: str) -> None:
-        """An owner holding nothing tries (contention, rather than re-entry)."""
-        free = [owner for owner in OWNERS if owner not in self.registered] or list(OWNERS)
-        self.do_acquire(free[pick % len(free)], mode, variant)
+    @rule(pick=st.integers(0, 255), owner=st.sampled_from(OWNERS))
+    def acquire_fresh(self, pick: int, owner: str) -> None:
+        """Through an object holding nothing (contention, rather than a second hold)."""
+        free = [o for o in OBJECTS if not self.entries[o]] or list(OBJECTS)
+        self.do_acquire(owner, *free[pick % len(free)])
 
     def do_acquire(self, owner: str, mode: str, variant: str) -> None:
-        held = self.registered.get(owner)
+        mine = self.entries[(mode, variant)]
         what = f"{owner} acquire {mode} via {variant}"
         t0, reply, t1 = timed(lambda: self.call(owner, "acquire", mode, variant))
-        if held is not None:
-            if held.mode == "r" and mode == "w":
-                raised(reply, "LockError", f"{what} (an upgrade)")
-                return
-            local = held.local(t0, t1)
-            if reply[0] == "raised":
-                raised(reply, "LockLost", what)
-                assert local is not True, f"{what}: LockLost re-entering a lease still held"
-                return
-            granted, lease = ok(reply, what)
-            assert granted is True and lease[0] == held.token, f"{what}: {reply!r}, {held}"
-            assert local is not False, f"{what}: re-entered a lease known to have ended"
-            held.count += 1
-            self.entries[(owner, mode, variant)].append(held)
-            return
         granted, lease = ok(reply, what)
         fresh = self.admitted(mode, bool(granted), t0, t1, what, lease and lease[0])
         if fresh is None:
-            assert lease is None, f"{what}: refused, yet a lease {lease!r}"
+            shown = mine[-1].token if mine else None
+            assert (lease and lease[0]) == shown, f"{what}: refused, the object shows {lease!r}"
             return
         assert lease is not None and lease[1] is False, f"{what}: {lease!r}"
         assert lease[0].endswith(READER_SUFFIX) == (mode == "r"), f"{what}: token {lease[0]}"
         fresh.renewed = bool(workers.VARIANTS[variant]["auto_renew"])
         fresh.ttl = float(workers.VARIANTS[variant]["ttl"])
         fresh.owner = owner
-        self.registered[owner] = fresh
-        self.entries[(owner, mode, variant)].append(fresh)
+        mine.append(fresh)
 
     def admitted(
         self, mode: str, granted: bool, t0: float, t1: float, what: str, token: str | None
@@ -310,19 +297,13 @@ class ReadersWriters(RuleBasedStateMachine):
             self.do_release(*targets[pick % len(targets)])
 
     def do_release(self, owner: str, mode: str, variant: str) -> None:
-        mine = self.entries[(owner, mode, variant)]
+        mine = self.entries[(mode, variant)]
         what = f"{owner} release via {mode} {variant}"
         t0, reply, t1 = timed(lambda: self.call(owner, "release", mode, variant))
         if not mine:
             raised(reply, "LockNotOwned", what)
             return
         held = mine.pop()
-        held.count -= 1
-        if held.count > 0:
-            ok(reply, what)
-            return
-        assert self.registered.get(owner) is held
-        del self.registered[owner]
         status = held.status(t0, t1)
         if reply[0] == "ok":
             assert held.lost is not True and status != GONE, f"{what}: released a lost lease"
@@ -338,7 +319,7 @@ class ReadersWriters(RuleBasedStateMachine):
         if not targets:
             return
         owner, mode, variant = targets[pick % len(targets)]
-        held = self.entries[(owner, mode, variant)][-1]
+        held = self.entries[(mode, variant)][-1]
         seconds = ttl if ttl is not None else float(workers.VARIANTS[variant]["ttl"])
         if held.renewed and seconds < MIN_RENEWED_TTL:
             ttl = seconds = MIN_RENEWED_TTL
@@ -360,7 +341,7 @@ class ReadersWriters(RuleBasedStateMachine):
         if not targets:
             return
         owner, mode, variant = targets[pick % len(targets)]
-        held = self.entries[(owner, mode, variant)][-1]
+        held = self.entries[(mode, variant)][-1]
         what = f"{owner} owned() via {mode} {variant}"
         t0, reply, t1 = timed(lambda: self.call(owner, "owned", mode, variant))
         owned, lease = ok(reply, what)
@@ -470,12 +451,14 @@ class ReadersWriters(RuleBasedStateMachine):
 
     @invariant()
     def owners_agree(self) -> None:
-        """Each owner's view of its lease matches the model, and no owner believes it
-        writes while another believes it holds it (unless removed by force)."""
+        """Each object's view of its newest lease (probed by one owner, then another) matches
+        the model, and no object believes it writes while another believes it holds it
+        (unless removed by force)."""
         believed: dict[str, set[str]] = defaultdict(set)
-        for (owner, mode, variant), mine in list(self.entries.items()):
+        for index, ((mode, variant), mine) in enumerate(list(self.entries.items())):
             if not mine:
                 continue
+            owner = OWNERS[index % len(OWNERS)]
             held = mine[-1]
             what = f"{owner} lease via {mode} {variant}"
             t0, reply, t1 = timed(lambda o=owner, m=mode, v=variant: self.call(o, "probe", m, v))
@@ -514,7 +497,7 @@ def wait_for_empty(admin: redis.Redis, bound: float) -> None:
 
 
 class SyncReadersWriters(ReadersWriters):
-    """o0, o1, o2: threads sharing every Lock object (ownership is per thread)."""
+    """o0, o1, o2: threads sharing every Lock object."""
 
     def start_owners(self) -> None:
         self.owners = workers.sync_owners(OWNERS)
@@ -530,7 +513,7 @@ class SyncReadersWriters(ReadersWriters):
 
 
 class AsyncReadersWriters(ReadersWriters):
-    """o0, o1, o2: tasks of one loop sharing every asyncio Lock object (owned per task)."""
+    """o0, o1, o2: tasks of one loop sharing every asyncio Lock object."""
 
     def start_owners(self) -> None:
         self.loop_owners = workers.AsyncOwners(len(OWNERS))
@@ -599,12 +582,13 @@ def test_readers_share_and_a_writer_waits_for_the_last(r: redis.Redis) -> None:
     probe.start()
     probe.join(5)
     assert other == [False]  # a writer blocks readers (of another thread)
-    # this thread re-enters its exclusive hold in shared mode: it stays exclusive
-    inner = Lock(workers.NAME, shared=True, wait=0)
-    assert inner.acquire() is True and inner.lease.token == writer.lease.token
-    inner.release()
-    assert r.get(KEY) == writer.lease.token.encode()
+    assert Lock(workers.NAME, shared=True, wait=0).acquire() is False  # and of this one
     writer.release()
+    # a block of this thread re-enters its exclusive block in shared mode: it stays exclusive
+    with Lock(workers.NAME, ttl=5, wait=0) as outer:
+        with Lock(workers.NAME, shared=True, wait=0) as inner:
+            assert inner.lease is outer.lease and r.get(KEY) == outer.lease.token.encode()
+        assert r.get(KEY) == outer.lease.token.encode()
     assert r.dbsize() == 0
 
 

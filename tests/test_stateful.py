@@ -2,13 +2,14 @@
 against a real redis-server (no fakes, no mocks).
 
 - ``SyncLocks``: two worker threads and a spawned process act on two lock names through
-  ``Lock`` objects (short ttls, ``wait=0``): acquire (fresh or re-entrant), release,
-  extend, owned(), time passing (renewed and unrenewed leases), keys deleted or taken over
-  server-side, the server stalled (``CLIENT PAUSE WRITE``).
+  ``Lock`` objects (short ttls, ``wait=0``): acquire, release, extend, owned(), time
+  passing (renewed and unrenewed leases), keys deleted or taken over server-side, the
+  server stalled (``CLIENT PAUSE WRITE``). What ``acquire()`` takes belongs to the object:
+  any thread using the object may release, extend or check it, and nothing re-enters it
+  (another acquire of the name, through any object, the same one included, is refused).
 - ``AsyncLocks``: the same with ``redlock_deco.asyncio.Lock`` and owner *tasks* sharing the
-  lock objects, plus acquires run as helper tasks (``asyncio.gather`` / ``shield``) whose
-  lease belongs to the object itself (any task may release, extend or check it through
-  that object; it is never re-entered).
+  lock objects, acquiring directly or in helper tasks (``asyncio.gather`` / ``shield``):
+  the lease is the object's either way.
 - ``Semaphores``: limit 2, threads, slots expiring and removed server-side.
 - ``Sections``: ``current_lease()`` through nested ``@locked``/``@limited`` calls, ``with``
   blocks and generators suspended inside ``with`` blocks that end out of order, with keys
@@ -143,7 +144,6 @@ class Held:
     renewed: bool
     sent: float  # before the request that last set its expiry was sent
     replied: float  # after its reply arrived
-    count: int = 1  # re-entrant depth (locks)
     gone: bool = False  # certainly not on the server any more (tokens never come back)
     lost: bool | None = False  # what lease.lost must say: False, True, or None = either
     released: bool = False
@@ -348,14 +348,11 @@ class AsyncOwners:
         if op == "acquire":
             if arg == "plain":
                 granted = await obj.acquire()
-                return granted, workers.describe(obj.lease)
-            if arg == "gather":
+            elif arg == "gather":
                 (granted,) = await asyncio.gather(obj.acquire())
             else:
                 granted = await asyncio.shield(obj.acquire())
-            # The lease belongs to the object; `obj.lease` would show this task's own first.
-            held = obj._mine.get(obj._object_owner) or []
-            return granted, (workers.describe(held[-1].lease) if granted else None)
+            return granted, workers.describe(obj.lease)  # the object's, whoever acquired
         if op == "release":
             return await obj.release()
         if op == "extend":
@@ -396,11 +393,11 @@ class TaskOwner:
 class LockMachine(RuleBasedStateMachine):
     """Owners acting on NAMES through Lock objects of two variants (see workers.VARIANTS).
 
-    The model mirrors what the library keeps: per owner and name the lease it holds
-    re-entrantly (``registered``), per owner and object the acquisitions that object
-    recorded (``entries``, newest last), per object the leases it holds itself because a
-    helper task acquired them (``by_object``, asyncio only), and every lease with what is
-    known of it on the server.
+    What ``acquire()`` takes belongs to the object: the model keeps, per object, the leases
+    it holds (``held``, newest last; release/extend/owned() through the object act on the
+    newest, whichever owner uses the object), and every lease with what is known of it on
+    the server. Nothing re-enters: while a lease of a name is live, every acquire of the
+    name is refused, through another object or the same one, by any owner.
     """
 
     is_async = False
@@ -412,9 +409,7 @@ class LockMachine(RuleBasedStateMachine):
         self.admin.client_unpause()
         self.admin.flushall()
         self.leases: list[Held] = []
-        self.entries: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
-        self.registered: dict[tuple[str, str], Held] = {}
-        self.by_object: dict[tuple[str, str], list[Held]] = defaultdict(list)
+        self.held: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
         self.foreign = itertools.count()
         self.owners: dict[str, Any] = {}
         self.start_owners()
@@ -425,6 +420,14 @@ class LockMachine(RuleBasedStateMachine):
     def stop_owners(self) -> None:
         raise NotImplementedError
 
+    def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        """Which object ``owner`` uses for (name, variant): "shared" for one several use."""
+        raise NotImplementedError
+
+    def users(self, obj: tuple[str, str, str]) -> list[str]:
+        """The owners that can reach object ``obj``."""
+        return [owner for owner in OWNERS if self.object_of(owner, *obj[1:]) == obj]
+
     def call(self, owner: str, *cmd: Any) -> tuple[Any, ...]:
         reply: tuple[Any, ...] = self.owners[owner].call(cmd)
         no_error(reply, f"{owner} {cmd!r}")
@@ -434,17 +437,17 @@ class LockMachine(RuleBasedStateMachine):
         return [held for held in self.leases if held.name == name and not held.gone]
 
     def holding(self, owner: str, name: str, variant: str) -> list[Held]:
-        """The acquisitions a release/extend/owned()/lease through this object acts on,
-        newest last: the owner's own, else (asyncio) those the object holds itself."""
-        return self.entries[(owner, name, variant)] or self.by_object[(name, variant)]
+        """The leases of the object ``owner`` uses for (name, variant), newest last."""
+        return self.held[self.object_of(owner, name, variant)]
 
     def targets(self) -> list[tuple[str, str, str]]:
-        """(owner, name, variant) that hold something through that object, and for objects
-        holding leases themselves (helper tasks), every owner: any task may use those."""
-        found = [key for key, mine in self.entries.items() if mine]
-        for name, variant in (key for key, held in self.by_object.items() if held):
-            found.extend((owner, name, variant) for owner in OWNERS)
-        return sorted(set(found))
+        """(owner, name, variant) reaching an object that holds something: every owner that
+        uses that object."""
+        found = []
+        for obj, mine in self.held.items():
+            if mine:
+                found.extend((owner, obj[1], obj[2]) for owner in self.users(obj))
+        return sorted(found)
 
     # -- rules --
 
@@ -459,8 +462,8 @@ class LockMachine(RuleBasedStateMachine):
 
     @rule(pick=PICK)
     def acquire_again(self, pick: int) -> None:
-        """Re-enter through an object that holds it (a lease the object holds is not
-        re-entered: the task waits for it like anyone else)."""
+        """Acquire through an object that holds it: refused while its lease is live (a
+        second acquire waits for a release, as a threading.Lock's does)."""
         self.do_acquire(*pick_from(self.targets(), pick, OBJECTS), "plain")
 
     @rule(pick=PICK, variant=st.sampled_from(VARIANTS), owner=st.sampled_from(OWNERS))
@@ -472,26 +475,15 @@ class LockMachine(RuleBasedStateMachine):
     def do_acquire(self, owner: str, name: str, variant: str, form: str) -> None:
         if not self.is_async:
             form = "plain"  # helper tasks exist in asyncio only
-        helper = form != "plain"
-        held = None if helper else self.registered.get((owner, name))
+        mine = self.holding(owner, name, variant)
         what = f"{owner} acquire {name} via {variant} ({form})"
         t0, reply, t1 = timed(lambda: self.call(owner, "acquire", "lock", name, variant, form))
-        if held is not None:  # a re-entry: counted, no round trip
-            local = held.local(t0, t1)
-            if reply[0] == "raised":
-                raised(reply, "LockLost", what)
-                assert local is not True, f"{what}: LockLost re-entering a lease still held"
-                return
-            granted, lease = ok(reply, what)
-            assert granted is True and lease[0] == held.token, f"{what}: {reply!r}"
-            assert local is not False, f"{what}: re-entered a lease known to have ended"
-            held.count += 1
-            self.entries[(owner, name, variant)].append(held)
-            return
         granted, lease = ok(reply, what)
         statuses = {rival.status(t0, t1) for rival in self.rivals(name)}
         if not granted:
             assert statuses - {GONE}, f"{what}: refused although nobody holds it"
+            shown = mine[-1].token if mine else None
+            assert (lease and lease[0]) == shown, f"{what}: the object shows {lease!r}"
             return
         assert lease is not None and lease[1] is False
         assert ALIVE not in statuses, f"{what}: granted while another lease is live"
@@ -502,11 +494,7 @@ class LockMachine(RuleBasedStateMachine):
         )
         assert all(fresh.token != other.token for other in self.leases)
         self.leases.append(fresh)
-        if helper:
-            self.by_object[(name, variant)].append(fresh)
-        else:
-            self.registered[(owner, name)] = fresh
-            self.entries[(owner, name, variant)].append(fresh)
+        mine.append(fresh)
 
     @rule(
         owner=st.sampled_from(OWNERS),
@@ -528,12 +516,6 @@ class LockMachine(RuleBasedStateMachine):
             raised(reply, "LockNotOwned", what)
             return
         held = mine.pop()
-        held.count -= 1
-        if held.count > 0:  # an inner exit: only the outermost one touches Redis
-            ok(reply, what)
-            return
-        if self.registered.get((owner, name)) is held:
-            del self.registered[(owner, name)]
         status = held.status(t0, t1)
         if reply[0] == "ok":
             assert held.lost is not True and status != GONE, f"{what}: released a lost lease"
@@ -662,12 +644,14 @@ class LockMachine(RuleBasedStateMachine):
 
     @invariant()
     def owners_agree(self) -> None:
-        """Each owner's view of its lease matches the model; and no two owners believe they
-        hold one name (not lost, time left) unless its key was removed from outside."""
+        """Each object's view of its newest lease, through an owner using it, matches the
+        model; and no two objects believe they hold one name (not lost, time left) unless
+        its key was removed from outside."""
         believed: dict[str, set[str]] = defaultdict(set)
-        for (owner, name, variant), mine in list(self.entries.items()):
+        for obj, mine in list(self.held.items()):
             if not mine:
                 continue
+            owner, name, variant = self.users(obj)[0], obj[1], obj[2]
             held = mine[-1]
             what = f"{owner} lease of {name} via {variant}"
             t0, reply, t1 = timed(
@@ -719,6 +703,11 @@ class SyncLocks(LockMachine):
     """o0, o1: threads (their "manual" objects are their own, the "renewed" ones shared by
     both threads); o2: a spawned process with its own objects."""
 
+    def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        if owner in ("o0", "o1") and variant == "renewed":
+            return ("shared", name, variant)
+        return (owner, name, variant)
+
     def start_owners(self) -> None:
         shared = {
             ("lock", name, "renewed"): Lock(name, wait=0, **workers.VARIANTS["renewed"])
@@ -743,6 +732,9 @@ class AsyncLocks(LockMachine):
 
     is_async = True
 
+    def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        return ("shared", name, variant)
+
     def start_owners(self) -> None:
         self.loop_owners = AsyncOwners(len(OWNERS))
         self.owners = {owner: TaskOwner(self.loop_owners, i) for i, owner in enumerate(OWNERS)}
@@ -766,8 +758,9 @@ def test_async_locks(server: RedisServer) -> None:
 
 class Semaphores(RuleBasedStateMachine):
     """Three worker threads take slots of two semaphores (limit 2) through ``Semaphore``
-    objects ("manual" ones per thread, "renewed" ones shared). Slots are not re-entrant: an
-    object keeps each thread's slots, and release/extend/owned act on the newest."""
+    objects ("manual" ones per thread, "renewed" ones shared by all three). Every acquire
+    takes a slot, which belongs to the object: release/extend/owned through it act on its
+    newest, whichever thread uses it."""
 
     def __init__(self, server: RedisServer) -> None:
         super().__init__()
@@ -787,8 +780,22 @@ class Semaphores(RuleBasedStateMachine):
     def live(self, name: str) -> list[Held]:
         return [slot for slot in self.slots if slot.name == name and not slot.gone]
 
+    @staticmethod
+    def object_of(owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        return ("shared", name, variant) if variant == "renewed" else (owner, name, variant)
+
+    def mine(self, owner: str, name: str, variant: str) -> list[Held]:
+        """The slots of the object ``owner`` uses for (name, variant), newest last."""
+        return self.entries[self.object_of(owner, name, variant)]
+
     def targets(self) -> list[tuple[str, str, str]]:
-        return sorted(key for key, mine in self.entries.items() if mine)
+        """(owner, name, variant) reaching an object that holds a slot."""
+        found = []
+        for (who, name, variant), mine in self.entries.items():
+            if mine:
+                users = OWNERS if who == "shared" else (who,)
+                found.extend((owner, name, variant) for owner in users)
+        return sorted(found)
 
     def counts(self, name: str, t0: float, t1: float) -> tuple[int, int]:
         """(slots certainly live, slots maybe live) of ``name`` during [t0, t1]."""
@@ -823,13 +830,13 @@ class Semaphores(RuleBasedStateMachine):
             name, lease[0], ttl_of(variant), bool(workers.VARIANTS[variant]["auto_renew"]), t0, t1
         )
         self.slots.append(slot)
-        self.entries[(owner, name, variant)].append(slot)
+        self.mine(owner, name, variant).append(slot)
 
     @rule(pick=PICK)
     def release(self, pick: int) -> None:
         """Release the newest slot of an object that holds one (else of any object)."""
         owner, name, variant = pick_from(self.targets(), pick, OBJECTS)
-        mine = self.entries[(owner, name, variant)]
+        mine = self.mine(owner, name, variant)
         what = f"{owner} release {name} via {variant}"
         t0, reply, t1 = timed(lambda: self.call(owner, "release", "sem", name, variant))
         if not mine:
@@ -848,7 +855,7 @@ class Semaphores(RuleBasedStateMachine):
     @rule(pick=PICK, ttl=st.sampled_from([None, 0.3, 0.6, 1.0]))
     def extend(self, pick: int, ttl: float | None) -> None:
         owner, name, variant = pick_from(self.targets(), pick, OBJECTS)
-        mine = self.entries[(owner, name, variant)]
+        mine = self.mine(owner, name, variant)
         seconds = ttl if ttl is not None else ttl_of(variant)
         if mine and mine[-1].renewed and seconds < MIN_RENEWED_TTL:
             ttl = seconds = MIN_RENEWED_TTL
@@ -871,7 +878,7 @@ class Semaphores(RuleBasedStateMachine):
     @rule(pick=PICK)
     def check_owned(self, pick: int) -> None:
         owner, name, variant = pick_from(self.targets(), pick, OBJECTS)
-        mine = self.entries[(owner, name, variant)]
+        mine = self.mine(owner, name, variant)
         what = f"{owner} owned() {name} via {variant}"
         t0, reply, t1 = timed(lambda: self.call(owner, "owned", "sem", name, variant))
         owned, lease = ok(reply, what)
@@ -957,8 +964,9 @@ class Semaphores(RuleBasedStateMachine):
         and holders never believe in more than ``limit`` of those per name at once (not
         lost, time left) unless some were removed from outside."""
         believed: dict[str, set[str]] = defaultdict(set)
-        for (owner, name, variant), mine in list(self.entries.items()):
+        for (who, name, variant), mine in list(self.entries.items()):
             if mine:
+                owner = OWNERS[0] if who == "shared" else who
                 what = f"{owner} newest slot of {name} via {variant}"
                 t0, reply, t1 = timed(
                     lambda o=owner, n=name, v=variant: self.call(o, "probe", "sem", n, v)
@@ -1374,14 +1382,12 @@ def test_a_lease_held_by_the_object_leaves_the_tasks_own_alone(r: redis.Redis) -
         mine = redlock_deco.asyncio.Lock("n", ttl=5, wait=0)
         assert await asyncio.gather(left.acquire()) == [True]  # L1, held by `left`
         await asyncio.sleep(0.3)  # L1 expires, unused
-        assert await mine.acquire()  # L2: this task holds "n"
-        token = mine.lease.token
-        assert r.get("lock:n") == token.encode()
-        assert left.lease is not None and left.lease.token != token  # the object's L1
-        assert await mine.acquire()  # re-enters L2
-        assert mine.lease.token == token
-        await mine.release()
-        await mine.release()
+        async with mine:  # L2: this task holds "n" in a block
+            token = mine.lease.token
+            assert r.get("lock:n") == token.encode()
+            assert left.lease is not None and left.lease.token != token  # the object's L1
+            async with mine:  # re-enters L2
+                assert mine.lease.token == token
         assert r.get("lock:n") is None
         assert await mine.acquire()  # free again: a fresh lease
         await mine.release()

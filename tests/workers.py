@@ -81,7 +81,8 @@ def gauge_many(url: str, name: str, limit: int, times: int, hold: float) -> int:
 def hold_slot_forever(url: str, name: str, ttl: float, ready: Any) -> None:
     """Take a semaphore slot (renewed) and signal readiness; the parent SIGKILLs us."""
     register_provider("default", url)
-    Semaphore(name, limit=1, ttl=ttl, wait=5).acquire()
+    sem = Semaphore(name, limit=1, ttl=ttl, wait=5)  # kept: renewed while the object lives
+    sem.acquire()
     ready.set()
     while True:
         time.sleep(1)

@@ -1,0 +1,341 @@
+"""A cancel is never lost: ``Task.cancel()`` during an asyncio acquire raises CancelledError,
+the protected body never runs, and nothing stays held; around an acquire, ``wait_for``,
+``asyncio.timeout()`` and TaskGroup behave as with any awaitable; a task cancelled while
+releasing still releases, and stays cancelled.
+
+redis-py sometimes completes a command whose task was cancelled meanwhile instead of raising
+CancelledError (c02: 13 of 60 cancelled ``async with`` acquires ran their body to the end,
+all on the uncontended path, which skipped the check the step driver makes after each step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dis
+import functools
+import gc
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+import pytest
+import redis
+
+from redlock_deco import Lock, locked
+from redlock_deco.asyncio import Lock as AsyncLock
+from redlock_deco.asyncio import Semaphore as AsyncSemaphore
+
+needs_cancelling = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="Task.cancelling() (3.11+) is how a cancel redis-py swallowed is noticed",
+)
+
+
+async def cancel_after(task: asyncio.Task[Any], iterations: int) -> None:
+    for _ in range(iterations):
+        await asyncio.sleep(0)
+    task.cancel()
+
+
+@needs_cancelling
+@pytest.mark.parametrize("form", ["async with", "decorated", "acquire"])
+def test_a_cancelled_acquire_never_runs_the_body(form: str, r: redis.Redis) -> None:
+    """72 cancels, after 0 to 11 loop iterations of the acquire (the uncontended path's
+    round trip, where redis-py dropped some of them): no body runs after its cancel."""
+    ran_after_cancel: list[tuple[int, int]] = []
+    finished: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        for k in range(12):
+            for rep in range(6):
+                name = f"c{k}-{rep}"
+                cancelled = asyncio.Event()
+
+                async def body(
+                    k: int = k, rep: int = rep, cancelled: asyncio.Event = cancelled
+                ) -> None:
+                    if cancelled.is_set():
+                        ran_after_cancel.append((k, rep))
+                    await asyncio.sleep(0.05)
+
+                async def victim(name: str = name, body: Any = body) -> None:
+                    if form == "async with":
+                        async with AsyncLock(name, ttl=30, wait=5):
+                            await body()
+                    elif form == "decorated":
+                        await locked(name, ttl=30, wait=5)(body)()
+                    else:
+                        lock = AsyncLock(name, ttl=30, wait=5)
+                        if await lock.acquire():
+                            try:
+                                await body()
+                            finally:
+                                await lock.release()
+
+                task = asyncio.create_task(victim())
+                for _ in range(k):
+                    await asyncio.sleep(0)
+                cancelled.set()
+                task.cancel()
+                try:
+                    await asyncio.wait_for(task, 5)
+                    finished.append((k, rep))
+                except asyncio.CancelledError:
+                    assert task.cancelled()
+        # (The acquire form's CancelledError may come from the body's sleep: also fine.)
+
+    asyncio.run(main())
+    assert ran_after_cancel == []
+    assert finished == []
+    assert r.dbsize() == 0  # nothing held after any of them
+
+
+@needs_cancelling
+def test_a_cancelled_contended_acquire_raises_and_leaves_no_queue_entry(r: redis.Redis) -> None:
+    async def main() -> None:
+        async with AsyncLock("held", ttl=30):
+            for k in range(8):
+                task = asyncio.create_task(AsyncLock("held", wait=10).acquire())
+                await cancel_after(task, k)
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        assert not r.exists("lock:held")
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+def test_wait_for_around_an_acquire_times_out_like_any_awaitable(r: redis.Redis) -> None:
+    async def main() -> None:
+        holder = AsyncLock("busy", ttl=30)
+        assert await holder.acquire()
+        lock = AsyncLock("busy", wait=None)
+        started = time.monotonic()
+        with pytest.raises((asyncio.TimeoutError, TimeoutError)):
+            await asyncio.wait_for(lock.acquire(), 0.3)
+        assert time.monotonic() - started < 1.5
+        assert lock.lease is None
+        await holder.release()
+        assert not r.exists("lock:busy")
+
+    asyncio.run(main())
+    assert r.dbsize() == 0
+
+
+@needs_cancelling
+def test_asyncio_timeout_and_taskgroup_around_an_acquire(r: redis.Redis) -> None:
+    entered: list[str] = []
+
+    async def waits(name: str, seen: str) -> None:
+        async with AsyncLock(name, wait=None):
+            entered.append(seen)
+
+    async def fails() -> None:
+        await asyncio.sleep(0.1)
+        raise ValueError("sibling failed")
+
+    async def in_group() -> None:
+        async with asyncio.TaskGroup() as group:  # a failing sibling cancels the waiter
+            group.create_task(waits("tg", "taskgroup"))
+            group.create_task(fails())
+
+    async def timed_out(k: int) -> None:
+        async with asyncio.timeout(0):  # fires at the k-th suspension
+            for _ in range(k):
+                await asyncio.sleep(0)
+            async with AsyncLock(f"free-{k}", ttl=30):  # uncontended: one round trip
+                await asyncio.sleep(1)  # only a cancel that was lost gets here
+                entered.append(f"free-{k}")
+
+    async def main() -> None:
+        holder = AsyncLock("tg", ttl=30)  # held by an object: every block below waits for it
+        assert await holder.acquire()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(waits("tg", "wait_for"), 0.2)
+        with pytest.raises(BaseExceptionGroup) as info:  # noqa: F821  # a 3.11+ builtin
+            await in_group()
+        assert [type(e) for e in info.value.exceptions] == [ValueError]
+        await holder.release()
+        for k in range(10):
+            with pytest.raises(TimeoutError):
+                await timed_out(k)
+
+    asyncio.run(main())
+    assert entered == []
+    assert r.dbsize() == 0
+
+
+@needs_cancelling
+@pytest.mark.parametrize("primitive", ["lock", "semaphore"])
+def test_a_task_cancelled_while_releasing_still_releases_and_stays_cancelled(
+    primitive: str, r: redis.Redis
+) -> None:
+    """The release path: a cancel arriving at any point of the exit still gives the lease
+    back, and the task ends cancelled (the cancel is not swallowed by the release)."""
+    outcomes: list[tuple[bool, str]] = []
+
+    async def main() -> None:
+        for k in range(10):
+            left = asyncio.Event()
+
+            async def holder(k: int = k, left: asyncio.Event = left) -> None:
+                obj: Any = (
+                    AsyncLock(f"rel-{k}", ttl=30)
+                    if primitive == "lock"
+                    else AsyncSemaphore(f"rel-{k}", limit=1, ttl=30)
+                )
+                async with obj:
+                    left.set()
+
+            task = asyncio.create_task(holder())
+            await left.wait()  # the body is done: the task is in the block's exit now
+            for _ in range(k):
+                await asyncio.sleep(0)
+            requested = task.cancel()  # False once the task has finished
+            try:
+                await task
+                outcomes.append((requested, "returned"))
+            except asyncio.CancelledError:
+                outcomes.append((requested, "cancelled"))
+            assert not r.exists(f"{primitive[:3]}:rel-{k}")  # released either way
+
+    asyncio.run(main())
+    # A cancel requested before the task finished is never swallowed by the release.
+    assert [outcome for requested, outcome in outcomes if requested] == ["cancelled"] * sum(
+        requested for requested, _ in outcomes
+    )
+    assert any(requested for requested, _ in outcomes)  # (some did land mid-release)
+    assert r.dbsize() == 0
+
+
+# -- interrupted calls (sync): nothing of the call is left held or renewed -----------------
+
+
+@functools.cache
+def with_exits(code: CodeType) -> dict[int, int]:
+    """Line -> offset of the ``with`` statements in ``code``: a line event of that line
+    after that offset is the block's exit (where ``__exit__`` is about to be called)."""
+    return {
+        ins.positions.lineno: ins.offset  # type: ignore[union-attr]  # with positions on 3.11+
+        for ins in dis.get_instructions(code)
+        if ins.opname in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH")
+    }
+
+
+def line_events(call: Callable[[], object], stop_at: int = 0) -> int:
+    """Run ``call`` counting the lines it executes in redlock_deco's own modules; with
+    ``stop_at``, raise KeyboardInterrupt at that line instead (tracing ends with the raise,
+    so once). Returns the count.
+
+    The exit line of a ``with`` statement is not counted: an exception raised by a trace
+    function there falls outside the block's exception range, so ``__exit__`` never runs (a
+    threading lock stays held and the next ``with`` on it hangs). That is an artefact of
+    tracing, which raises where no signal handler runs."""
+    count = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        if event == "line":
+            entered_at = with_exits(frame.f_code).get(frame.f_lineno)
+            if entered_at is not None and frame.f_lasti > entered_at:
+                return local
+            count += 1
+            if count == stop_at:
+                raise KeyboardInterrupt
+        return local
+
+    def calls(frame: FrameType, event: str, arg: object) -> Any:
+        if not frame.f_globals.get("__name__", "").startswith("redlock_deco"):
+            return None
+        outer: FrameType | None = frame
+        while outer is not None:  # a finalizer the collector ran meanwhile is not the call
+            if outer.f_code.co_name == "__del__":
+                return None
+            outer = outer.f_back
+        return local
+
+    sys.settrace(calls)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def in_thread(fn: Callable[[], Any]) -> Any:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    thread.join(10)
+    return out[0]
+
+
+def no_lease_left(key: str) -> list[str]:
+    """What is still held or renewed by this thread after an interrupted call (empty: all
+    good): its tables, leases the renewer keeps renewing."""
+    from redlock_deco import _process, _renewal
+    from redlock_deco._lifecycle import Lease
+
+    problems = []
+    held, calls = _process.thread_tables()
+    if held or calls or _process.thread_owner().here:
+        problems.append(f"tables: {held} {calls} {_process.thread_owner().here}")
+    renewed = [job for job in _renewal.renewer()._table.jobs.values() if type(job) is Lease]
+    problems += [f"renewed: {job!r}" for job in renewed if job.held and job.key == key]
+    return problems
+
+
+def taken_and_given_back() -> bool:
+    """Is the name free at once for anyone else?"""
+    other = Lock("intr", wait=0)
+    taken = other.acquire()
+    if taken:
+        other.release()
+    return taken
+
+
+@locked("intr", ttl=0.5, wait=1)
+def protected() -> None:
+    pass
+
+
+def with_block() -> None:
+    with Lock("intr", ttl=0.5, wait=1):
+        pass
+
+
+@pytest.mark.parametrize("form", ["decorated", "with"])
+def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
+    form: str, r: redis.Redis
+) -> None:
+    """b07: a caught Ctrl-C at some points of a call left its lease held and renewed for as
+    long as the thread lived, and the thread's later calls walked into it without a round
+    trip. Here the interrupt comes at every line the call runs in the library, in turn."""
+    call = protected if form == "decorated" else with_block
+    call()  # warm: the first call of a process also builds its client (other lines)
+    lingering = []
+    for stop_at in itertools.count(1):
+        try:
+            line_events(call, stop_at)
+        except KeyboardInterrupt:
+            pass
+        else:
+            break  # past the call's last line: it ran to its end
+        gc.collect()  # the interrupted frames (held by the traceback) are gone now
+        assert no_lease_left("lock:intr") == [], f"interrupted at line {stop_at}"
+        if r.exists("lock:intr"):
+            lingering.append(stop_at)
+            Lock.force_release("intr")
+        else:
+            assert in_thread(taken_and_given_back), f"interrupted at line {stop_at}"
+    assert stop_at > 100  # every line of the acquire, the call and the release
+    # Where no code of ours can run yet -- the line that calls the exit, the first line of
+    # the exit -- the section is closed when its frame goes and its lease is no longer
+    # renewed (checked above): it expires within its ttl.
+    assert len(lingering) <= 3, lingering
+    call()  # and the name works as ever
+    assert r.dbsize() == 0
