@@ -274,7 +274,9 @@ def apply_python(mutant: Mutant) -> None:
                 setattr(other, attr, new)
 
 
-def run_simulator(mutant: Mutant | None, seeds: int, skip: frozenset[str]) -> dict[str, Any]:
+def run_simulator(
+    mutant: Mutant | None, seeds: int, skip: frozenset[str], known: frozenset[str]
+) -> dict[str, Any]:
     from . import runner
     from .world import Options
 
@@ -287,7 +289,7 @@ def run_simulator(mutant: Mutant | None, seeds: int, skip: frozenset[str]) -> di
 
     elif mutant is not None:
         apply_python(mutant)
-    options = Options(transform=transform, skip=skip)
+    options = Options(transform=transform, skip=skip, known=known)
     started = time.perf_counter()
     summary = runner.run_many(range(seeds), options, stop_after=1)
     result: dict[str, Any] = {"seeds": summary.seeds, "wall": time.perf_counter() - started}
@@ -338,24 +340,27 @@ def run_tests(mutant: Mutant) -> dict[str, Any]:
     return result
 
 
-def child(name: str, seeds: int, skip: frozenset[str]) -> dict[str, Any]:
+def child(name: str, seeds: int, skip: frozenset[str], known: frozenset[str]) -> dict[str, Any]:
     if name == "baseline":
-        return run_simulator(None, seeds, skip)
+        return run_simulator(None, seeds, skip, known)
     mutant = by_name()[name]
     problem = stale(mutant)
     if problem is not None:
         return {"killed": False, "stale": problem, "seeds": 0, "wall": 0.0}
     if mutant.tests:
         return run_tests(mutant)
-    return run_simulator(mutant, seeds, skip)
+    return run_simulator(mutant, seeds, skip, known)
 
 
 # -- in the parent -----------------------------------------------------------------------------
 
 
-def spawn(name: str, seeds: int, skip: frozenset[str]) -> dict[str, Any]:
+def spawn(
+    name: str, seeds: int, skip: frozenset[str], known: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     command = [sys.executable, "-m", "tests.simulation.mutants", "--one", name,
-               "--seeds", str(seeds), "--skip", ",".join(sorted(skip))]  # fmt: skip
+               "--seeds", str(seeds), "--skip", ",".join(sorted(skip)),
+               "--known", ",".join(sorted(known))]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -398,12 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
     parser.add_argument("--only", default="", help="comma-separated mutant names")
     parser.add_argument("--skip", default="", help="checks the simulator leaves out")
+    parser.add_argument("--known", default="", help="checks failing on the code as it is "
+                        "(a schedule that fails one ends there, uncounted)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="list the mutants")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     skip = frozenset(s for s in args.skip.split(",") if s)
+    known = frozenset(s for s in args.known.split(",") if s)
     if args.one:
-        print(json.dumps(child(args.one, args.seeds, skip)))
+        print(json.dumps(child(args.one, args.seeds, skip, known)))
         return 0
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only.split(",")]
     if args.list:
@@ -411,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mutant.name:36} {mutant.where:18} {mutant.what}")
         return 0
     print(f"baseline: the unmutated code over {args.seeds:,} schedules ...", flush=True)
-    base = spawn("baseline", args.seeds, skip)
+    base = spawn("baseline", args.seeds, skip, known)
     if "error" in base or base.get("killed"):
         print(f"the unmutated code fails ({base}): fix that first (or --skip the check)")
         return 2
@@ -419,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: list[tuple[Mutant, dict[str, Any]]] = []
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [(m, pool.submit(spawn, m.name, args.seeds, skip)) for m in chosen]
+        futures = [(m, pool.submit(spawn, m.name, args.seeds, skip, known)) for m in chosen]
         for mutant, future in futures:
             result = future.result()
             results.append((mutant, result))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from . import plan as plans
-from .invariants import Violation
+from .invariants import KnownFinding, Violation
 from .world import US, Options, World
 
 
@@ -22,6 +22,7 @@ class Result:
     seconds: float  # virtual
     coverage: Counter[str] = field(default_factory=Counter)
     trace: list[tuple[int, str]] = field(default_factory=list)
+    known: Violation | None = None  # a known finding ended it
 
     @property
     def failed(self) -> bool:
@@ -31,8 +32,13 @@ class Result:
 def run_plan(plan: plans.Plan, options: Options | None = None) -> Result:
     world = World(plan, options)
     violation = None
+    known = None
     try:
         world.run()
+    except KnownFinding as exc:
+        known = exc
+        world.note(f"KNOWN FINDING {exc}")
+        world.coverage[f"known finding: {exc.check}"] += 1
     except Violation as exc:
         violation = exc
         world.note(f"VIOLATION {exc}")
@@ -42,7 +48,9 @@ def run_plan(plan: plans.Plan, options: Options | None = None) -> Result:
             "crash", f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno})"
         )
         world.note(f"CRASH {violation}")
-    return Result(plan, violation, world.events, world.now / US, world.coverage, world.trace)
+    result = Result(plan, violation, world.events, world.now / US, world.coverage, world.trace)
+    result.known = known
+    return result
 
 
 def run_seed(seed: int, options: Options | None = None) -> Result:

@@ -37,7 +37,7 @@ KNOWN_FINDINGS: dict[str, str] = {
 }
 # Where each was first seen, and a few thousand seeds on.
 FINDING_SEEDS: dict[str, range] = {"fresh": range(24009, 27009)}
-CHECKED = Options(skip=frozenset(KNOWN_FINDINGS))
+CHECKED = Options(known=frozenset(KNOWN_FINDINGS))
 
 
 @contextlib.contextmanager
@@ -65,11 +65,11 @@ def _fail(summary: runner.Summary, options: Options = CHECKED) -> None:
         return
     first = summary.failures[0]
     shrunk = runner.shrink(first.plan, options)
-    traced = runner.run_plan(shrunk, Options(skip=options.skip, trace=True))
+    traced = runner.run_plan(shrunk, Options(known=options.known, trace=True))
     pytest.fail(
         f"seed {first.plan.seed} fails: {first.violation}\n"
         f"replay: python -m tests.simulation --seed {first.plan.seed}"
-        + (f" --skip {','.join(sorted(options.skip))}" if options.skip else "")
+        + (f" --known {','.join(sorted(options.known))}" if options.known else "")
         + "\n\n"
         + runner.format_trace(traced),
         pytrace=False,
@@ -96,7 +96,7 @@ def test_many_seeded_schedules(part: int) -> None:
 @pytest.mark.parametrize("check", sorted(KNOWN_FINDINGS))
 @pytest.mark.xfail(strict=True, reason="a finding on the code as it is (see KNOWN_FINDINGS)")
 def test_known_finding_is_fixed(check: str) -> None:
-    options = Options(skip=frozenset(KNOWN_FINDINGS) - {check})
+    options = Options(known=frozenset(KNOWN_FINDINGS) - {check})
     for seed in FINDING_SEEDS[check]:
         result = runner.run_seed(seed, options)
         assert result.violation is None or result.violation.check != check, (
@@ -179,7 +179,7 @@ def test_a_failure_is_found_replayed_and_shrunk() -> None:
             "if redis.call('ZCARD', holders) >= own_limit then", "if false then"
         ).replace("while served < free do", "while served < 99 do")
 
-    options = Options(transform=no_limit, skip=CHECKED.skip)
+    options = Options(transform=no_limit, known=CHECKED.known)
     summary = runner.run_many(range(3000), options)
     assert summary.failures, "a semaphore served past its waiters' limits went unnoticed"
     first = summary.failures[0]
@@ -209,7 +209,7 @@ def test_a_rotating_sample_of_mutants_is_killed() -> None:
         chosen = (chosen + chosen)[start : start + MUTANT_SAMPLE]
     survivors = {}
     for mutant in chosen:
-        result = mutants.spawn(mutant.name, 3000, CHECKED.skip)
+        result = mutants.spawn(mutant.name, 20_000, frozenset(), CHECKED.known)
         if not result.get("killed"):
             survivors[mutant.name] = result
     assert not survivors, survivors

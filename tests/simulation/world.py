@@ -18,6 +18,7 @@ would raise (redis-py's ConnectionError, TimeoutError, ResponseError, NoScriptEr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import heapq
@@ -138,10 +139,10 @@ class SimTarget:
 class Handoff:
     """A registration, as ``_waiting.Handoff``: ``granted``/``take``/``close``."""
 
-    __slots__ = ("at", "owner", "token", "ttl")
+    __slots__ = ("_owner", "at", "owner", "token", "ttl")
 
     def __init__(self, owner: Waiting, token: str, ttl: float) -> None:
-        self.owner = owner
+        self.owner = self._owner = owner
         self.token = token
         self.ttl = ttl
         self.at: float | None = None
@@ -154,8 +155,10 @@ class Handoff:
         at, self.at = self.at, None
         return at
 
-    def close(self, held: bool = False) -> None:
-        self.owner.forget(self, held)
+    def close(self, *args: Any) -> None:
+        """Production's ``Handoff.close`` (what the protocol passes, and its default, are
+        production's: whether it took the lease, or was cut short)."""
+        waiting.Handoff.close(self, *args)  # type: ignore[arg-type]
 
 
 class Waiting:
@@ -180,6 +183,8 @@ class Waiting:
         self.noticed = True  # a drop since the flag was set has been noticed
         self.subscribing = False
         self.inbox: deque[str] = deque()
+        self._lock = contextlib.nullcontext()  # what SyncWaiting.forget holds
+        self._board = self.board
         self.blocked: dict[Handoff, tuple[Task, int]] = {}
         self.listeners: list[tuple[Task, int, Handoff]] = []
 
@@ -233,13 +238,11 @@ class Waiting:
             self.blocked.pop(handoff, None)
             self.world.wake(task, wid, None)
 
-    def forget(self, handoff: Handoff, held: bool) -> None:
+    def forget(self, handoff: Handoff, *args: Any) -> None:
+        """Production's ``SyncWaiting.forget``, run on this process's board."""
         self.blocked.pop(handoff, None)
         self._registry()
-        if REGISTRY:
-            self.board.forget(handoff.token, handoff, handoff.ttl if held else None)
-        elif self.board.waiting.get(handoff.token) is handoff:
-            self.board.forget(handoff.token)
+        waiting.SyncWaiting.forget(self, handoff, *args)  # type: ignore[arg-type]
 
     def granted(self, handoff: Handoff) -> None:
         entry = self.blocked.pop(handoff, None)
@@ -442,6 +445,7 @@ class ServerOwner:
 class Options:
     transform: Callable[[str], str] | None = None  # script text rewrite (mutants)
     skip: frozenset[str] = frozenset()  # invariant checks not to run
+    known: frozenset[str] = frozenset()  # checks whose failure ends a schedule, uncounted
     trace: bool = False
 
 
