@@ -50,14 +50,25 @@ class Mutant:
     old: str
     new: str
     tests: tuple[str, ...] = ()  # run these test files instead of the simulator
+    # The same mutation of earlier (or later) text of the code, tried if ``old`` is not there.
+    alternatives: tuple[tuple[str, str], ...] = ()
 
     @property
     def lua(self) -> bool:
         return self.where.endswith(".lua")
 
+    def pair(self, source: str) -> tuple[str, str] | None:
+        """The (old, new) that applies to ``source``: its text found exactly once."""
+        for old, new in ((self.old, self.new), *self.alternatives):
+            if source.count(old) == 1:
+                return old, new
+        return None
 
-def lua(name: str, what: str, where: str, old: str, new: str) -> Mutant:
-    return Mutant(f"lua:{name}", what, where, old, new)
+
+def lua(name: str, what: str, where: str, old: str, new: str, *alternatives: str) -> Mutant:
+    """``alternatives``: more (old, new) pairs, flattened."""
+    pairs = tuple(zip(alternatives[::2], alternatives[1::2], strict=True))
+    return Mutant(f"lua:{name}", what, where, old, new, alternatives=pairs)
 
 
 def py(name: str, what: str, where: str, old: str, new: str, *tests: str) -> Mutant:
@@ -120,10 +131,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "if not mine and holder == SHARED and readers_live(KEYS[3], now_ms()) == 0 then",
         "if false then"),
     lua("sem-no-sweep", "ended semaphore leases still count against the limit",
-        "sem_acquire.lua", "local swept = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)",
+        "sem_acquire.lua",
+        "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nlocal count = ",
+        "local count = ",
+        "local swept = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)",
         "local swept = 0"),
     lua("sem-over-admit", "a semaphore admits one caller past its limit",
-        "sem_acquire.lua", "if count < limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then",
+        "sem_acquire.lua", "if listed or (count < limit and not behind) then",
+        "if listed or (count <= limit and not behind) then",
+        "if count < limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then",
         "if count <= limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then"),
     lua("sem-key-not-extended", "the holders' zset is not kept as long as a new lease",
         "sem_acquire.lua", "  if lives < ttl then\n", "  if false then\n"),
@@ -180,8 +196,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "_protocol", "                mode = AGAIN\n", "                mode = mode\n"),
     py("handoff-measured-from-receipt", "a hand-off lease is measured from when it was read",
        "_protocol",
-       "                    won = True\n                    return Granted(None, sent_at)",
-       "                    won = True\n                    return Granted(None, handed_at)"),
+       "                    return Granted(None, sent_at)\n                # Ask the server",
+       "                    return Granted(None, handed_at)\n                # Ask the server"),
     py("give-up-stays-queued", "a waiter whose wait ran out does not leave the queue",
        "_protocol", "                    if mode != TRY or plain:\n",
        "                    if False:\n"),
@@ -214,11 +230,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "    released = True"),
     # -- grants (_waiting.py) ------------------------------------------------------------------
     py("no-give-back", "a grant nobody in the process waits for is kept, not given back",
-       "_waiting", "        return None, give_back_step(message, self.counted)",
-       "        return None, None"),
-    py("held-grant-forgotten", "a late copy of a grant this process took is given back",
-       "_waiting", "            if held_for is not None:\n                held[token]",
-       "            if False:\n                held[token]"),
+       "_waiting", "return None, give_back_step(message, self.counted)", "return None, None"),
+    py("give-back-any-grant", "every grant nobody waits for is given back (late copies too)",
+       "_waiting", "        if registry.give_back(token):", "        if True:"),
     # -- code the simulator does not reach: named fast tests ---------------------------------
     py("quorum-majority", "a semaphore's quorum is a simple majority", "_quorum",
        "    return masters * limit // (limit + 1) + 1", "    return masters // 2 + 1",
@@ -241,8 +255,8 @@ def source_of(mutant: Mutant) -> str:
 
 def stale(mutant: Mutant) -> str | None:
     """Why the mutant cannot apply to the code as it is now, or None."""
-    found = source_of(mutant).count(mutant.old)
-    if found != 1:
+    if mutant.pair(source_of(mutant)) is None:
+        found = source_of(mutant).count(mutant.old)
         return f"its text occurs {found} times in {mutant.where} (expected once)"
     return None
 
@@ -257,8 +271,10 @@ def apply_python(mutant: Mutant) -> None:
     path = module.__file__
     assert path is not None
     source = Path(path).read_text("utf-8")
+    pair = mutant.pair(source)
+    assert pair is not None
     before = dict(vars(module))
-    exec(compile(source.replace(mutant.old, mutant.new), path, "exec"), vars(module))
+    exec(compile(source.replace(*pair), path, "exec"), vars(module))
     replaced = {
         id(old): vars(module)[name]
         for name, old in before.items()
@@ -282,7 +298,9 @@ def run_simulator(
 
     transform = None
     if mutant is not None and mutant.lua:
-        old, new = mutant.old, mutant.new
+        pair = mutant.pair(source_of(mutant))
+        assert pair is not None
+        old, new = pair
 
         def transform(text: str) -> str:
             return text.replace(old, new)
@@ -317,7 +335,10 @@ def run_tests(mutant: Mutant) -> dict[str, Any]:
         shutil.copytree(ROOT / "tests", copy / "tests", ignore=ignore)
         shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
         target = copy / "redlock_deco" / f"{mutant.where}.py"
-        target.write_text(target.read_text("utf-8").replace(mutant.old, mutant.new), "utf-8")
+        source = target.read_text("utf-8")
+        pair = mutant.pair(source)
+        assert pair is not None
+        target.write_text(source.replace(*pair), "utf-8")
         env = {**os.environ, "PYTHONPATH": str(copy)}
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],
