@@ -252,7 +252,7 @@ class SyncTarget:
         if kind is Listen:
             if self.waiting is None:
                 return None
-            return self.waiting.listen(step.token, step.ttl, step.timeout)  # type: ignore[union-attr]
+            return self.waiting.listen(step.token, step.timeout)  # type: ignore[union-attr]
         if kind is Sleep:
             time.sleep(step.seconds)  # type: ignore[union-attr]
             return None
@@ -359,7 +359,7 @@ class AsyncTarget:
         if kind is Listen:
             if self.waiting is None:
                 return None
-            return await self.waiting.listen(step.token, step.ttl, step.timeout)  # type: ignore[union-attr]
+            return await self.waiting.listen(step.token, step.timeout)  # type: ignore[union-attr]
         if kind is Sleep:
             await asyncio.sleep(step.seconds)  # type: ignore[union-attr]
             return None

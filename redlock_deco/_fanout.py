@@ -478,7 +478,10 @@ class _AsyncMaster:
     async def call(self, step: Eval, timeout: float) -> Any:
         """``step``'s reply, or the error it failed with; a TimeoutError past ``timeout``
         (the command then still runs, and the next one for its key waits for it)."""
-        if len(self.running) >= MAX_OWED:  # a master stalled for good: stop piling up
+        if len(self.running) >= MAX_OWED and undo_step(step) is not None:
+            # A master stalled for good: no new acquire attempts pile up. Releases and
+            # extensions still queue behind what is owed (refused, a release would leave the
+            # acquire before it an orphan lease when the master comes back; found in review).
             return RedisTimeoutError(f"{len(self.running)} commands still owed by this master")
         key = step.keys[0]
         before = self.tails.get(key)

@@ -77,12 +77,10 @@ class Call:
 class Listen:
     """Register to hear a hand-off for ``token`` (subscribing this process to its grants on
     the first use); the reply is a registration to pass to :class:`Wait`, or None if hand-offs
-    cannot reach this process there (then the waiter polls). ``ttl``: the lease a grant gives
-    it, in seconds (how long a late copy of a grant it took stays expected); ``timeout``: how
-    long opening the subscription may take at most (never past the caller's ``wait``)."""
+    cannot reach this process there (then the waiter polls). ``timeout``: how long opening the
+    subscription may take at most (never past the caller's ``wait``)."""
 
     token: str
-    ttl: float = 0.0
     timeout: float = math.inf
 
 
@@ -474,11 +472,11 @@ class SingleNode:
         registration: Any = None
         polling = wait == 0  # no hand-off can reach us: back off and try again
         failures = 0
-        won = False
+        done = False  # took the lease, or left the queue with the server's answer
         plain = tried  # the caller's plain SET NX: its "busy" may be our own lease
         try:
             if mode == QUEUE:
-                registration = yield Listen(claim.token, claim.ttl_ms / 1000, deadline - clock())
+                registration = yield Listen(claim.token, deadline - clock())
                 if registration is None:
                     polling, mode = True, TRY
             while True:
@@ -505,13 +503,11 @@ class SingleNode:
                     yield claim.release_step()  # too few copies: this attempt failed
                     acquired, lease_ms, unreplicated = False, -2, int(acked or 0)
                 if acquired:
-                    won = True
+                    done = True
                     fence = reply[2] if type(reply) is list and len(reply) > 2 else None
                     return Granted(None if fence is None else int(fence), sent_at)
                 if not polling and registration is None:
-                    registration = yield Listen(
-                        claim.token, claim.ttl_ms / 1000, deadline - clock()
-                    )
+                    registration = yield Listen(claim.token, deadline - clock())
                     if registration is None:
                         polling, mode = True, TRY
                     elif mode == TRY:
@@ -525,6 +521,7 @@ class SingleNode:
                         # reply was lost is answered "busy" by our own lease, which would
                         # otherwise keep the lock for its whole ttl (found by the simulator).
                         yield claim.release_step(leaving=True)
+                    done = True
                     return NotGranted(unreplicated)
                 # A holder that crashed sends no release: wake when its lease must have ended.
                 bound = (
@@ -539,16 +536,16 @@ class SingleNode:
                     # Woken up holding it, for our own ttl. Measured from our last attempt,
                     # which the grant must have followed: as early as the lease could have
                     # begun, like any acquire's.
-                    won = True
+                    done = True
                     return Granted(None, sent_at)
                 # Ask the server: confirm a hand-off, or find one whose grant was lost, or
                 # queue on (keeping our place).
                 mode = AGAIN
         finally:
             if registration is not None:
-                # A late copy of a grant for a lease we hold is ignored; one for a waiter
-                # that left without it is given back (see _waiting).
-                registration.close(won)
+                # Cut short (an exception, an interrupt) before the queue entry could be
+                # taken out: a grant for it is given back by the subscriber (see _waiting).
+                registration.close(not done)
 
     def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> Call | None:
         """The lean path: a first attempt for the caller to send itself (no generator, no

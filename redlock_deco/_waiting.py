@@ -7,16 +7,19 @@ those grants and wakes the waiter they name: a thread through an event, a task t
 event. 1,000 waiters cost one connection for waiting, not 1,000 (the BLPOP design before this
 held a pooled connection per waiter, and releases then starved for connections).
 
-- A waiter registers *before* the attempt that may queue it, so every grant finds its
-  waiter registered in this process (on one of its subscribers: several targets, or event
-  loops, may share a server and so hear each other's grants; :class:`Registry` is the
-  process's view of them all). A grant that finds nobody is one nobody waits for any more
-  (a waiter interrupted, or gone without leaving the queue): it is given back at once, by a
-  release of that token, which passes it on (it compares tokens: nothing is lost or
+- A waiter registers *before* the attempt that may queue it, so a grant always finds its
+  waiter registered while it waits (on one of the process's subscribers: several targets,
+  or event loops, may share a server and so hear each other's grants; :class:`Registry` is
+  the process's view of them all).
+- A waiter cut short (an exception or interrupt before it could leave the queue) leaves an
+  entry that a release may serve later: a grant for such a token is given back at once, by
+  a release of that token, which passes it on (it compares tokens: nothing is lost or
   released twice). Left alone it would keep the lock for the waiter's whole ttl.
-- A late copy of a grant for a lease this process took (delivered after its waiter stopped
-  waiting: it asked the server itself, or read the grant while a copy was in flight) is
-  ignored for as long as that lease can still be held without renewing.
+- Every other grant nobody waits for is ignored: a late or duplicate copy of one a waiter
+  already took (it asked the server itself meanwhile), or one read late from a subscription
+  nobody read for a while (a sync subscription is read only while some thread waits). Giving
+  those back would release a lease its holder still holds and renews (found in review: a
+  grant read seconds later released a live lease, and a second holder got in).
 - A lost grant (the subscriber reconnected) costs latency, never correctness: every wait is
   bounded (``protocol.RECHECK``), after which the waiter asks the server itself.
 - The subscription is opened by the first waiter, so an uncontended process holds no extra
@@ -52,10 +55,10 @@ SUBSCRIBE_POLL = 0.05
 READ_TIMEOUT = 1.0
 # After a failed read (connection trouble), subscribe again after this long.
 RETRY_DELAY = 0.1
-# A token whose waiter left holding its lease is remembered this long past the lease's ttl
-# (a late copy of its grant is ignored meanwhile), and at most this many of them.
-HELD_SLACK = 5.0
-HELD_MAX = 100_000
+# A token whose waiter was cut short is remembered this long (its entry may be served
+# while others keep the queue alive), and at most this many of them.
+CUT_KEEP = 3600.0
+CUT_MAX = 10_000
 
 
 def channel() -> str:
@@ -73,22 +76,22 @@ def _text(data: Any) -> str:
 
 
 class Registry:
-    """The grants this process expects: tokens whose waiter waits now (on any subscriber of
-    the process), and tokens whose waiter left holding the lease (a late copy of its grant
-    must not be given back). One per process, shared by every target and event loop."""
+    """The grants of this process: tokens whose waiter waits now (on any subscriber of the
+    process), and tokens whose waiter was cut short before it could leave the queue (a grant
+    for one is given back). One per process, shared by every target and event loop."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.waiting: dict[str, int] = {}  # token -> registrations (normally 1)
-        self.held: OrderedDict[str, float] = OrderedDict()  # token -> remembered until
+        self.cut: OrderedDict[str, float] = OrderedDict()  # token -> remembered until
 
     def add(self, token: str) -> None:
         with self._lock:
             self.waiting[token] = self.waiting.get(token, 0) + 1
 
-    def remove(self, token: str, held_for: float | None) -> None:
-        """``token``'s waiter stopped waiting; ``held_for``: it holds the lease, whose ttl
-        is that many seconds (None: it left without it)."""
+    def remove(self, token: str, cut_short: bool) -> None:
+        """``token``'s waiter stopped waiting; ``cut_short``: before it could leave the
+        queue (it neither took the lease nor had an answer to its leaving release)."""
         now = time.monotonic()
         with self._lock:
             left = self.waiting.get(token, 0) - 1
@@ -96,20 +99,18 @@ class Registry:
                 self.waiting[token] = left
             else:
                 self.waiting.pop(token, None)
-            held = self.held
-            while held and (len(held) >= HELD_MAX or next(iter(held.values())) < now):
-                held.popitem(last=False)
-            if held_for is not None:
-                held[token] = now + held_for + HELD_SLACK
-                held.move_to_end(token)
+            cut = self.cut
+            while cut and (len(cut) >= CUT_MAX or next(iter(cut.values())) < now):
+                cut.popitem(last=False)
+            if cut_short:
+                cut[token] = now + CUT_KEEP
 
-    def expected(self, token: str) -> bool:
-        """Does anyone in this process wait for, or hold, ``token``'s grant?"""
+    def give_back(self, token: str) -> bool:
+        """Should a grant for ``token`` that finds no waiter be given back (once)?"""
         with self._lock:
             if token in self.waiting:
-                return True
-            until = self.held.get(token)
-            return until is not None and until >= time.monotonic()
+                return False
+            return self.cut.pop(token, None) is not None
 
 
 registry = Registry()
@@ -130,22 +131,22 @@ class Board:
         self.waiting[token] = waiter
         registry.add(token)
 
-    def forget(self, token: str, waiter: Any, held_for: float | None) -> None:
+    def forget(self, token: str, waiter: Any, cut_short: bool) -> None:
         if self.waiting.get(token) is waiter:
             del self.waiting[token]
-            registry.remove(token, held_for)
+            registry.remove(token, cut_short)
 
     def deliver(self, message: str) -> tuple[Any, Step | None]:
-        """The waiter a grant message names, or (None, the release that gives the grant
-        back) when nobody in this process waits for it or holds it (None, None: another
-        subscriber of ours has its waiter, or it is a copy of one we took)."""
+        """The waiter a grant message names; or (None, the release that gives the grant
+        back) for a waiter that was cut short; else (None, None): another subscriber of ours
+        has its waiter, or it is a late copy of a grant already taken."""
         token, _, _ = message.partition(" ")
         waiter = self.waiting.get(token)
         if waiter is not None:
             return waiter, None
-        if registry.expected(token):
-            return None, None
-        return None, give_back_step(message, self.counted)
+        if registry.give_back(token):
+            return None, give_back_step(message, self.counted)
+        return None, None
 
 
 # -- sync --------------------------------------------------------------------------------
@@ -160,13 +161,12 @@ class Board:
 class Handoff:
     """One thread's registration: woken when a release hands it the lease."""
 
-    __slots__ = ("_event", "_owner", "at", "inside", "token", "ttl")
+    __slots__ = ("_event", "_owner", "at", "inside", "token")
 
-    def __init__(self, owner: SyncWaiting, token: str, ttl: float) -> None:
+    def __init__(self, owner: SyncWaiting, token: str) -> None:
         self._owner = owner
         self._event = threading.Event()
         self.token = token
-        self.ttl = ttl
         self.at: float | None = None  # when its grant arrived
         self.inside = False  # in wait() now, without its grant: it can take over reading
 
@@ -189,10 +189,10 @@ class Handoff:
             self._event.clear()
         return at
 
-    def close(self, held: bool = False) -> None:
-        """Stop waiting; ``held``: with the lease (a late copy of its grant is then ignored;
-        otherwise it is given back)."""
-        self._owner.forget(self, held)
+    def close(self, cut_short: bool = False) -> None:
+        """Stop waiting; ``cut_short``: before the queue entry could be taken out (a grant
+        for it is then given back)."""
+        self._owner.forget(self, cut_short)
 
 
 class SyncWaiting:
@@ -221,10 +221,10 @@ class SyncWaiting:
     def _subscribed(self) -> bool:
         return self._subscribed_event.is_set()
 
-    def listen(self, token: str, ttl: float, timeout: float = START_TIMEOUT) -> Handoff | None:
+    def listen(self, token: str, timeout: float = START_TIMEOUT) -> Handoff | None:
         """Register ``token``'s waiter (subscribing first if needed, for at most ``timeout``
         seconds and START_TIMEOUT); None if it cannot."""
-        handoff = Handoff(self, token, ttl)
+        handoff = Handoff(self, token)
         with self._lock:
             self._board.add(token, handoff)
         deadline = time.monotonic() + min(timeout, START_TIMEOUT)
@@ -244,9 +244,9 @@ class SyncWaiting:
                 self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
         return handoff
 
-    def forget(self, handoff: Handoff, held: bool) -> None:
+    def forget(self, handoff: Handoff, cut_short: bool) -> None:
         with self._lock:
-            self._board.forget(handoff.token, handoff, handoff.ttl if held else None)
+            self._board.forget(handoff.token, handoff, cut_short)
 
     def wait(self, handoff: Handoff, timeout: float) -> float | None:
         deadline = time.monotonic() + timeout
@@ -338,13 +338,12 @@ def _closed(pubsub: Any) -> None:
 class AsyncHandoff:
     """One task's registration: woken when a release hands it the lease."""
 
-    __slots__ = ("_event", "_owner", "at", "token", "ttl")
+    __slots__ = ("_event", "_owner", "at", "token")
 
-    def __init__(self, owner: AsyncWaiting, token: str, ttl: float) -> None:
+    def __init__(self, owner: AsyncWaiting, token: str) -> None:
         self._owner = owner
         self._event = asyncio.Event()
         self.token = token
-        self.ttl = ttl
         self.at = 0.0
 
     def granted(self, at: float) -> None:
@@ -360,8 +359,8 @@ class AsyncHandoff:
         self._event.clear()
         return self.at
 
-    def close(self, held: bool = False) -> None:
-        self._owner._board.forget(self.token, self, self.ttl if held else None)
+    def close(self, cut_short: bool = False) -> None:
+        self._owner._board.forget(self.token, self, cut_short)
 
 
 class AsyncWaiting:
@@ -380,12 +379,10 @@ class AsyncWaiting:
     def listening(self) -> bool:
         return self._ready.is_set()
 
-    async def listen(
-        self, token: str, ttl: float, timeout: float = START_TIMEOUT
-    ) -> AsyncHandoff | None:
+    async def listen(self, token: str, timeout: float = START_TIMEOUT) -> AsyncHandoff | None:
         from . import _process as process  # process imports the drivers, which import this module
 
-        handoff = AsyncHandoff(self, token, ttl)
+        handoff = AsyncHandoff(self, token)
         self._board.add(token, handoff)
         if self._task is None:
             self._task = process.background(self._run(), "redlock-deco-waiting")

@@ -39,10 +39,10 @@ class Registration:
     closes it when the acquire ends."""
 
     closed = False
-    held: bool | None = None
+    cut_short: bool | None = None
 
-    def close(self, held: bool = False) -> None:
-        self.closed, self.held = True, held
+    def close(self, cut_short: bool = False) -> None:
+        self.closed, self.cut_short = True, cut_short
 
 
 def claim(confirm: bool = False, ttl_ms: int = 30_000, fencing: bool = False) -> Claim:
@@ -119,9 +119,9 @@ def test_acquire_first_try_while_listening_queues_at_once() -> None:
     algorithm = protocol.SINGLE.acquire(claim(), 10, True, clock)
     steps, result = drive(algorithm, [registration, [1, 30000]], clock)
     assert result == protocol.Granted()
-    assert steps == [Listen("tok", 30.0, 10), claim().acquire_step(QUEUE)]
+    assert steps == [Listen("tok", 10), claim().acquire_step(QUEUE)]
     assert steps[1].args == ("tok", 30000, QUEUE, QUEUE_WINDOW_MS, HANDOFF_MS, 1, 1)
-    assert registration.closed and registration.held  # a late copy of its grant is ignored
+    assert registration.closed and not registration.cut_short  # a late grant copy: ignored
 
 
 @pytest.mark.parametrize("fencing", [False, True])
@@ -151,7 +151,7 @@ def test_a_waiter_starts_listening_before_it_queues() -> None:
     steps, result = drive(protocol.SINGLE.acquire(claim(), 5.0, False, clock), replies, clock)
     assert result == protocol.Granted()
     assert [type(s) for s in steps] == [Eval, Listen, Eval, Wait, Eval]
-    assert steps[1] == Listen("tok", 30.0, 5.0) and modes(steps) == [TRY, QUEUE, AGAIN]
+    assert steps[1] == Listen("tok", 5.0) and modes(steps) == [TRY, QUEUE, AGAIN]
     assert steps[3].registration is registration and registration.closed
 
 
@@ -170,7 +170,7 @@ def test_wait_is_bounded_by_lease_left_deadline_and_recheck() -> None:
     # Each check after the first keeps the waiter's place (AGAIN); giving up leaves the queue.
     assert modes(steps) == [QUEUE] + [AGAIN] * 6
     assert steps[-1] == claim().release_step(leaving=True)
-    assert registration.closed and not registration.held  # a grant now is given back
+    assert registration.closed and not registration.cut_short  # it left the queue itself
 
 
 def test_a_wake_up_at_the_deadline_still_gets_its_attempt() -> None:
@@ -287,3 +287,17 @@ def test_a_waiter_giving_up_after_a_plain_set_releases_what_a_retry_may_have_tak
     steps, result = drive(algorithm, [None, 1], clock, {Listen: 0.06})
     assert result == protocol.NotGranted()
     assert steps[-1] == claim().release_step(leaving=True)
+
+
+def test_a_waiter_cut_short_says_so_and_one_that_left_or_took_it_does_not() -> None:
+    """The subscriber gives back a grant only for a waiter cut short before it could leave
+    the queue: anything else nobody waits for is a late copy of a grant already taken."""
+    clock = Clock()
+    registration = Registration()
+    algorithm = protocol.SINGLE.acquire(claim(), 5.0, True, clock)
+    assert next(algorithm) == Listen("tok", 5.0)
+    assert algorithm.send(registration) == claim().acquire_step(QUEUE)
+    assert isinstance(algorithm.send([0, 20_000]), Wait)
+    with pytest.raises(KeyboardInterrupt):
+        algorithm.throw(KeyboardInterrupt)
+    assert registration.closed and registration.cut_short

@@ -327,14 +327,14 @@ def test_no_waiter_is_stranded_when_the_server_restarts_mid_wait(own_server: Red
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
-def test_a_grant_nobody_waits_for_any_more_is_given_back_at_once(
+def test_a_grant_for_a_waiter_cut_short_is_given_back_at_once(
     r: redis.Redis, server: RedisServer, flavour: str
 ) -> None:
-    """A queue entry of this process whose waiter is gone without leaving the queue (say,
-    interrupted where its clean-up could not run): its grant reaches the subscriber, which
-    finds nobody registered for it and gives it back at once, instead of the lock staying
-    with nobody for the waiter's whole ttl (30 s here)."""
+    """A waiter cut short (an interrupt before it could leave the queue) leaves its entry:
+    its grant reaches the subscriber, which finds it cut short and gives it back at once,
+    instead of the lock staying with nobody for the waiter's whole ttl (30 s here)."""
     from redlock_deco import _protocol as protocol
+    from redlock_deco import _providers as providers
     from redlock_deco import _tokens as tokens
     from redlock_deco import asyncio as aio
 
@@ -345,7 +345,6 @@ def test_a_grant_nobody_waits_for_any_more_is_given_back_at_once(
     busy = Lock("busy", ttl=10)
     busy.acquire()  # someone of ours waits for "busy" meanwhile: the subscription is read
     done = threading.Event()
-    freed: list[float] = []
 
     def wait_on_busy() -> None:
         if flavour == "sync":
@@ -364,19 +363,71 @@ def test_a_grant_nobody_waits_for_any_more_is_given_back_at_once(
     waiter.start()
     try:
         until(lambda: r.llen("{lock:busy}:queue") == 1)
+        # The ghost registered, queued, and was cut short before it could leave the queue.
+        waiting = providers.sync_target("default").waiting
+        assert waiting is not None
+        registration = waiting.listen(ghost.token)
+        assert registration is not None
         step = ghost.acquire_step(protocol.QUEUE)
         assert r.eval(step.script.source, len(step.keys), *step.keys, *step.args)[0] == 0
+        registration.close(cut_short=True)
         assert r.lrange("{lock:orphan}:queue", 0, -1) == [ghost.entry.encode()]
         released = time.monotonic()
         holder.release()  # granted to the ghost, whose process listens...
         until(lambda: r.exists("lock:orphan") == 0, within=5)  # ...and gave it back
-        freed.append(time.monotonic() - released)
-        assert freed[0] < 1.0
+        assert time.monotonic() - released < 1.0
     finally:
         busy.release()
         waiter.join(20)
     assert done.is_set()
     until(lambda: r.dbsize() == 0)
+
+
+def test_a_late_copy_of_a_grant_never_releases_a_lease_still_held(
+    r: redis.Redis, server: RedisServer
+) -> None:
+    """Found in review: sync and asyncio code on one provider. The sync subscription, opened
+    once and read only while a sync thread waits, buffers the grant an asyncio task was
+    handed; seconds later a sync thread waits for another lock, reads that copy, and must not
+    give back the task's live, renewed lease (a second holder got in)."""
+    from redlock_deco import asyncio as aio
+
+    register_provider("other", server.url)  # another process's stand-in
+    r.set("lock:warm", "someone", px=300)
+    warm = Lock("warm", wait=3)
+    assert warm.acquire()  # the sync subscription is open now, then unread
+    warm.release()
+    holder = Lock("x", provider="other", ttl=30)
+    holder.acquire()
+    inside, leave = threading.Event(), threading.Event()
+    tokens: list[str] = []
+
+    async def task() -> None:
+        lock = aio.Lock("x", ttl=1, wait=10)
+        async with lock:
+            assert lock.lease is not None
+            tokens.append(lock.lease.token)
+            inside.set()
+            while not leave.is_set():
+                await asyncio.sleep(0.05)
+
+    thread = threading.Thread(target=lambda: asyncio.run(task()))
+    thread.start()
+    try:
+        until(lambda: r.llen("{lock:x}:queue") == 1)
+        holder.release()  # granted to the task (its copy also waits in the sync subscription)
+        assert inside.wait(5)
+        time.sleep(6.5)  # past the task's ttl and the 5 s the old code remembered it for
+        r.set("lock:y", "someone", px=300)
+        other = Lock("y", wait=5)
+        assert other.acquire()  # a sync thread waits: it reads the old copy
+        other.release()
+        time.sleep(0.2)
+        assert r.get("lock:x") == tokens[0].encode()  # still the task's
+        assert Lock("x", provider="other", wait=0).acquire() is False
+    finally:
+        leave.set()
+        thread.join(10)
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])

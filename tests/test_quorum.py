@@ -223,3 +223,42 @@ def test_a_master_paused_past_the_round_keeps_no_lease_of_a_finished_call(
     while a.keys("lock:job:*") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert a.keys("lock:job:*") == []
+
+
+def test_more_calls_than_a_paused_master_may_owe_leave_no_lease_on_it(
+    masters: list[RedisServer],
+) -> None:
+    """Found in review: asyncio, one master paused while 40 tasks each take and release a
+    lock (more than MAX_OWED commands owed). Refusing the releases past MAX_OWED left the
+    acquires queued before them as orphan leases when the master came back; only new acquire
+    attempts are refused."""
+    import asyncio
+
+    from redlock_deco._fanout import MAX_OWED
+    from redlock_deco.asyncio import Lock as AsyncLock
+
+    calls = MAX_OWED + 8
+
+    async def main() -> int:
+        done = 0
+
+        async def one(n: int) -> None:
+            nonlocal done
+            async with AsyncLock(f"many:{n}", provider="q", ttl=30, wait=5):
+                pass
+            done += 1
+
+        masters[2].pause()
+        try:
+            await asyncio.gather(*(one(n) for n in range(calls)))
+        finally:
+            masters[2].resume()
+        await asyncio.sleep(1.0)  # the resumed master runs what it had received
+        return done
+
+    assert asyncio.run(main()) == calls
+    paused = masters[2].client()
+    deadline = time.monotonic() + 5
+    while paused.keys("lock:many:*") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert paused.keys("lock:many:*") == []

@@ -231,3 +231,28 @@ def test_a_retried_attempt_that_finds_the_lock_free_leaves_the_queue(
     time.sleep(0.15)  # the holder's lease ends
     assert acquire(r, waiter, QUEUE) == [1, 5000]  # the retried copy
     assert r.keys("*") == [b"lock:s"]
+
+
+def test_newcomers_never_pass_a_semaphore_waiter_held_back_by_its_own_limit(
+    r: redis.Redis, listener: Callable[..., list[str]]
+) -> None:
+    """Found in review: a waiter with limit 1 queued while two limit-3 callers hold; limit-3
+    newcomers took every slot that came free before it (57 in 8 s) and it starved. In order:
+    nobody passes it; it is admitted once nobody holds. A head whose process is gone does not
+    hold the line."""
+    a, b, w, n = (token(p, p) for p in ("pa", "pb", "pw", "pn"))
+    listener("pw", "pn")
+    assert sem_acquire(r, a, TRY, limit=3)[0] == 1 and sem_acquire(r, b, TRY, limit=3)[0] == 1
+    assert sem_acquire(r, w, QUEUE, limit=1)[0] == 0
+    assert sem_acquire(r, n, QUEUE, limit=3)[0] == 0  # a free slot, but w waits ahead of it
+    assert r.lrange("{sem:s}:queue", 0, -1) == [entry(w, limit=1), entry(n, limit=3)]
+    assert sem_release(r, a, limit=3) == 1  # one holder left: w still held back
+    assert r.zscore("sem:s", w) is None and r.zscore("sem:s", n) is None
+    assert sem_release(r, b, limit=3) == 1  # nobody holds: w first, then n within its limit
+    assert set(r.zrange("sem:s", 0, -1)) == {w.encode(), n.encode()}
+    assert sem_release(r, w, limit=1) == 1 and sem_release(r, n, limit=3) == 1
+    # A waiter whose process is gone (nobody listens on its channel) never holds the line.
+    dead = token("gone", "d")
+    assert sem_acquire(r, a, TRY, limit=3)[0] == 1
+    assert sem_acquire(r, dead, QUEUE, limit=1)[0] == 0
+    assert sem_acquire(r, n, QUEUE, limit=3) == [1, 5000]

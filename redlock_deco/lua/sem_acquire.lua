@@ -15,17 +15,24 @@ local ttl = tonumber(ARGV[2])
 local mode = ARGV[3]
 local limit = tonumber(ARGV[7])
 local now = now_ms()
--- Holders whose lease has ended (crashed, or never renewed) give their slot back here; the
--- queue is served first, in order.
 local queued = entry(ARGV[1], ARGV[2], ARGV[7])
-local swept = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if swept > 0 then
-  sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[5], ARGV[7], ARGV[6])
-end
+-- Holders whose lease has ended (crashed, or never renewed) give their slot back here, and
+-- a free slot goes to the queue first, in order.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local count = redis.call('ZCARD', KEYS[1])
--- Or listed already, in any mode: handed to us, or a client retry re-sent an attempt that
--- had landed (a retried first attempt must not queue behind its own slot).
-if count < limit or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+if count < limit then
+  sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[5], ARGV[7], ARGV[6])
+  count = redis.call('ZCARD', KEYS[1])
+end
+-- Listed already, in any mode: handed to us, or a client retry re-sent an attempt that had
+-- landed (a retried first attempt must not queue behind its own slot). Otherwise a slot is
+-- ours only behind nobody: a waiter the serve left queued is held back by its own, smaller
+-- limit (callers that disagree on limit), and admitting whoever comes after it would
+-- starve it (found in review). On a cluster, where PUBLISH counts prove nothing and a dead
+-- waiter could hold the line forever, a free slot goes to whoever asks, as before.
+local listed = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local behind = ARGV[6] == '1' and redis.call('EXISTS', KEYS[2]) == 1
+if listed or (count < limit and not behind) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   local lives = 0  -- a zset that was empty is new: no expiry yet
   if count > 0 then

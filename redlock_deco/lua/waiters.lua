@@ -168,18 +168,22 @@ local function sem_serve(holders, queue, limits, now, handoff, limit, counted)
     end
     local token, ttl, own_limit = terms(head, handoff, limit)
     if redis.call('ZCARD', holders) >= own_limit then
-      break
-    end
-    redis.call('LPOP', queue)
-    if told(token, counted, 'S', holders) then
-      redis.call('ZADD', holders, now + ttl, token)
-      local lives = redis.call('PTTL', holders)
-      if lives < ttl then
-        -- The zset lives exactly as long as its longest lease: no key outlives its holders.
-        redis.call('PEXPIRE', holders, ttl)
-        lives = ttl
+      if listens(token, counted) then
+        break  -- held back by its own limit, and everyone behind it with it
       end
-      redis.call('SET', limits, own_limit, 'PX', lives)
+      redis.call('LPOP', queue)  -- its process is gone: it must not hold the line
+    else
+      redis.call('LPOP', queue)
+      if told(token, counted, 'S', holders) then
+        redis.call('ZADD', holders, now + ttl, token)
+        local lives = redis.call('PTTL', holders)
+        if lives < ttl then
+          -- The zset lives exactly as long as its longest lease: no key outlives its holders.
+          redis.call('PEXPIRE', holders, ttl)
+          lives = ttl
+        end
+        redis.call('SET', limits, own_limit, 'PX', lives)
+      end
     end
   end
 end
