@@ -102,6 +102,9 @@ class Hold:
     lease: lifecycle.Lease
     name: str
     pending_loss: int | None = None  # when its lease was seen gone from the server
+    # What the last check saw, and until when its verdict stands if nothing changes.
+    seen: tuple[Any, ...] = ()
+    until: int = 0
 
 
 @dataclass(frozen=True)
@@ -564,10 +567,14 @@ class Invariants:
         lease = hold.lease
         if lease.state is not lifecycle.State.HELD or hold.actor.dead:
             return
+        now = self.world.now
+        seen = (self.store.version, lease.recorded_at, self.last_disturbance)
+        if seen == hold.seen and now < hold.until:
+            return  # nothing it depends on changed, and no deadline passed
+        hold.seen = seen
         name = self.names[hold.name]
         token = lease.token
         held = token in self.holders(name)
-        now = self.world.now
         disturbed = self.last_disturbance is not None and self.last_disturbance >= round(
             lease.recorded_at * US
         )
@@ -580,6 +587,7 @@ class Invariants:
                     f"(a stale grant): it never learns it lost the lease",
                 )
             end = self.server_end(name, token)
+            hold.until = end - 1
             if not disturbed and round(lease.expires_at * US) > end + BELIEF_SLACK_US:
                 self.fail(
                     "exclusion",
@@ -600,6 +608,7 @@ class Invariants:
                     "has happened",
                 )
         valid = now + BELIEF_SLACK_US < round(lease.expires_at * US)
+        hold.until = round(lease.expires_at * US) - BELIEF_SLACK_US if valid else 2**62
         if valid and not disturbed:
             others = ", ".join(self.label(t) for t in self.holders(name)) or "nobody"
             self.fail(
