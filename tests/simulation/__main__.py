@@ -46,18 +46,13 @@ def coverage_report(coverage: Counter[str]) -> str:
     return "\n".join(lines)
 
 
-def _chunk(args: tuple[int, int, Options]) -> runner.Summary:
-    start, count, options = args
-    return runner.run_many(range(start, start + count), options, stop_after=1)
-
-
 def run_parallel(start: int, count: int, jobs: int, options: Options) -> runner.Summary:
     total = runner.Summary()
     began = time.perf_counter()
     chunk = 2000
     work = [(s, min(chunk, start + count - s), options) for s in range(start, start + count, chunk)]
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        for part in pool.imap(_chunk, work):
+        for part in pool.imap(runner.run_chunk, work):
             total.seeds += part.seeds
             total.events += part.events
             total.coverage.update(part.coverage)

@@ -90,6 +90,12 @@ def run_many(
     return summary
 
 
+def run_chunk(args: tuple[int, int, Options]) -> Summary:
+    """``run_many`` over ``count`` seeds from ``start`` (a worker process's share)."""
+    start, count, options = args
+    return run_many(range(start, start + count), options, stop_after=1)
+
+
 def same_failure(result: Result, check: str) -> bool:
     return result.violation is not None and result.violation.check == check
 
