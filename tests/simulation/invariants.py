@@ -31,7 +31,8 @@ Checks (names as ``--skip`` takes them):
 - ``ghost``: nobody is handed a name after it stopped waiting for it (unless one of its
   commands met a fault), and a grant that reaches a process where nobody waits for it is
   given back at once.
-- ``order``: a reader never comes in past a writer queued before it whose process listens.
+- ``order``: a reader never comes in past a writer queued before it whose process listens;
+  nobody takes a semaphore slot past a waiter queued before it whose process listens.
 - ``leftover``: an acquire that returned without the lease (its wait ran out) holds nothing.
 - ``leak``: at the end (after the longest ttl), no key is left but fencing counters, and no
   lease is still renewed.
@@ -510,6 +511,17 @@ class Invariants:
                         "order",
                         f"reader {self.label(new)} comes in ({what}) past "
                         f"{self.label(ahead[0])}, a writer queued before it and listening",
+                    )
+        if name.family == "semaphore":
+            for new in set(now) - set(was):
+                before = queue[: queue.index(new)] if new in queue else queue
+                # Passed over: queued before it, listening, not served with it, not leaving.
+                ahead = [t for t in before if t not in now and t != token and self.listening(t)]
+                if ahead:
+                    self.fail(
+                        "order",
+                        f"{self.label(new)} takes a slot of {name.key} ({what}) past "
+                        f"{self.label(ahead[0])}, queued before it and listening",
                     )
 
     def check_queue(self, name: Name) -> None:
