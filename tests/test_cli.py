@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redlock_deco import Lock, LockNotOwned, Semaphore, register_provider
+from redlock_deco import Lock, LockError, LockNotOwned, Semaphore, register_provider
 from redlock_deco._cli import _watch_arguments
 from redlock_deco._waiting import channel
 from redlock_deco.testing import LocalCluster, RedisServer, find_redis_server, free_port
@@ -298,6 +298,8 @@ def test_control_characters_in_key_names_are_escaped(server: RedisServer, r: red
     assert "\x1b" not in "".join(watched) and f"lock:ticket:{SHOWN}" in watched[2]
     done = cli("release", f"lock:ticket:{HOSTILE}", "--url", server.url, "--yes")
     assert done.returncode == 0 and "\x1b" not in done.stdout
+    with pytest.raises(LockError):  # removed by the operator: its holder hears it is gone
+        hostile.release()
     assert done.stdout.startswith(f"lock:ticket:{SHOWN}: removed lock held by {ME}")
     assert r.dbsize() == 0
 

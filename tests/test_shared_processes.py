@@ -184,7 +184,8 @@ def wait_queue(r: Any, key: str, length: int, timeout: float = 30) -> list[str]:
     while r.llen(key) < length:
         assert time.monotonic() < deadline, r.lrange(key, 0, -1)
         time.sleep(0.01)
-    return [t.decode() for t in r.lrange(key, 0, -1)]
+    # A queue entry is the waiter's token and its terms ("token|ttl|limit"): the tokens.
+    return [t.decode().split("|")[0] for t in r.lrange(key, 0, -1)]
 
 
 def test_queued_readers_are_admitted_together_before_the_next_writer(
