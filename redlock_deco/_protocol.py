@@ -401,7 +401,10 @@ def backoff(failures: int, rand: Callable[[], float]) -> float:
 
 
 def _fresh(claim: Claim, age: float) -> bool:
-    """Can a grant that arrived ``age`` seconds after our last attempt be used as is?
+    """Can a grant be used as is, ``age`` seconds after our last attempt was sent (measured
+    when it is used, not when it was read: a grant read by another thread while this one sat
+    in a slow attempt -- a socket timeout, then the client's retry -- may be taken only much
+    later, long after its lease ended and passed on; found by the simulator, seed 24009)?
 
     Not when the claim must confirm at once (:attr:`Claim.confirm`), nor when so much of the
     lease may have passed that the renewer could not take it on in time: a waiter whose
@@ -532,7 +535,7 @@ class SingleNode:
                     yield Sleep(min(bound, backoff(failures, rand)))
                     continue
                 handed_at = yield Wait(registration, max(MIN_WAIT, min(bound, RECHECK)))
-                if handed_at is not None and mode == QUEUE and _fresh(claim, handed_at - sent_at):
+                if handed_at is not None and mode == QUEUE and _fresh(claim, clock() - sent_at):
                     # Woken up holding it, for our own ttl. Measured from our last attempt,
                     # which the grant must have followed: as early as the lease could have
                     # begun, like any acquire's.

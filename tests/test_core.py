@@ -301,3 +301,15 @@ def test_a_waiter_cut_short_says_so_and_one_that_left_or_took_it_does_not() -> N
     with pytest.raises(KeyboardInterrupt):
         algorithm.throw(KeyboardInterrupt)
     assert registration.closed and registration.cut_short
+
+
+def test_a_grant_read_early_but_taken_late_is_confirmed_first() -> None:
+    """Its age is measured when it is used: a grant another thread read while this waiter
+    sat in a slow attempt, taken 20 s later, may be a lease long passed on (found by the
+    simulator, seed 24009)."""
+    clock = Clock()
+    replies = [Registration(), [0, 20_000], clock.now + 0.1, [1, 30_000]]
+    algorithm = protocol.SINGLE.acquire(claim(), 60.0, True, clock)
+    steps, result = drive(algorithm, replies, clock, {Wait: 20.0})
+    assert result == protocol.Granted()
+    assert modes(steps) == [QUEUE, AGAIN]  # asked the server before using it
