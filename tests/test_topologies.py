@@ -64,11 +64,8 @@ def test_cluster_waiting_renewal_and_hand_off(cluster_client: redis.RedisCluster
     holder = Lock("handoff", provider="cluster", ttl=10)
     holder.acquire()
     got: list[float] = []
-    waiter = threading.Thread(
-        target=lambda: got.append(
-            Lock("handoff", provider="cluster", wait=5).acquire() and time.perf_counter()
-        )
-    )
+    second = Lock("handoff", provider="cluster", wait=5)  # kept: it holds once handed over
+    waiter = threading.Thread(target=lambda: got.append(second.acquire() and time.perf_counter()))
     waiter.start()
     while not cluster_client.exists("{lock:handoff}:queue"):
         time.sleep(0.002)
@@ -76,6 +73,7 @@ def test_cluster_waiting_renewal_and_hand_off(cluster_client: redis.RedisCluster
     holder.release()
     waiter.join(10)
     assert got and got[0] - released < 0.05
+    second.release()
 
 
 def test_async_cluster_client(cluster: LocalCluster) -> None:
