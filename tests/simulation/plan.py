@@ -167,6 +167,8 @@ def generate(seed: int) -> Plan:
                 kind = LOCK
             ttl = rng.choice(TTLS)
             hold = rng.choice((0.0, rng.uniform(0, ttl), rng.uniform(0, 2.5 * ttl)))
+            if ttl >= 1.0 and rng.random() < 0.15:
+                hold = rng.uniform(ttl + 4.0, ttl + 8.0)  # long, renewed many times
             sessions.append(
                 Session(
                     name=name,
