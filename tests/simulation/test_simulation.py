@@ -23,7 +23,7 @@ FAST_SEEDS = 1500
 LONG_SEEDS = int(os.environ.get("REDLOCK_DECO_SIMULATION_SEEDS", "20000"))
 LONG_PARTS = 4
 # Mutants per CI run (all of them with REDLOCK_DECO_MUTANTS=all), rotating by the day.
-MUTANT_SAMPLE = 8
+MUTANT_SAMPLE = 4
 
 # Findings on the code as it is, each a check that fails (see the README): left out of the
 # runs above until fixed, and each kept failing by a test below -- strict, so the fix shows
@@ -202,7 +202,7 @@ def test_every_mutant_names_code_that_exists() -> None:
 
 @pytest.mark.simulation
 def test_a_rotating_sample_of_mutants_is_killed() -> None:
-    chosen = list(mutants.MUTANTS)
+    chosen = [m for m in mutants.MUTANTS if not m.equivalent]
     if os.environ.get("REDLOCK_DECO_MUTANTS") != "all":
         day = datetime.date.today().toordinal()
         start = day * MUTANT_SAMPLE % len(chosen)
