@@ -221,11 +221,17 @@ def test_a_task_cancelled_while_releasing_still_releases_and_stays_cancelled(
 def with_exits(code: CodeType) -> dict[int, int]:
     """Line -> offset of the ``with`` statements in ``code``: a line event of that line
     after that offset is the block's exit (where ``__exit__`` is about to be called)."""
-    return {
-        ins.positions.lineno: ins.offset  # type: ignore[union-attr]  # with positions on 3.11+
-        for ins in dis.get_instructions(code)
-        if ins.opname in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH")
-    }
+    exits: dict[int, int] = {}
+    line = code.co_firstlineno
+    for ins in dis.get_instructions(code):
+        positions = getattr(ins, "positions", None)  # 3.11+; 3.10 says where lines start
+        if positions is not None and positions.lineno is not None:
+            line = positions.lineno
+        elif type(ins.starts_line) is int:
+            line = ins.starts_line
+        if ins.opname in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH"):
+            exits[line] = ins.offset
+    return exits
 
 
 def line_events(call: Callable[[], object], stop_at: int = 0) -> int:
