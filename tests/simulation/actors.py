@@ -87,7 +87,7 @@ class Actor:
     def outcome(self, text: str) -> None:
         self.outcomes.append(text)
         self.world.coverage[f"session: {text}"] += 1
-        self.world.note(f"{self.name}: {text}")
+        self.world.note(lambda: f"{self.name}: {text}")
 
     def run_session(
         self, task: Task, number: int, session: plans.Session
@@ -112,8 +112,8 @@ class Actor:
         world.invariants.register(self, claim, session)
         self.session, self.claim, self.phase = session, claim, "acquiring"
         limit = f" limit={session.limit}" if session.limit > 1 else ""
-        world.note(f"{self.name}: acquire {session.kind} {key} as {label} ttl={session.ttl} "
-                   f"wait={session.wait}{limit}")  # fmt: skip
+        world.note(lambda: f"{self.name}: acquire {session.kind} {key} as {label} "
+                   f"ttl={session.ttl} wait={session.wait}{limit}")  # fmt: skip
 
         # -- guard.enter -------------------------------------------------------------------
         algorithms = target.algorithms
@@ -156,7 +156,7 @@ class Actor:
         world.invariants.acquired(self, lease, type(task.last_step) is protocol.Wait)
         handed = result.lease_ms is not None
         world.coverage["acquired" + (" by a hand-off lease" if handed else "")] += 1
-        world.note(f"{self.name}: holds {label}, believes until {lease.expires_at:.4f}s")
+        world.note(lambda: f"{self.name}: holds {label}, believes until {lease.expires_at:.4f}s")
         if options.auto_renew:
             self.proc.renewer.add(lease)
         if session.hold:

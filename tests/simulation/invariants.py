@@ -610,7 +610,7 @@ class Invariants:
             return
         if hold.pending_loss is None:
             hold.pending_loss = now
-            self.world.note(f"{self.label(token)}'s lease is gone from the server "
+            self.world.note(lambda: f"{self.label(token)}'s lease is gone from the server "
                             f"(its holder has not heard yet)")  # fmt: skip
             session = hold.actor.session
             if self.world.quiet and session is not None and session.auto_renew:

@@ -21,7 +21,7 @@ from .world import Options
 FAST_SEEDS = 1500
 # The CI leg: at least 20,000 schedules, in parts that pytest-xdist runs side by side.
 LONG_SEEDS = int(os.environ.get("REDLOCK_DECO_SIMULATION_SEEDS", "20000"))
-LONG_PARTS = 4
+LONG_PARTS = 8
 # Mutants per CI run (all of them with REDLOCK_DECO_MUTANTS=all), rotating by the day.
 MUTANT_SAMPLE = 4
 
@@ -77,6 +77,7 @@ def test_seeded_schedules() -> None:
 
 
 @pytest.mark.simulation
+@pytest.mark.timeout(900)  # a part takes about a minute; a loaded machine may double that
 @pytest.mark.parametrize("part", range(LONG_PARTS))
 def test_many_seeded_schedules(part: int) -> None:
     size = -(-LONG_SEEDS // LONG_PARTS)
@@ -201,6 +202,7 @@ def test_every_mutant_names_code_that_exists() -> None:
 
 
 @pytest.mark.simulation
+@pytest.mark.timeout(1800)
 def test_a_rotating_sample_of_mutants_is_killed() -> None:
     chosen = [m for m in mutants.MUTANTS if not m.equivalent]
     if os.environ.get("REDLOCK_DECO_MUTANTS") != "all":

@@ -266,7 +266,7 @@ class Waiting:
         if self.flag and not self.server and not self.noticed:
             self.noticed = True
             self.flag = False
-            self.world.note(f"P{self.proc.index} notices its subscription dropped")
+            self.world.note(lambda: f"P{self.proc.index} notices its subscription dropped")
             self.world.after(waiting.RETRY_DELAY, self.subscribe, self.proc)
         while self.inbox:
             self.deliver(self.inbox.popleft())
@@ -283,7 +283,7 @@ class Waiting:
         label = f"sub:P{self.proc.index}:{self.proc.subscriptions}"
         self.proc.subscriptions += 1
         if failed and world.fault(label):
-            world.note(f"P{self.proc.index} fails to subscribe [{label}]")
+            world.note(lambda: f"P{self.proc.index} fails to subscribe [{label}]")
             self.subscribing = False
             world.after(waiting.RETRY_DELAY, self.subscribe, self.proc)
             return
@@ -304,7 +304,7 @@ class Waiting:
                 return
             self.flag = True
             self.noticed = False
-            world.note(f"P{self.proc.index} subscribed")
+            world.note(lambda: f"P{self.proc.index} subscribed")
             listeners, self.listeners = self.listeners, []
             for task, wid, handoff in listeners:
                 world.wake(task, wid, handoff)
@@ -335,13 +335,13 @@ class Waiting:
         token = message.partition(" ")[0]
         if waiter is not None:
             world.coverage["grant: read by its waiter"] += 1
-            world.note(f"grant for {world.label(token)} read by P{self.proc.index}")
+            world.note(lambda: f"grant for {world.label(token)} read by P{self.proc.index}")
             waiter.granted(world.seconds())
         if waiter is None:
             world.invariants.grant_unclaimed(token)
         if give_back is not None:
             world.coverage["grant: nobody waits, given back"] += 1
-            world.note(f"grant for {world.label(token)}: nobody waits, giving it back")
+            world.note(lambda: f"grant for {world.label(token)}: nobody waits, giving it back")
             world.spawn(
                 self.proc,
                 f"giveback{world.next_id()}",
@@ -349,7 +349,9 @@ class Waiting:
             )
         elif waiter is None:
             world.coverage["grant: not for a waiter (kept or ignored)"] += 1
-            world.note(f"grant for {world.label(token)} finds no waiter in P{self.proc.index}")
+            world.note(
+                lambda: f"grant for {world.label(token)} finds no waiter in P{self.proc.index}"
+            )
 
 
 class Renewer:
@@ -411,7 +413,7 @@ class Renewer:
             if planned is None:
                 kind = "dropped"
             world.coverage[f"renewal: {kind}"] += 1
-            world.note(f"renewal of {world.label(job.token)}: {kind}")
+            world.note(lambda: f"renewal of {world.label(job.token)}: {kind}")
         else:
             world.coverage["clean-up attempted"] += 1
 
@@ -519,9 +521,10 @@ class World:
         self.coverage[f"fault: {label.split(':')[0]}"] += 1
         return True
 
-    def note(self, text: str) -> None:
+    def note(self, text: str | Callable[[], str]) -> None:
+        """Trace a line (given as a function: formatted only when tracing)."""
         if self.tracing:
-            self.trace.append((self.now, text))
+            self.trace.append((self.now, text() if callable(text) else text))
 
     def label(self, token: str) -> str:
         return self.labels.get(token, token[-6:])
@@ -626,7 +629,9 @@ class World:
         self.after(SOCKET_TIMEOUT, lambda: self.wake(task, wid, exc=RedisTimeoutError(
             "Timeout reading from socket")), proc)  # fmt: skip
         if fault == "never_ran":
-            self.note(f"{task.name}: {self.describe(args)} never reaches the server [{label}]")
+            self.note(
+                lambda: f"{task.name}: {self.describe(args)} never reaches the server [{label}]"
+            )
             self.after_reply(lambda: self.wake(task, wid, exc=RedisConnectionError(
                 "Connection reset by peer (before sending)")), proc, rng)  # fmt: skip
             return
@@ -638,13 +643,13 @@ class World:
                 # The reset is noticed at once, or later (the connection hangs a while
                 # before it breaks): the client's retry then meets a world that moved on.
                 late = notice if notice < 0.5 else 0.0
-                self.note(f"  its reply is lost [{label}]"
+                self.note(lambda: f"  its reply is lost [{label}]"
                           + (f", noticed {late:.3f}s later" if late else ""))  # fmt: skip
                 self.after(late, lambda: self.after_reply(lambda: self.wake(
                     task, wid, exc=RedisConnectionError("Connection reset by peer")),
                     proc, rng), self.server)  # fmt: skip
             elif fault == "timeout":
-                self.note(f"  its reply never comes [{label}]")
+                self.note(lambda: f"  its reply never comes [{label}]")
             else:
                 self.after_reply(lambda: self.reply(task, wid, reply, epoch, args), proc, rng)
 
@@ -674,7 +679,7 @@ class World:
             self.coverage[f"plain SET NX -> {'OK' if reply else 'busy'}"] += 1
         if self.tracing:
             who = task.name if task is not None else "?"
-            self.note(f"{who}: {self.describe(args)} -> {self.show(reply)}")
+            self.note(lambda: f"{who}: {self.describe(args)} -> {self.show(reply)}")
         self.invariants.after_command(args, script, before, reply, task)
         return reply
 
@@ -689,7 +694,7 @@ class World:
         proc = self.channels.get(channel)
         if proc is None or not proc.waiting.server or proc.dead:
             self.coverage["publish: nobody heard (waiter skipped)"] += 1
-            self.note(f"  PUBLISH {self.label(message.partition(' ')[0])}: nobody listens")
+            self.note(lambda: f"  PUBLISH {self.label(message.partition(' ')[0])}: nobody listens")
             return 0
         self.coverage["publish: heard"] += 1
         rng = proc.rng
@@ -699,20 +704,22 @@ class World:
         draw = rng.random()
         delay = rng.random() * 1.5
         if draw < rates.grant_lost and self.fault(f"{label}:lost"):
-            self.note(f"  grant for {self.label(message.partition(' ')[0])} lost [{label}:lost]")
+            self.note(
+                lambda: f"  grant for {self.label(message.partition(' ')[0])} lost [{label}:lost]"
+            )
             return 1
         copies = [self.latency(rng)]
         if rates.grant_lost <= draw < rates.grant_lost + rates.grant_delayed:
             if self.fault(f"{label}:delayed"):
                 copies = [round(delay * US)]
-                self.note(f"  grant delayed {delay:.3f}s [{label}:delayed]")
+                self.note(lambda: f"  grant delayed {delay:.3f}s [{label}:delayed]")
         elif (
             rates.grant_lost + rates.grant_delayed
             <= draw
             < rates.grant_lost + rates.grant_delayed + rates.grant_duplicated
         ) and self.fault(f"{label}:duplicated"):
             copies.append(round(delay * US))
-            self.note(f"  grant duplicated, copy after {delay:.3f}s [{label}:duplicated]")
+            self.note(lambda: f"  grant duplicated, copy after {delay:.3f}s [{label}:duplicated]")
         epoch = self.epoch
         for lag in copies:
             self.at(self.now + lag, lambda: self._message(proc, message, epoch), proc)
@@ -721,7 +728,7 @@ class World:
     def _message(self, proc: Proc, message: str, epoch: int) -> None:
         if not proc.waiting.server:
             token = message.partition(" ")[0]
-            self.note(f"grant for {self.label(token)} lost with the subscription")
+            self.note(lambda: f"grant for {self.label(token)} lost with the subscription")
             return
         proc.waiting.arrive(message)
 
@@ -747,7 +754,7 @@ class World:
                     raise
             failures += 1
             self.coverage["client retry re-sends a command"] += 1
-            self.note(f"{task.name}: retry re-sends {self.describe(args)}")
+            self.note(lambda: f"{task.name}: retry re-sends {self.describe(args)}")
 
     def execute_step(self, task: Task, step: Any) -> Generator[Any, Any, Any]:
         kind = type(step)
@@ -800,7 +807,7 @@ class World:
         proc = self.procs[fault.proc] if fault.proc < len(self.procs) else None
         if fault.kind == "pause" and proc is not None and not proc.dead:
             proc.paused_until = max(proc.paused_until, self.now + round(fault.seconds * US))
-            self.note(f"FAULT P{proc.index} paused for {fault.seconds:.3f}s [{label}]")
+            self.note(lambda: f"FAULT P{proc.index} paused for {fault.seconds:.3f}s [{label}]")
         elif fault.kind == "holder":
             holders = [a for a in self.actors if a.phase == "holding" and not a.proc.dead]
             if not holders:
@@ -809,7 +816,7 @@ class World:
             assert actor.session is not None
             seconds = fault.seconds * actor.session.ttl
             actor.proc.paused_until = max(actor.proc.paused_until, self.now + round(seconds * US))
-            self.note(f"FAULT P{actor.proc.index} (holding, {actor.name}) paused for "
+            self.note(lambda: f"FAULT P{actor.proc.index} (holding, {actor.name}) paused for "
                       f"{seconds:.3f}s [{label}]")  # fmt: skip
         elif fault.kind == "interrupt":
             waiting = [a for a in self.actors if a.phase == "acquiring" and not a.proc.dead]
@@ -818,25 +825,25 @@ class World:
                 return
             actor = waiting[int(fault.seconds * 1000) % len(waiting)]
             assert actor.task is not None
-            self.note(f"FAULT {actor.name} interrupted (KeyboardInterrupt) while it waits in "
-                      f"'{actor.task.blocked}' [{label}]")  # fmt: skip
+            self.note(lambda: f"FAULT {actor.name} interrupted (KeyboardInterrupt) while it "
+                      f"waits in '{actor.task.blocked}' [{label}]")  # fmt: skip
             actor.task.wake_id = None
             actor.task.blocked = "running"
             self._advance(actor.task, None, KeyboardInterrupt())
         elif fault.kind == "kill" and proc is not None and not proc.dead:
             proc.dead = True
             proc.waiting.server = False
-            self.note(f"FAULT P{proc.index} killed [{label}]")
+            self.note(lambda: f"FAULT P{proc.index} killed [{label}]")
             for actor in self.actors:
                 if actor.proc is proc:
                     actor.killed()
         elif fault.kind == "drop" and proc is not None and not proc.dead:
-            self.note(f"FAULT P{proc.index}'s subscription dropped by the server [{label}]")
+            self.note(lambda: f"FAULT P{proc.index}'s subscription dropped by the server [{label}]")
             proc.waiting.dropped()
         elif fault.kind == "restart":
             self.store.flush()
             self.epoch += 1
-            self.note(f"FAULT server restarted empty [{label}]")
+            self.note(lambda: f"FAULT server restarted empty [{label}]")
             self.invariants.disturbed("restart")
             for p in self.procs:
                 if not p.dead:
@@ -844,10 +851,10 @@ class World:
         elif fault.kind == "stall":
             self.server.paused_until = max(self.server.paused_until,
                                            self.now + round(fault.seconds * US))  # fmt: skip
-            self.note(f"FAULT server stalls for {fault.seconds:.3f}s [{label}]")
+            self.note(lambda: f"FAULT server stalls for {fault.seconds:.3f}s [{label}]")
         elif fault.kind == "jump":
             self.server_offset += round(fault.seconds * US)
-            self.note(f"FAULT server clock jumps {fault.seconds}s forward [{label}]")
+            self.note(lambda: f"FAULT server clock jumps {fault.seconds}s forward [{label}]")
             self.invariants.disturbed("clock jump")
         else:
             return
