@@ -326,6 +326,7 @@ def gone_within(r: redis.Redis, key: str, seconds: float) -> bool:
     return True
 
 
+@pytest.mark.interrupts  # one run per line: the interrupts CI leg, beside test_interrupts.py
 @pytest.mark.parametrize("form", ["decorated", "with"])
 def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
     form: str, r: redis.Redis
