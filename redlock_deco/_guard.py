@@ -93,7 +93,10 @@ def _self_wait(reason: str, name: str, key: str) -> LockError:
 
 def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
     keys = Keys.for_key(key, kind, options.fencing)
-    confirm = options.fencing or options.replicas > 0 or not options.auto_renew
+    # A grant message carries no fencing token and no replica acknowledgements: only the
+    # server's answer to a confirming attempt does. (A grant's lease is the waiter's own
+    # ttl, so a lease nothing renews needs no confirming.)
+    confirm = options.fencing or options.replicas > 0
     counted = getattr(target, "counted", True)
     return Claim(kind, keys, kind.new_token(), options.ttl_ms, options.limit, options.replicas,
                  confirm, counted)  # fmt: skip
@@ -164,7 +167,7 @@ def _new_lease(
     lease = Lease(
         claim, name=name, provider=options.provider, target=target, started=started, io=io,
         alive=alive, fencing_token=granted.fencing_token, max_hold=options.max_hold,
-        on_lost=on_lost, lease_ms=granted.lease_ms, source=options.source,
+        on_lost=on_lost, source=options.source,
     )  # fmt: skip
     if events.listeners:
         events.emit("acquired", name, claim.keys.key, lease.acquired_at - started, lease.source)

@@ -99,7 +99,6 @@ class Lease:
         fencing_token: int | None = None,
         max_hold: float | None = None,
         on_lost: Callable[[Lease], object] | None = None,
-        lease_ms: int | None = None,
         source: Source | None = None,
     ) -> None:
         self.claim: Claim = claim
@@ -126,8 +125,9 @@ class Lease:
         self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms: int = claim.ttl_ms
         self.recorded_at: float = started  # when the request behind the recorded expiry was sent
-        # A hand-off starts shorter than the ttl (``lease_ms``); renewals carry the ttl.
-        lease = held_for(target, claim.ttl_ms if lease_ms is None else lease_ms)
+        # A hand-off grants the waiter its own ttl (queue entries carry it), so every lease
+        # starts as long as the ttl.
+        lease = held_for(target, claim.ttl_ms)
         self.expires_at: float = started + lease
         self.next_renew: float = started + lease * RENEW_FRACTION
 

@@ -143,8 +143,8 @@ QUEUE_WINDOW_MS = 3000
 # The lease a hand-off gives a queue entry without terms (queued by a version before them);
 # every entry of this version carries its waiter's own ttl, which its grant gives it.
 HANDOFF_MS = 1000
-# A grant is used without confirming only if it arrived within this fraction of the hand-off
-# lease after the waiter's last attempt (see _fresh).
+# A grant is used without confirming only if it is used within this fraction of the
+# waiter's ttl after its last attempt (see _fresh).
 FRESH_FRACTION = 0.5
 # Acquire modes (see lua/lock_acquire.lua).
 TRY, QUEUE, AGAIN = 0, 1, 2
@@ -289,8 +289,8 @@ class Claim:
     ttl_ms: int
     limit: int = 1
     replicas: int = 0  # replica acknowledgements (WAIT) required after acquiring
-    # A hand-off is taken to the full ttl at once, not by the first renewal: needed for a
-    # fencing token, for replica acknowledgements, and when nothing renews the lease.
+    # A grant is confirmed by asking the server before it is used: for a fencing token and
+    # for replica acknowledgements, which only that answer carries.
     confirm: bool = False
     # PUBLISH counts prove a waiter's process gone (not on a cluster: they cover one node).
     counted: bool = True
@@ -379,8 +379,6 @@ class Granted:
 
     fencing_token: int | None = None
     sent_at: float | None = field(default=None, compare=False)  # timing, not the outcome
-    # A hand-off not yet taken to the full ttl: the lease lasts this long (ms) from sent_at.
-    lease_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

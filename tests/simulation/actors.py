@@ -153,9 +153,9 @@ class Actor:
                                  self.alive, None)  # fmt: skip
         self.lease = lease
         self.phase = "holding"
-        world.invariants.acquired(self, lease, type(task.last_step) is protocol.Wait)
-        handed = result.lease_ms is not None
-        world.coverage["acquired" + (" by a hand-off lease" if handed else "")] += 1
+        handed = type(task.last_step) is protocol.Wait
+        world.invariants.acquired(self, lease, handed)
+        world.coverage["acquired" + (" by a hand-off" if handed else "")] += 1
         world.note(lambda: f"{self.name}: holds {label}, believes until {lease.expires_at:.4f}s")
         if options.auto_renew:
             self.proc.renewer.add(lease)
