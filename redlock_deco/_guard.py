@@ -29,14 +29,12 @@ from ._errors import LockError, LockLost, LockNotReplicated, ProviderError
 from ._lifecycle import Cleanup, Lease
 from ._options import LeaseOptions
 from ._protocol import (
-    Acquired,
     Claim,
     Granted,
     Keys,
     Kind,
     NotGranted,
     SingleNode,
-    fast_granted,
 )
 
 
@@ -100,11 +98,6 @@ def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
     counted = getattr(target, "counted", True)
     return Claim(kind, keys, kind.new_token(), options.ttl_ms, options.limit, options.replicas,
                  confirm, counted)  # fmt: skip
-
-
-def _left(wait: float | None, started: float) -> float | None:
-    """What is left of ``wait`` (None: forever) since ``started``."""
-    return None if wait is None else max(0.0, wait - (time.monotonic() - started))
 
 
 def _check_target(kind: Kind, options: LeaseOptions, target: Any) -> None:
@@ -244,19 +237,10 @@ def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | 
     target = providers.sync_target(options.provider)
     _check_target(kind, options, target)
     claim = _claim(kind, options, key, target)
-    algorithms = target.algorithms
-    first = algorithms.fast_try(claim, wait, target.listening)
     started = time.monotonic()
     lease: Lease | None = None
     try:
-        # The lean path: an uncontended lock is one plain command, sent here directly.
-        result: Acquired | None = None
-        if first is not None:
-            result = fast_granted(target.execute(first), started)
-        if result is None:
-            left = _left(wait, started)
-            steps = algorithms.acquire(claim, left, target.listening, tried=first is not None)
-            result = drivers.run(steps, target)
+        result = drivers.acquire(claim, wait, started, target)
         if type(result) is Granted:
             on_lost = options.on_lost if callable(options.on_lost) else None
             lease = _new_lease(claim, name, options, target, started, result, threading.Lock(),
@@ -523,20 +507,11 @@ async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
         await eviction.check_async_once(target)
         _raise_if_cancelled(task, before)
     claim = _claim(kind, options, key, target)
-    algorithms = target.algorithms
-    first = algorithms.fast_try(claim, wait, target.listening)
     started = time.monotonic()
     lease: Lease | None = None
     try:
-        result: Acquired | None = None
-        if first is not None:
-            result = fast_granted(await target.execute(first), started)
-            _raise_if_cancelled(task, before)
-        if result is None:
-            left = _left(wait, started)
-            steps = algorithms.acquire(claim, left, target.listening, tried=first is not None)
-            result = await drivers.run_async(steps, target)
-            _raise_if_cancelled(task, before)
+        result = await drivers.acquire_async(claim, wait, started, target)
+        _raise_if_cancelled(task, before)
         if type(result) is Granted:
             on_lost = options.on_lost if callable(options.on_lost) else None
             if options.on_lost == "cancel":

@@ -415,6 +415,11 @@ def _fresh(claim: Claim, age: float) -> bool:
     return not claim.confirm and age < claim.ttl_ms / 1000 * FRESH_FRACTION
 
 
+def remaining(wait: float | None, started: float, now: float) -> float | None:
+    """What is left at ``now`` of ``wait`` (None: forever) since ``started``."""
+    return None if wait is None else max(0.0, wait - (now - started))
+
+
 def fast_granted(reply: Any, sent_at: float) -> Granted | None:
     """The lease, if :meth:`SingleNode.fast_try`'s attempt (sent at ``sent_at``) took it."""
     return None if reply is None else Granted(None, sent_at)

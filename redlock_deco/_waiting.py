@@ -228,20 +228,26 @@ class SyncWaiting:
         with self._lock:
             self._board.add(token, handoff)
         deadline = time.monotonic() + min(timeout, START_TIMEOUT)
-        while not self._subscribed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                handoff.close()
-                return None
-            if self._reading.acquire(blocking=False):
-                try:
-                    self._read(handoff, deadline, until_subscribed=True)
-                finally:
-                    self._leave_reading(handoff)
-            else:
-                # Someone reads: it subscribes, or it already has and now waits for its own
-                # grant (for up to a second: never wait for it to leave).
-                self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
+        try:
+            while not self._subscribed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    handoff.close()
+                    return None
+                if self._reading.acquire(blocking=False):
+                    try:
+                        self._read(handoff, deadline, until_subscribed=True)
+                    finally:
+                        self._leave_reading(handoff)
+                else:
+                    # Someone reads: it subscribes, or it already has and now waits for its
+                    # own grant (for up to a second: never wait for it to leave).
+                    self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
+        except BaseException:
+            # Interrupted before the caller got the registration, so nobody else can close
+            # it: it would stay registered for good, and the subscriber never idle.
+            handoff.close()
+            raise
         return handoff
 
     def forget(self, handoff: Handoff, cut_short: bool) -> None:
@@ -391,6 +397,11 @@ class AsyncWaiting:
         except (TimeoutError, asyncio.TimeoutError):
             handoff.close()
             return None
+        except BaseException:
+            # Cancelled before the caller got the registration, so nobody else can close it:
+            # it stayed registered for good, and the loop's subscriber never idled (review 3).
+            handoff.close()
+            raise
         return handoff
 
     def _start_give_back(self, step: Step) -> None:
