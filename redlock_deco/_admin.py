@@ -39,8 +39,7 @@ from typing import Any, TypeAlias
 from . import _drivers as drivers
 from . import _providers as providers
 from . import _scripts as scripts
-from ._errors import LockError
-from ._guard import add_note
+from ._errors import LockError, add_note
 from ._inspection import bookkeeping, not_a_lock, shown, wrong_type
 from ._naming import bounded
 from ._protocol import HANDOFF_MS, Eval, Fanout, Steps, sibling

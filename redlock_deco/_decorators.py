@@ -19,11 +19,10 @@ from typing import Any, Literal, TypeVar, overload
 
 import wrapt
 
-from . import _events as events
 from . import _guard as guard
 from . import _targets as targets
 from ._errors import LockNotAcquired
-from ._naming import check_name, compile_name, describe, full_args, own_args
+from ._naming import check_name, compile_name, describe, full_args, own_args, source_of
 from ._options import (
     LeaseOptions,
     OnBusy,
@@ -82,7 +81,7 @@ def _decorate(
     renders = [compile_name(name, underlying) for name in names]
     render = renders[0]
     # Event labels, worked out once here: a template and a function name, never per call.
-    options = replace(options, source=events.decorated(names, underlying, options.provider))
+    options = replace(options, source=source_of(names, underlying, options.provider))
     # Seen through partials, callable objects and __wrapped__: an async def in disguise on the
     # sync path would get its lease back before its body ran, leaving the body unprotected.
     run_async = targets.is_async(underlying)

@@ -159,3 +159,12 @@ class LockNotReplicated(LockNotAcquired):
             replicas=replicas,
             acknowledged=acknowledged,
         )
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, also on Python 3.10 (which only lacks the method)."""
+    notes = getattr(error, "__notes__", None)
+    if not isinstance(notes, list):
+        notes = []
+        error.__notes__ = notes  # type: ignore[attr-defined]  # the 3.11+ attribute, by hand
+    notes.append(note)

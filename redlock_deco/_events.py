@@ -22,9 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from ._targets import default_name
+from typing import Literal
 
 EventKind = Literal["acquired", "released", "busy", "lost", "renewed"]
 Listener = Callable[["LockEvent"], object]
@@ -49,30 +47,6 @@ class Source:
     def direct(cls, name: str, provider: str) -> Source:
         """A ``Lock``/``Semaphore`` used directly: its name is its template."""
         return cls(name, None, provider)
-
-
-def decorated(names: tuple[Any, ...], func: Callable[..., Any], provider: str) -> Source:
-    """The source of a decorated function's events (``names`` as given to the decorator)."""
-    templates = ", ".join(_template(name, func) for name in names)
-    return Source(templates, _qualified(func), provider)
-
-
-def _template(name: Any, func: Callable[..., Any]) -> str:
-    if isinstance(name, str):
-        return name
-    if name is None:
-        return default_name(func)
-    return _qualified(name) + "()"  # a name callable: its own name, never what it returns
-
-
-def _qualified(func: Callable[..., Any]) -> str:
-    """``"<module>.<qualname>"`` of the code ``func`` runs; its type's for an object without
-    one (never a repr: an address would make a label per object)."""
-    try:
-        return default_name(func)
-    except TypeError:
-        kind = type(func)
-        return f"{kind.__module__}.{kind.__qualname__}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from . import _ownership as ownership
 from . import _process as process
 from . import _providers as providers
 from . import _renewal as renewal
-from ._errors import LockError, LockLost, LockNotReplicated, ProviderError
+from . import _tokens as tokens
+from ._errors import LockError, LockLost, LockNotReplicated, ProviderError, add_note
 from ._lifecycle import Cleanup, Lease
 from ._options import LeaseOptions
 from ._protocol import (
@@ -36,15 +37,6 @@ from ._protocol import (
     NotGranted,
     SingleNode,
 )
-
-
-def add_note(error: BaseException, note: str) -> None:
-    """``error.add_note(note)``, also on Python 3.10 (which only lacks the method)."""
-    notes = getattr(error, "__notes__", None)
-    if not isinstance(notes, list):
-        notes = []
-        error.__notes__ = notes  # type: ignore[attr-defined]  # the 3.11+ attribute, by hand
-    notes.append(note)
 
 
 def _check_reentry(lease: Lease, kind: Kind, options: LeaseOptions, key: str) -> None:
@@ -96,8 +88,9 @@ def _claim(kind: Kind, options: LeaseOptions, key: str, target: Any) -> Claim:
     # ttl, so a lease nothing renews needs no confirming.)
     confirm = options.fencing or options.replicas > 0
     counted = getattr(target, "counted", True)
-    return Claim(kind, keys, kind.new_token(), options.ttl_ms, options.limit, options.replicas,
-                 confirm, counted)  # fmt: skip
+    token = kind.token(tokens.new_token())
+    return Claim(kind, keys, token, options.ttl_ms, options.limit, options.replicas, confirm,
+                 counted)  # fmt: skip
 
 
 def _check_target(kind: Kind, options: LeaseOptions, target: Any) -> None:

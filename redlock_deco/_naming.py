@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ._errors import KeyTemplateError
+from ._events import Source
 from ._targets import binds_instance, default_name
 from ._targets import describe as describe  # re-exported: the decorators' messages use it
 
@@ -350,3 +351,28 @@ def _short(value: object) -> str:
     except Exception:
         text = "(unprintable)"
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def source_of(names: tuple[Any, ...], func: Callable[..., Any], provider: str) -> Source:
+    """The source of a decorated function's events (``names`` as given to the decorator):
+    the labels its events carry (see :class:`~redlock_deco._events.Source`)."""
+    templates = ", ".join(_template(name, func) for name in names)
+    return Source(templates, _qualified(func), provider)
+
+
+def _template(name: Any, func: Callable[..., Any]) -> str:
+    if isinstance(name, str):
+        return name
+    if name is None:
+        return default_name(func)
+    return _qualified(name) + "()"  # a name callable: its own name, never what it returns
+
+
+def _qualified(func: Callable[..., Any]) -> str:
+    """``"<module>.<qualname>"`` of the code ``func`` runs; its type's for an object without
+    one (never a repr: an address would make a label per object)."""
+    try:
+        return default_name(func)
+    except TypeError:
+        kind = type(func)
+        return f"{kind.__module__}.{kind.__qualname__}"

@@ -49,7 +49,6 @@ from redis.crc import key_slot
 
 from . import _scripts as scripts
 from ._scripts import Outcome, Script
-from ._tokens import new_token
 
 T = TypeVar("T")
 
@@ -247,8 +246,10 @@ class Kind:
     def count_step(self, key: str) -> Eval:
         return Eval(self.count_script, (key, *Keys.for_key(key, self).extra()), ("",))
 
-    def new_token(self) -> str:
-        return new_token() + READER_SUFFIX if self.shared else new_token()
+    def token(self, unique: str) -> str:
+        """An owner token of this kind from a process's ``unique`` one (``_tokens``): a
+        reader's says so (the scripts tell readers from writers by it)."""
+        return unique + READER_SUFFIX if self.shared else unique
 
 
 LOCK = Kind(
