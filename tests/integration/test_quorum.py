@@ -1,0 +1,264 @@
+"""Redlock quorum over independent masters: locks and semaphores, the semaphore quorum,
+validity, faults (masters killed or paused), and mutual exclusion across processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from support import workers
+from support.flavours import Api
+
+from redlock_deco import Lock, LockNotAcquired, Semaphore, locked, register_provider
+from redlock_deco._quorum import quorum, validity_ms
+from redlock_deco.testing import RedisServer
+
+spawn = multiprocessing.get_context("spawn")
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[list[RedisServer]]:
+    servers = [RedisServer() for _ in range(5)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def masters(fleet: list[RedisServer]) -> Iterator[list[RedisServer]]:
+    """Three live, empty masters registered as the quorum provider "q"."""
+    for server in fleet:
+        if server.process is None:
+            server.start()
+        server.resume()
+        server.client().flushall()
+    three = fleet[:3]
+    register_provider("q", [s.url for s in three])
+    yield three
+    for server in three:
+        if server.process is not None:
+            server.resume()
+
+
+def on_masters(masters: list[RedisServer], key: str) -> list[bool]:
+    return [bool(s.client().exists(key)) for s in masters if s.process is not None]
+
+
+def test_quorum_sizes_and_validity() -> None:
+    assert [quorum(3), quorum(5), quorum(7)] == [2, 3, 4]
+    # Semaphores: (L + 1) * Q > N * L, so L + 1 holders can never all hold a quorum.
+    assert [quorum(3, 2), quorum(5, 2), quorum(5, 3), quorum(7, 2)] == [3, 4, 4, 5]
+    for n in range(3, 10):
+        for limit in range(1, 6):
+            q = quorum(n, limit)
+            assert (limit + 1) * q > n * limit >= (limit + 1) * (q - 1)
+    assert validity_ms(10_000, 50) == pytest.approx(10_000 - 50 - 102)
+
+
+def test_lock_lives_on_every_master_in_both_flavours(api: Api, masters: list[RedisServer]) -> None:
+    async def body(n: int) -> list[bool]:
+        return on_masters(masters, f"lock:q:{n}")
+
+    decorated = api.decorate(locked("q:{n}", provider="q"), body)
+
+    async def scenario(api: Api) -> list[bool]:
+        async with api.Lock("obj", provider="q", ttl=5) as lock:
+            assert await lock.owned()
+            assert on_masters(masters, "lock:obj") == [True] * 3
+        result: list[bool] = await api.call(decorated, 1)
+        return result
+
+    assert api.run(scenario) == [True] * 3
+    assert on_masters(masters, "lock:q:1") == [False] * 3
+    assert on_masters(masters, "lock:obj") == [False] * 3
+
+
+def test_renewed_by_quorum_and_exclusive_meanwhile(masters: list[RedisServer]) -> None:
+    refused: list[bool] = []
+
+    @locked("renew", provider="q", ttl=0.4)
+    def holder() -> None:
+        other = threading.Thread(
+            target=lambda: refused.append(not Lock("renew", provider="q", wait=0.2).acquire())
+        )
+        other.start()
+        time.sleep(1.0)  # past two ttls: kept alive by quorum extensions
+        other.join()
+
+    holder()  # no LockLost
+    assert refused == [True]
+    assert on_masters(masters, "lock:renew") == [False] * 3
+
+
+def test_remaining_on_a_quorum_is_redlock_validity(api: Api, masters: list[RedisServer]) -> None:
+    """remaining() is what the holder may count on: on a quorum, ttl less the round's time
+    *and* the clock-drift allowance, after acquiring and after an extension (which records
+    its expiry the way a renewal does); on one Redis, the whole ttl (b13: it ignored drift)."""
+
+    async def scenario(api: Api) -> list[float]:
+        seen = []
+        async with api.Lock("v", provider="q", ttl=100, auto_renew=False) as lock:
+            seen.append(lock.lease.remaining())
+            await lock.extend(50)
+            seen.append(lock.lease.remaining())
+        async with api.Lock("v", ttl=100, auto_renew=False) as single:
+            seen.append(single.lease.remaining())
+        return seen
+
+    acquired, extended, single = api.run(scenario)
+    assert 95 < acquired <= validity_ms(100_000, 0) / 1000  # 98.998 s at most
+    assert 45 < extended <= validity_ms(50_000, 0) / 1000  # 49.498 s at most
+    assert 99.5 < single <= 100
+
+
+def test_a_lease_too_short_for_the_round_is_never_granted(masters: list[RedisServer]) -> None:
+    # ttl 10 ms (the shortest allowed) with a master answering 20 ms late: the round takes
+    # longer than the lease, so validity is negative although a quorum granted it.
+    masters[0].client().execute_command("CLIENT", "PAUSE", 20, "WRITE")
+    masters[1].client().execute_command("CLIENT", "PAUSE", 20, "WRITE")
+    assert not Lock("tiny", provider="q", ttl=0.01, wait=0).acquire()
+    time.sleep(0.05)
+    assert on_masters(masters, "lock:tiny") == [False] * 3  # released on every master
+
+
+def test_semaphore_quorum_refuses_a_third_holder_of_two_slots(masters: list[RedisServer]) -> None:
+    """With 3 masters and limit 2, holders A (masters 0,1) and B (masters 1,2) leave one free
+    slot on masters 0 and 2: a majority (2 of 3) would admit a third holder -- three holders
+    of a two-slot semaphore. The semaphore quorum (3 of 3) refuses it."""
+    seconds, _ = masters[0].client().time()
+    far = (seconds + 60) * 1000
+    for index, holders in enumerate([["A"], ["A", "B"], ["B"]]):
+        masters[index].client().zadd("sem:pair", {h: far for h in holders})
+    third = Semaphore("pair", limit=2, provider="q", wait=0)
+    assert not third.acquire()
+    assert [s.client().zcard("sem:pair") for s in masters] == [1, 2, 1]  # nothing left behind
+
+
+def test_semaphore_under_quorum_bound(masters: list[RedisServer]) -> None:
+    sem = Semaphore("slots", limit=2, provider="q", ttl=5, wait=0)
+    assert sem.acquire() and sem.acquire()
+    assert not sem.acquire()
+    assert sem.holders() == 2 and sem.locked()
+    sem.release()
+    sem.release()
+    assert [s.client().exists("sem:slots") for s in masters] == [0, 0, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_a_minority_down_still_locks(masters: list[RedisServer], fault: str) -> None:
+    down = masters[2]
+    down.kill() if fault == "kill" else down.pause()
+    started = time.monotonic()
+    with Lock("minority", provider="q", ttl=5, wait=2) as lock:
+        assert lock.owned()
+    assert time.monotonic() - started < 1.5  # one short per-node timeout per round, at most
+    assert on_masters(masters[:2], "lock:minority") == [False, False]
+
+
+@pytest.mark.slow
+def test_a_majority_down_fails_within_wait_and_leaves_nothing(masters: list[RedisServer]) -> None:
+    masters[1].kill()
+    masters[2].pause()
+
+    @locked("majority", provider="q", ttl=5, wait=1.0)
+    def f() -> None: ...
+
+    started = time.monotonic()
+    with pytest.raises(LockNotAcquired):
+        f()
+    assert time.monotonic() - started < 1.0 + 0.6  # wait + at most one more round
+    assert not masters[0].client().exists("lock:majority")
+
+
+@pytest.mark.slow
+def test_no_lost_updates_across_processes_under_quorum(
+    masters: list[RedisServer], server: RedisServer, r: redis.Redis
+) -> None:
+    urls = [s.url for s in masters]
+    procs, times = 3, 25
+    with spawn.Pool(procs) as pool:
+        done = pool.starmap(
+            workers.increment_many, [(server.url, "qcounter", times, 5.0, urls)] * procs
+        )
+    assert sum(done) == procs * times
+    assert int(r.get("qcounter") or 0) == procs * times
+
+
+def test_a_master_paused_past_the_round_keeps_no_lease_of_a_finished_call(
+    api: Api, masters: list[RedisServer]
+) -> None:
+    """Finding b04: master A paused while calls run (each round gives up on it after the
+    node timeout; the calls go on with the other two). Once A had owed replies for longer
+    than MAX_BEHIND, its connection was closed and the next release went out on another
+    one: on resume A ran the late acquire (the release was lost, or ran first), keeping a
+    lease of a finished call for its whole ttl. On resume every acquire A runs must be
+    followed by its release: no key left, in both flavours."""
+    from redlock_deco._fanout import MAX_BEHIND, NODE_TIMEOUT
+
+    cycles = int(MAX_BEHIND / (2 * NODE_TIMEOUT)) + 4  # past MAX_BEHIND with A paused
+
+    async def scenario(api: Api) -> None:
+        async with api.Lock("warm", provider="q", ttl=30):
+            pass
+        masters[0].pause()
+        try:
+            for n in range(cycles):
+                async with api.Lock(f"job:{n}", provider="q", ttl=30):
+                    pass
+        finally:
+            masters[0].resume()
+
+    api.run(scenario)
+    a = masters[0].client()
+    deadline = time.monotonic() + 5
+    while a.keys("lock:job:*") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert a.keys("lock:job:*") == []
+
+
+def test_more_calls_than_a_paused_master_may_owe_leave_no_lease_on_it(
+    masters: list[RedisServer],
+) -> None:
+    """Found in review: asyncio, one master paused while 40 tasks each take and release a
+    lock (more than MAX_OWED commands owed). Refusing the releases past MAX_OWED left the
+    acquires queued before them as orphan leases when the master came back; only new acquire
+    attempts are refused."""
+    import asyncio
+
+    from redlock_deco._fanout import MAX_OWED
+    from redlock_deco.asyncio import Lock as AsyncLock
+
+    calls = MAX_OWED + 8
+
+    async def main() -> int:
+        done = 0
+
+        async def one(n: int) -> None:
+            nonlocal done
+            async with AsyncLock(f"many:{n}", provider="q", ttl=30, wait=5):
+                pass
+            done += 1
+
+        masters[2].pause()
+        try:
+            await asyncio.gather(*(one(n) for n in range(calls)))
+        finally:
+            masters[2].resume()
+        await asyncio.sleep(1.0)  # the resumed master runs what it had received
+        return done
+
+    assert asyncio.run(main()) == calls
+    paused = masters[2].client()
+    deadline = time.monotonic() + 5
+    while paused.keys("lock:many:*") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert paused.keys("lock:many:*") == []

@@ -1,0 +1,76 @@
+"""A bounded soak: 16 processes run mixed @locked / @limited calls while holders are
+SIGKILLed at random. 0 lost updates, the limit never exceeded, DBSIZE back to 0, one renewer
+per process, flat memory. 60 s by default; longer with ``--soak-seconds``."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import pytest
+from support import workers
+
+from redlock_deco.testing import RedisServer
+
+spawn = multiprocessing.get_context("spawn")
+PROCESSES, LIMIT, TTL = 16, 3, 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.soak  # a CI leg of its own: a minute of 16 processes on 2 cores
+@pytest.mark.timeout(900)
+def test_soak_with_random_kills(request: pytest.FixtureRequest, server: RedisServer) -> None:
+    seconds = float(request.config.getoption("--soak-seconds"))
+    r = server.client()
+    stop_key = "soak-data:stop"
+    out = spawn.Queue()
+
+    def start_one() -> multiprocessing.process.BaseProcess:
+        process = spawn.Process(
+            target=workers.soak_worker, args=(server.url, LIMIT, TTL, stop_key, out)
+        )
+        process.start()
+        return process
+
+    running = [start_one() for _ in range(PROCESSES)]
+    kills = 0
+    deadline = time.monotonic() + seconds
+    rng = random.Random(7)
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(1.0, 3.0))
+        victim = running.pop(rng.randrange(len(running)))
+        os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]  # maybe mid-section
+        victim.join(10)
+        kills += 1
+        running.append(start_one())
+    r.set(stop_key, 1)
+    reports = [out.get(timeout=120) for _ in running]
+    for process in running:
+        process.join(30)
+
+    assert int(r.get("soak-data:duplicates") or 0) == 0  # 0 lost updates
+    counter = int(r.get("soak-data:counter") or 0)
+    written = r.hlen("soak-data:written")
+    assert counter - kills <= written <= counter  # a kill can cost a record, never a dup
+    assert int(r.get("soak-data:over") or 0) == 0  # the limit was never exceeded
+    assert all(report["renewers"] <= 1 for report in reports)  # one renewer per process
+    lived = [rep for rep in reports if rep["early_rss"]]
+    assert lived, "no survivor ran long enough to sample its memory"
+    growth = max(rep["late_rss"] - rep["early_rss"] for rep in lived)
+    assert growth < 16 * 1024 * 1024, f"memory grew {growth / 1e6:.1f} MB"
+    print(
+        f"\nsoak: {seconds:.0f}s, {PROCESSES} processes, {kills} SIGKILLs, "
+        f"{counter} locked increments (0 duplicates), "
+        f"{sum(rep['calls'] for rep in reports)} calls by survivors, "
+        f"max RSS growth {growth / 1e6:.2f} MB"
+    )
+
+    for key in r.scan_iter(match="soak-data:*"):
+        r.delete(key)
+    deadline = time.monotonic() + TTL + 5  # killed holders' leases and waiter entries expire
+    while r.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.dbsize() == 0, sorted(r.keys("*"))

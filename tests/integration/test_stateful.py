@@ -1,0 +1,1397 @@
+"""Stateful property tests: hypothesis state machines with a model of who holds what, run
+against a real redis-server (no fakes, no mocks).
+
+- ``SyncLocks``: two worker threads and a spawned process act on two lock names through
+  ``Lock`` objects (short ttls, ``wait=0``): acquire, release, extend, owned(), time
+  passing (renewed and unrenewed leases), keys deleted or taken over server-side, the
+  server stalled (``CLIENT PAUSE WRITE``). What ``acquire()`` takes belongs to the object:
+  any thread using the object may release, extend or check it, and nothing re-enters it
+  (another acquire of the name, through any object, the same one included, is refused).
+- ``AsyncLocks``: the same with ``redlock_deco.asyncio.Lock`` and owner *tasks* sharing the
+  lock objects, acquiring directly or in helper tasks (``asyncio.gather`` / ``shield``):
+  the lease is the object's either way.
+- ``Semaphores``: limit 2, threads, slots expiring and removed server-side.
+- ``Sections``: ``current_lease()`` through nested ``@locked``/``@limited`` calls, ``with``
+  blocks and generators suspended inside ``with`` blocks that end out of order, with keys
+  and slots removed while held (only the outermost exit, ending normally, raises LockLost).
+
+Timing is modelled, not assumed: a lease that was never renewed is certainly on the server
+until ``ttl`` after the request that set it was *sent*, certainly gone ``ttl`` after its
+reply (plus EPS), and either in between. Renewed leases (ttl >= 1 s, renewed every third
+of it) are assumed to survive the short stalls injected here, and a renewed lease removed
+from outside must be reported lost within a third of its ttl (plus RENEWAL_SLACK). Never
+allowed in any case: two holders of one name (more than ``limit`` for a semaphore) on the
+server, or in what the holders themselves believe, unless a key was removed from outside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import multiprocessing
+import queue
+import threading
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from support import stateful_workers as workers
+
+import redlock_deco.asyncio
+from redlock_deco import (
+    Lock,
+    LockError,
+    LockLost,
+    LockNotOwned,
+    Semaphore,
+    current_lease,
+    limited,
+    locked,
+)
+from redlock_deco._lifecycle import RENEW_FRACTION
+from redlock_deco.testing import RedisServer
+
+pytestmark = pytest.mark.slow
+
+NAMES = ("a", "b")
+# Owners: o0 and o1 are threads and o2 a spawned process (sync), or three tasks (asyncio).
+OWNERS = ("o0", "o1", "o2")
+VARIANTS = tuple(workers.VARIANTS)
+EPS = 0.02  # expiry precision of the server plus clock reading slack, seconds
+MIN_RENEWED_TTL = 1.0  # renewed leases never get less: injected stalls are <= 80 ms, and a
+# renewal (every third of it) may run late by up to 2/3 s on a loaded CI machine before the
+# lease ends (at 0.6 s a 0.4 s stall of the renewer once ended a lease the model called live)
+RENEWAL_SLACK = 0.5  # a renewal runs this late at most (busy machine, stalled server)
+CALL_TIMEOUT = 15.0  # an owner that does not answer within this is stuck: fail
+spawn = multiprocessing.get_context("spawn")
+
+GONE, MAYBE, ALIVE = "gone", "maybe", "alive"
+
+
+def machine_settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        report_multiple_bugs=False,  # shrink one failure: steps are slow (real server)
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
+# A passing machine takes seconds; a failing one is shrunk for up to hypothesis's five
+# minutes before it reports the minimal sequence, which must not be cut short.
+SHRINKING_TIMEOUT = pytest.mark.timeout(480)
+
+
+# Rules choose among what is held by index: what is held depends on timing, and hypothesis
+# needs the data it draws to be the same whatever the timing was.
+PICK = st.integers(0, 255)
+OBJECTS = [(owner, name, variant) for owner in OWNERS for name in NAMES for variant in VARIANTS]
+
+
+def pick_from(options: list[Any], pick: int, otherwise: list[Any] | None = None) -> Any:
+    """The ``pick``-th option (cyclically), else of ``otherwise``; None if both are empty."""
+    options = options or otherwise or []
+    return options[pick % len(options)] if options else None
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def ttl_of(variant: str) -> float:
+    return float(workers.VARIANTS[variant]["ttl"])
+
+
+def ok(reply: tuple[Any, ...], what: str) -> Any:
+    """The value of an ("ok", value) reply; anything else fails with the reply shown."""
+    assert reply[0] == "ok", f"{what}: expected success, got {reply!r}"
+    return reply[1]
+
+
+def raised(reply: tuple[Any, ...], name: str, what: str) -> None:
+    assert reply[0] == "raised" and reply[1] == name, f"{what}: expected {name}, got {reply!r}"
+
+
+def no_error(reply: tuple[Any, ...], what: str) -> None:
+    assert reply[0] != "error", f"{what}: unexpected exception\n{reply[1]}"
+
+
+@dataclass(eq=False)
+class Held:
+    """The model of one lease (lock) or slot (semaphore)."""
+
+    name: str
+    token: str
+    ttl: float
+    renewed: bool
+    sent: float  # before the request that last set its expiry was sent
+    replied: float  # after its reply arrived
+    gone: bool = False  # certainly not on the server any more (tokens never come back)
+    lost: bool | None = False  # what lease.lost must say: False, True, or None = either
+    released: bool = False
+    vanished_at: float = 0.0  # when a renewed lease was found (by us) to be gone
+    evicted: bool = False  # removed from outside the library (its holder cannot know)
+
+    def status(self, t0: float, t1: float) -> str:
+        """Is it on the server during [t0, t1]: ALIVE (certainly), GONE, or MAYBE."""
+        if self.gone:
+            return GONE
+        if self.renewed or t1 < self.sent + self.ttl:
+            return ALIVE
+        if t0 > self.replied + self.ttl + EPS:
+            return GONE
+        return MAYBE
+
+    def local(self, t0: float, t1: float) -> bool | None:
+        """Does the library believe it still holds it (state HELD and remaining() > 0)?"""
+        if self.lost is None:
+            return None
+        if self.lost:
+            return False
+        if self.renewed:
+            return True  # lost is False: never found gone, renewed on time
+        if t1 < self.sent + self.ttl:
+            return True
+        if t0 >= self.replied + self.ttl:
+            return False
+        return None
+
+    def vanish(self) -> None:
+        """It is not on the server any more; a renewed one may learn that any moment."""
+        self.gone = True
+        if self.renewed and self.lost is False and not self.released:
+            self.lost = None
+            self.vanished_at = now()
+
+    def check_lost(self, reported: bool, what: str, t0: float | None = None) -> None:
+        """``reported``: lease.lost as read at or after ``t0``."""
+        if self.lost is None:
+            if reported:
+                self.lost = True
+            elif t0 is not None:
+                assert t0 < self.noticed_by(), f"{what}: renewal did not notice it is gone"
+        else:
+            assert reported == self.lost, f"{what}: lease.lost is {reported}, model {self.lost}"
+
+    def noticed_by(self) -> float:
+        """When renewal must have found a renewed lease gone: within about a third of its
+        ttl after it went."""
+        return self.vanished_at + self.ttl * RENEW_FRACTION + RENEWAL_SLACK
+
+    def check_remaining(self, remaining: float, t0: float, t1: float, what: str) -> None:
+        assert 0 <= remaining <= self.ttl + EPS, f"{what}: remaining() {remaining} of {self.ttl}"
+        local = self.local(t0, t1)
+        if local is True:
+            assert remaining > 0, f"{what}: remaining() is 0 for a lease still held"
+        elif local is False and not self.renewed:
+            assert remaining == 0, f"{what}: remaining() {remaining} after its ttl"
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any, float]:
+    t0 = now()
+    value = call()
+    return t0, value, now()
+
+
+# -- owners ----------------------------------------------------------------------------
+
+
+class ThreadOwner:
+    """A long-lived worker thread owning its locks; commands go through queues."""
+
+    def __init__(self, name: str, shared: dict[Any, Any]) -> None:
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.outbox: queue.Queue[Any] = queue.Queue()
+        self.thread = threading.Thread(
+            target=workers.serve_thread,
+            args=(self.inbox, self.outbox, shared),
+            name=name,
+            daemon=True,
+        )
+        self.thread.start()
+
+    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.inbox.put(cmd)
+        try:
+            reply: tuple[Any, ...] = self.outbox.get(timeout=CALL_TIMEOUT)
+        except queue.Empty:
+            raise AssertionError(f"{self.thread.name} stuck on {cmd!r}") from None
+        return reply
+
+    def stop(self) -> None:
+        self.inbox.put(None)
+        self.thread.join(5)
+        assert not self.thread.is_alive(), f"{self.thread.name} did not stop"
+
+
+class ProcessOwner:
+    """A spawned process owning its own Lock objects, driven through a pipe."""
+
+    def __init__(self, url: str) -> None:
+        self.conn, child = spawn.Pipe()
+        self.process = spawn.Process(
+            target=workers.serve_process, args=(child, url), name="owner-process", daemon=True
+        )
+        self.process.start()
+        child.close()
+        self.ready = False
+
+    def _recv(self, what: Any) -> tuple[Any, ...]:
+        if not self.conn.poll(CALL_TIMEOUT):
+            raise AssertionError(f"owner process stuck on {what!r}")
+        reply: tuple[Any, ...] = self.conn.recv()
+        return reply
+
+    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not self.ready:  # it boots while the first steps run
+            ok(self._recv("start-up"), "owner process start-up")
+            self.ready = True
+        self.conn.send(cmd)
+        return self._recv(cmd)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+            raise AssertionError("owner process did not stop")
+        self.conn.close()
+
+
+class AsyncOwners:
+    """Owner tasks on one event loop run by ``asyncio.run`` in a background thread; the
+    lock objects are shared by the tasks (ownership is per task)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.objects: dict[tuple[str, str, str], Any] = {}
+        started = threading.Event()
+        self.thread = threading.Thread(
+            target=asyncio.run, args=(self._main(started),), name="owner-loop", daemon=True
+        )
+        self.thread.start()
+        assert started.wait(10), "owner loop did not start"
+
+    async def _main(self, started: threading.Event) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        self.queues: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in range(self.count)]
+        tasks = [
+            asyncio.create_task(self._serve(inbox), name=f"owner-task-{index}")
+            for index, inbox in enumerate(self.queues)
+        ]
+        started.set()
+        await self.stopping.wait()
+        for inbox in self.queues:
+            inbox.put_nowait(None)
+        await asyncio.gather(*tasks)
+        # asyncio.run's shutdown then releases whatever the loop still holds, closes clients
+
+    async def _serve(self, inbox: asyncio.Queue[Any]) -> None:
+        while True:
+            item = await inbox.get()
+            if item is None:
+                return
+            cmd, future = item
+            future.set_result(await self._execute(cmd))
+
+    def obj(self, kind: str, name: str, variant: str) -> Any:
+        key = (kind, name, variant)
+        if key not in self.objects:
+            self.objects[key] = workers.make(kind, name, variant, is_async=True)
+        return self.objects[key]
+
+    async def _execute(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        try:
+            return ("ok", await self._run(*cmd))
+        except LockError as exc:
+            return ("raised", type(exc).__name__, str(exc))
+        except Exception:
+            return ("error", traceback.format_exc())
+
+    async def _run(
+        self, op: str, kind: str = "", name: str = "", variant: str = "", arg: Any = None
+    ) -> Any:
+        if op == "reset":
+            released = failed = 0
+            for obj in self.objects.values():
+                for _ in range(100):
+                    if obj.lease is None:
+                        break
+                    try:
+                        await obj.release()
+                        released += 1
+                    except LockError:
+                        failed += 1
+            return released, failed
+        obj = self.obj(kind, name, variant)
+        if op == "acquire":
+            if arg == "plain":
+                granted = await obj.acquire()
+            elif arg == "gather":
+                (granted,) = await asyncio.gather(obj.acquire())
+            else:
+                granted = await asyncio.shield(obj.acquire())
+            return granted, workers.describe(obj.lease)  # the object's, whoever acquired
+        if op == "release":
+            return await obj.release()
+        if op == "extend":
+            return await obj.extend(arg)
+        if op == "owned":
+            owned = await obj.owned()
+            return owned, workers.describe(obj.lease)
+        if op == "probe":
+            return workers.describe(obj.lease)
+        raise ValueError(op)
+
+    def call(self, index: int, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        future: concurrent.futures.Future[tuple[Any, ...]] = concurrent.futures.Future()
+        self.loop.call_soon_threadsafe(self.queues[index].put_nowait, (cmd, future))
+        try:
+            return future.result(CALL_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise AssertionError(f"owner task {index} stuck on {cmd!r}") from None
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.stopping.set)
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "owner loop did not stop"
+
+
+class TaskOwner:
+    def __init__(self, owners: AsyncOwners, index: int) -> None:
+        self.owners, self.index = owners, index
+
+    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self.owners.call(self.index, cmd)
+
+
+# -- locks -----------------------------------------------------------------------------
+
+
+class LockMachine(RuleBasedStateMachine):
+    """Owners acting on NAMES through Lock objects of two variants (see workers.VARIANTS).
+
+    What ``acquire()`` takes belongs to the object: the model keeps, per object, the leases
+    it holds (``held``, newest last; release/extend/owned() through the object act on the
+    newest, whichever owner uses the object), and every lease with what is known of it on
+    the server. Nothing re-enters: while a lease of a name is live, every acquire of the
+    name is refused, through another object or the same one, by any owner.
+    """
+
+    is_async = False
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__()
+        self.server = server
+        self.admin = server.client(decode_responses=True)
+        self.admin.client_unpause()
+        self.admin.flushall()
+        self.leases: list[Held] = []
+        self.held: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
+        self.foreign = itertools.count()
+        self.owners: dict[str, Any] = {}
+        self.start_owners()
+
+    def start_owners(self) -> None:
+        raise NotImplementedError
+
+    def stop_owners(self) -> None:
+        raise NotImplementedError
+
+    def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        """Which object ``owner`` uses for (name, variant): "shared" for one several use."""
+        raise NotImplementedError
+
+    def users(self, obj: tuple[str, str, str]) -> list[str]:
+        """The owners that can reach object ``obj``."""
+        return [owner for owner in OWNERS if self.object_of(owner, *obj[1:]) == obj]
+
+    def call(self, owner: str, *cmd: Any) -> tuple[Any, ...]:
+        reply: tuple[Any, ...] = self.owners[owner].call(cmd)
+        no_error(reply, f"{owner} {cmd!r}")
+        return reply
+
+    def rivals(self, name: str) -> list[Held]:
+        return [held for held in self.leases if held.name == name and not held.gone]
+
+    def holding(self, owner: str, name: str, variant: str) -> list[Held]:
+        """The leases of the object ``owner`` uses for (name, variant), newest last."""
+        return self.held[self.object_of(owner, name, variant)]
+
+    def targets(self) -> list[tuple[str, str, str]]:
+        """(owner, name, variant) reaching an object that holds something: every owner that
+        uses that object."""
+        found = []
+        for obj, mine in self.held.items():
+            if mine:
+                found.extend((owner, obj[1], obj[2]) for owner in self.users(obj))
+        return sorted(found)
+
+    # -- rules --
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        name=st.sampled_from(NAMES),
+        variant=st.sampled_from(VARIANTS),
+        form=st.sampled_from(["plain", "plain", "gather", "shield"]),
+    )
+    def acquire(self, owner: str, name: str, variant: str, form: str) -> None:
+        self.do_acquire(owner, name, variant, form)
+
+    @rule(pick=PICK)
+    def acquire_again(self, pick: int) -> None:
+        """Acquire through an object that holds it: refused while its lease is live (a
+        second acquire waits for a release, as a threading.Lock's does)."""
+        self.do_acquire(*pick_from(self.targets(), pick, OBJECTS), "plain")
+
+    @rule(pick=PICK, variant=st.sampled_from(VARIANTS), owner=st.sampled_from(OWNERS))
+    def acquire_contended(self, pick: int, variant: str, owner: str) -> None:
+        """Try a name somebody holds (or held, if its lease expired)."""
+        name = pick_from([n for n in NAMES if self.rivals(n)], pick, list(NAMES))
+        self.do_acquire(owner, name, variant, "plain")
+
+    def do_acquire(self, owner: str, name: str, variant: str, form: str) -> None:
+        if not self.is_async:
+            form = "plain"  # helper tasks exist in asyncio only
+        mine = self.holding(owner, name, variant)
+        what = f"{owner} acquire {name} via {variant} ({form})"
+        t0, reply, t1 = timed(lambda: self.call(owner, "acquire", "lock", name, variant, form))
+        granted, lease = ok(reply, what)
+        statuses = {rival.status(t0, t1) for rival in self.rivals(name)}
+        if not granted:
+            assert statuses - {GONE}, f"{what}: refused although nobody holds it"
+            shown = mine[-1].token if mine else None
+            assert (lease and lease[0]) == shown, f"{what}: the object shows {lease!r}"
+            return
+        assert lease is not None and lease[1] is False
+        assert ALIVE not in statuses, f"{what}: granted while another lease is live"
+        for rival in self.rivals(name):
+            rival.vanish()  # it had expired
+        fresh = Held(
+            name, lease[0], ttl_of(variant), bool(workers.VARIANTS[variant]["auto_renew"]), t0, t1
+        )
+        assert all(fresh.token != other.token for other in self.leases)
+        self.leases.append(fresh)
+        mine.append(fresh)
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        name=st.sampled_from(NAMES),
+        variant=st.sampled_from(VARIANTS),
+    )
+    def release(self, owner: str, name: str, variant: str) -> None:
+        self.do_release(owner, name, variant)
+
+    @rule(pick=PICK)
+    def release_held(self, pick: int) -> None:
+        self.do_release(*pick_from(self.targets(), pick, OBJECTS))
+
+    def do_release(self, owner: str, name: str, variant: str) -> None:
+        mine = self.holding(owner, name, variant)
+        what = f"{owner} release {name} via {variant}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "release", "lock", name, variant))
+        if not mine:
+            raised(reply, "LockNotOwned", what)
+            return
+        held = mine.pop()
+        status = held.status(t0, t1)
+        if reply[0] == "ok":
+            assert held.lost is not True and status != GONE, f"{what}: released a lost lease"
+        else:
+            raised(reply, "LockNotOwned", what)
+            assert not (held.lost is False and status == ALIVE), f"{what}: lease was live"
+        held.released = True
+        held.vanish()
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        name=st.sampled_from(NAMES),
+        variant=st.sampled_from(VARIANTS),
+        ttl=st.sampled_from([None, 0.3, 0.6, 1.0]),
+    )
+    def extend(self, owner: str, name: str, variant: str, ttl: float | None) -> None:
+        self.do_extend(owner, name, variant, ttl)
+
+    @rule(pick=PICK, ttl=st.sampled_from([None, 0.3, 0.6, 1.0]))
+    def extend_held(self, pick: int, ttl: float | None) -> None:
+        self.do_extend(*pick_from(self.targets(), pick, OBJECTS), ttl)
+
+    def do_extend(self, owner: str, name: str, variant: str, ttl: float | None) -> None:
+        mine = self.holding(owner, name, variant)
+        held = mine[-1] if mine else None
+        seconds = ttl if ttl is not None else ttl_of(variant)
+        if held is not None and held.renewed and seconds < MIN_RENEWED_TTL:
+            ttl = seconds = MIN_RENEWED_TTL  # see MIN_RENEWED_TTL
+        what = f"{owner} extend {name} via {variant} to {ttl}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "extend", "lock", name, variant, ttl))
+        if held is None:
+            raised(reply, "LockNotOwned", what)
+            return
+        status = held.status(t0, t1)
+        if reply[0] == "ok":
+            assert status != GONE, f"{what}: extended a lease that is not on the server"
+            held.sent, held.replied, held.ttl = t0, t1, seconds
+        else:
+            raised(reply, "LockNotOwned", what)
+            assert status != ALIVE, f"{what}: refused although the lease is live"
+            held.vanish()
+            held.lost = True
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        name=st.sampled_from(NAMES),
+        variant=st.sampled_from(VARIANTS),
+    )
+    def check_owned(self, owner: str, name: str, variant: str) -> None:
+        self.do_check_owned(owner, name, variant)
+
+    @rule(pick=PICK)
+    def check_owned_held(self, pick: int) -> None:
+        self.do_check_owned(*pick_from(self.targets(), pick, OBJECTS))
+
+    def do_check_owned(self, owner: str, name: str, variant: str) -> None:
+        mine = self.holding(owner, name, variant)
+        what = f"{owner} owned() {name} via {variant}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "owned", "lock", name, variant))
+        owned, lease = ok(reply, what)
+        if not mine:
+            assert owned is False and lease is None, f"{what}: {reply!r} but holds nothing"
+            return
+        held = mine[-1]
+        assert lease is not None and lease[0] == held.token, f"{what}: {lease!r}"
+        status = held.status(t0, t1)
+        if status != MAYBE:
+            assert owned == (status == ALIVE), f"{what}: owned() {owned}, model {status}"
+        elif not owned:
+            held.vanish()
+        held.check_lost(lease[1], what, t0)
+
+    @rule(seconds=st.sampled_from([0.02, 0.12, 0.35]))
+    def time_passes(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    @rule()
+    def renewal_notices(self) -> None:
+        """Wait until renewal must have found every renewed lease that went (and is still
+        held) gone; the invariants then see lease.lost."""
+        deadlines = [h.noticed_by() for h in self.leases if h.lost is None and not h.released]
+        if deadlines:
+            time.sleep(max(0.0, max(deadlines) - now()) + 0.01)
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        how=st.sampled_from(["delete", "take over", "stall 20 ms", "stall 80 ms"]),
+    )
+    def disturb(self, name: str, how: str) -> None:
+        """From outside the library: the key deleted (eviction, an operator), overwritten by
+        another client's token, or the server stalled (``CLIENT PAUSE WRITE``)."""
+        if how.startswith("stall"):
+            self.admin.client_pause(int(how.split()[1]), all=False)
+            return
+        token = f"foreign-{next(self.foreign)}"
+        if how == "delete":
+            self.admin.delete(f"lock:{name}")
+        else:
+            t0, _, t1 = timed(lambda: self.admin.set(f"lock:{name}", token, px=300))
+        for held in self.rivals(name):
+            held.vanish()
+            held.evicted = True
+        if how == "take over":
+            self.leases.append(Held(name, token, 0.3, False, t0, t1, released=True))
+
+    # -- invariants --
+
+    @invariant()
+    def server_agrees(self) -> None:
+        for name in NAMES:
+            rivals = self.rivals(name)
+            assert len(rivals) <= 1, f"model holds {rivals} on {name}"
+            t0, value, t1 = timed(lambda name=name: self.admin.get(f"lock:{name}"))
+            if not rivals:
+                assert value is None, f"lock:{name} holds {value!r}, but nobody holds it"
+                continue
+            held = rivals[0]
+            status = held.status(t0, t1)
+            if status == ALIVE:
+                assert value == held.token, f"lock:{name} is {value!r}, not {held.token!r}"
+            elif value != held.token:
+                assert value is None, f"lock:{name} holds {value!r}, unknown to the model"
+                held.vanish()
+        stray = set(self.admin.keys("*")) - {f"lock:{name}" for name in NAMES}
+        assert not stray, f"keys nobody should have written: {stray}"
+
+    @invariant()
+    def owners_agree(self) -> None:
+        """Each object's view of its newest lease, through an owner using it, matches the
+        model; and no two objects believe they hold one name (not lost, time left) unless
+        its key was removed from outside."""
+        believed: dict[str, set[str]] = defaultdict(set)
+        for obj, mine in list(self.held.items()):
+            if not mine:
+                continue
+            owner, name, variant = self.users(obj)[0], obj[1], obj[2]
+            held = mine[-1]
+            what = f"{owner} lease of {name} via {variant}"
+            t0, reply, t1 = timed(
+                lambda o=owner, n=name, v=variant: self.call(o, "probe", "lock", n, v)
+            )
+            lease = ok(reply, what)
+            assert lease is not None and lease[0] == held.token, f"{what}: {lease!r}"
+            held.check_lost(lease[1], what, t0)
+            held.check_remaining(lease[2], t0, t1, what)
+            if not lease[1] and lease[2] > 0 and not held.evicted:
+                believed[name].add(held.token)
+        for name, tokens in believed.items():
+            assert len(tokens) <= 1, f"owners believe they hold {name} at once: {tokens}"
+
+    def teardown(self) -> None:
+        try:
+            self.admin.client_unpause()
+            for owner in self.owners:
+                ok(self.call(owner, "reset"), f"{owner} releasing everything")
+            for held in self.leases:  # what take_over wrote, if it is still there
+                if held.token.startswith("foreign-"):
+                    with contextlib.suppress(redis.ResponseError):
+                        self.admin.eval(
+                            "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                            "return redis.call('DEL', KEYS[1]) end return 0",
+                            1,
+                            f"lock:{held.name}",
+                            held.token,
+                        )
+            wait_for_empty(self.admin, 1.0)
+        finally:
+            try:
+                self.stop_owners()
+            finally:
+                self.admin.close()
+
+
+def wait_for_empty(admin: redis.Redis, bound: float) -> None:
+    deadline = now() + bound
+    while True:
+        size = admin.dbsize()
+        if size == 0:
+            return
+        assert now() < deadline, f"DBSIZE {size} after releasing everything: {admin.keys('*')}"
+        time.sleep(0.02)
+
+
+class SyncLocks(LockMachine):
+    """o0, o1: threads (their "manual" objects are their own, the "renewed" ones shared by
+    both threads); o2: a spawned process with its own objects."""
+
+    def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        if owner in ("o0", "o1") and variant == "renewed":
+            return ("shared", name, variant)
+        return (owner, name, variant)
+
+    def start_owners(self) -> None:
+        shared = {
+            ("lock", name, "renewed"): Lock(name, wait=0, **workers.VARIANTS["renewed"])
+            for name in NAMES
+        }
+        self.owners = {"o2": ProcessOwner(self.server.url)}  # boots during the first steps
+        self.owners["o0"] = ThreadOwner("owner-o0", shared)
+        self.owners["o1"] = ThreadOwner("owner-o1", shared)
+
+    def stop_owners(self) -> None:
+        errors = []
+        for owner in self.owners.values():
+            try:
+                owner.stop()
+            except AssertionError as exc:
+                errors.append(exc)
+        assert not errors, errors
+
+
+class AsyncLocks(LockMachine):
+    """o0, o1, o2: tasks of one loop, sharing every lock object."""
+
+    is_async = True
+
+    def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        return ("shared", name, variant)
+
+    def start_owners(self) -> None:
+        self.loop_owners = AsyncOwners(len(OWNERS))
+        self.owners = {owner: TaskOwner(self.loop_owners, i) for i, owner in enumerate(OWNERS)}
+
+    def stop_owners(self) -> None:
+        self.loop_owners.stop()
+
+
+@SHRINKING_TIMEOUT
+def test_sync_locks(server: RedisServer) -> None:
+    run_state_machine_as_test(lambda: SyncLocks(server), settings=machine_settings(20, 25))
+
+
+@SHRINKING_TIMEOUT
+def test_async_locks(server: RedisServer) -> None:
+    run_state_machine_as_test(lambda: AsyncLocks(server), settings=machine_settings(20, 25))
+
+
+# -- semaphores ------------------------------------------------------------------------
+
+
+class Semaphores(RuleBasedStateMachine):
+    """Three worker threads take slots of two semaphores (limit 2) through ``Semaphore``
+    objects ("manual" ones per thread, "renewed" ones shared by all three). Every acquire
+    takes a slot, which belongs to the object: release/extend/owned through it act on its
+    newest, whichever thread uses it."""
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__()
+        self.admin = server.client(decode_responses=True)
+        self.admin.client_unpause()
+        self.admin.flushall()
+        self.slots: list[Held] = []
+        self.entries: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
+        shared = {("sem", name, "renewed"): workers.make("sem", name, "renewed") for name in NAMES}
+        self.owners = {owner: ThreadOwner(f"owner-{owner}", shared) for owner in OWNERS}
+
+    def call(self, owner: str, *cmd: Any) -> tuple[Any, ...]:
+        reply = self.owners[owner].call(cmd)
+        no_error(reply, f"{owner} {cmd!r}")
+        return reply
+
+    def live(self, name: str) -> list[Held]:
+        return [slot for slot in self.slots if slot.name == name and not slot.gone]
+
+    @staticmethod
+    def object_of(owner: str, name: str, variant: str) -> tuple[str, str, str]:
+        return ("shared", name, variant) if variant == "renewed" else (owner, name, variant)
+
+    def mine(self, owner: str, name: str, variant: str) -> list[Held]:
+        """The slots of the object ``owner`` uses for (name, variant), newest last."""
+        return self.entries[self.object_of(owner, name, variant)]
+
+    def targets(self) -> list[tuple[str, str, str]]:
+        """(owner, name, variant) reaching an object that holds a slot."""
+        found = []
+        for (who, name, variant), mine in self.entries.items():
+            if mine:
+                users = OWNERS if who == "shared" else (who,)
+                found.extend((owner, name, variant) for owner in users)
+        return sorted(found)
+
+    def counts(self, name: str, t0: float, t1: float) -> tuple[int, int]:
+        """(slots certainly live, slots maybe live) of ``name`` during [t0, t1]."""
+        statuses = [slot.status(t0, t1) for slot in self.live(name)]
+        return statuses.count(ALIVE), statuses.count(MAYBE)
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        name=st.sampled_from(NAMES),
+        variant=st.sampled_from(VARIANTS),
+    )
+    def acquire(self, owner: str, name: str, variant: str) -> None:
+        self.do_acquire(owner, name, variant)
+
+    @rule(pick=PICK, owner=st.sampled_from(OWNERS), variant=st.sampled_from(VARIANTS))
+    def acquire_contended(self, pick: int, owner: str, variant: str) -> None:
+        """Try a name somebody holds a slot of (or held, if it expired)."""
+        name = pick_from([n for n in NAMES if self.live(n)], pick, list(NAMES))
+        self.do_acquire(owner, name, variant)
+
+    def do_acquire(self, owner: str, name: str, variant: str) -> None:
+        what = f"{owner} acquire {name} via {variant}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "acquire", "sem", name, variant))
+        granted, lease = ok(reply, what)
+        alive, maybe = self.counts(name, t0, t1)
+        if not granted:
+            assert alive + maybe >= workers.LIMIT, f"{what}: refused with {alive} live slots"
+            return
+        assert alive < workers.LIMIT, f"{what}: granted with {alive} live slots"
+        assert lease is not None and lease[1] is False
+        slot = Held(
+            name, lease[0], ttl_of(variant), bool(workers.VARIANTS[variant]["auto_renew"]), t0, t1
+        )
+        self.slots.append(slot)
+        self.mine(owner, name, variant).append(slot)
+
+    @rule(pick=PICK)
+    def release(self, pick: int) -> None:
+        """Release the newest slot of an object that holds one (else of any object)."""
+        owner, name, variant = pick_from(self.targets(), pick, OBJECTS)
+        mine = self.mine(owner, name, variant)
+        what = f"{owner} release {name} via {variant}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "release", "sem", name, variant))
+        if not mine:
+            raised(reply, "LockNotOwned", f"{what}, holding none")
+            return
+        slot = mine.pop()
+        status = slot.status(t0, t1)
+        if reply[0] == "ok":
+            assert status != GONE, f"{what}: released a slot that had ended"
+        else:
+            raised(reply, "LockNotOwned", what)
+            assert status != ALIVE, f"{what}: refused although the slot is live"
+        slot.released = True
+        slot.vanish()
+
+    @rule(pick=PICK, ttl=st.sampled_from([None, 0.3, 0.6, 1.0]))
+    def extend(self, pick: int, ttl: float | None) -> None:
+        owner, name, variant = pick_from(self.targets(), pick, OBJECTS)
+        mine = self.mine(owner, name, variant)
+        seconds = ttl if ttl is not None else ttl_of(variant)
+        if mine and mine[-1].renewed and seconds < MIN_RENEWED_TTL:
+            ttl = seconds = MIN_RENEWED_TTL
+        what = f"{owner} extend {name} via {variant} to {ttl}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "extend", "sem", name, variant, ttl))
+        if not mine:
+            raised(reply, "LockNotOwned", f"{what}, holding none")
+            return
+        slot = mine[-1]
+        status = slot.status(t0, t1)
+        if reply[0] == "ok":
+            assert status != GONE, f"{what}: extended a slot that had ended"
+            slot.sent, slot.replied, slot.ttl = t0, t1, seconds
+        else:
+            raised(reply, "LockNotOwned", what)
+            assert status != ALIVE, f"{what}: refused although the slot is live"
+            slot.vanish()
+            slot.lost = True
+
+    @rule(pick=PICK)
+    def check_owned(self, pick: int) -> None:
+        owner, name, variant = pick_from(self.targets(), pick, OBJECTS)
+        mine = self.mine(owner, name, variant)
+        what = f"{owner} owned() {name} via {variant}"
+        t0, reply, t1 = timed(lambda: self.call(owner, "owned", "sem", name, variant))
+        owned, lease = ok(reply, what)
+        if not mine:
+            assert owned is False and lease is None, f"{what}: {reply!r} but holds nothing"
+        else:
+            slot = mine[-1]
+            assert lease is not None and lease[0] == slot.token, f"{what}: {lease!r}"
+            status = slot.status(t0, t1)
+            if status != MAYBE:
+                assert owned == (status == ALIVE), f"{what}: owned() {owned}, model {status}"
+            elif not owned:
+                slot.vanish()
+            slot.check_lost(lease[1], what, t0)
+        t0, reply, t1 = timed(lambda: self.call(owner, "holders", "sem", name, variant))
+        holders = ok(reply, f"{owner} holders() of {name}")
+        alive, maybe = self.counts(name, t0, t1)
+        assert alive <= holders <= alive + maybe, f"holders() {holders}: {alive} (+{maybe}) live"
+
+    @rule(seconds=st.sampled_from([0.02, 0.12, 0.35]))
+    def time_passes(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    @rule()
+    def renewal_notices(self) -> None:
+        """Wait until renewal must have found every renewed lease that went (and is still
+        held) gone; the invariants then see lease.lost."""
+        deadlines = [h.noticed_by() for h in self.slots if h.lost is None and not h.released]
+        if deadlines:
+            time.sleep(max(0.0, max(deadlines) - now()) + 0.01)
+
+    @rule(
+        pick=PICK,
+        name=st.sampled_from(NAMES),
+        how=st.sampled_from(["remove a holder", "delete", "stall 20 ms", "stall 80 ms"]),
+    )
+    def disturb(self, pick: int, name: str, how: str) -> None:
+        """From outside: one holder removed from the set, the whole set deleted (eviction),
+        or the server stalled."""
+        if how.startswith("stall"):
+            self.admin.client_pause(int(how.split()[1]), all=False)
+        elif how == "delete":
+            self.admin.delete(f"sem:{name}")
+            for slot in self.live(name):
+                slot.vanish()
+                slot.evicted = True
+        elif self.live(name):
+            slot = pick_from(self.live(name), pick)
+            self.admin.zrem(f"sem:{name}", slot.token)
+            slot.vanish()
+            slot.evicted = True
+
+    @invariant()
+    def at_most_limit_live(self) -> None:
+        for name in NAMES:
+            t0 = now()
+            with self.admin.pipeline(transaction=True) as pipe:
+                pipe.time().zrange(f"sem:{name}", 0, -1, withscores=True).pttl(f"sem:{name}")
+                (seconds, micros), members, pttl = pipe.execute()
+            t1 = now()
+            server_ms = seconds * 1000 + micros // 1000
+            live = {member: score for member, score in members if score > server_ms}
+            assert len(live) <= workers.LIMIT, f"sem:{name}: {len(live)} live holders: {live}"
+            if live:  # the set must not expire before its live holders
+                assert pttl >= max(live.values()) - server_ms - 5, f"sem:{name} PTTL {pttl}"
+            known = {slot.token: slot for slot in self.live(name)}
+            assert set(live) <= set(known), f"sem:{name}: holders unknown to the model: {live}"
+            for token, slot in known.items():
+                status = slot.status(t0, t1)
+                if status == ALIVE:
+                    assert token in live, f"sem:{name}: live slot {token} missing: {members}"
+                elif token not in live:
+                    slot.vanish()
+                else:
+                    assert status == MAYBE, f"sem:{name}: slot {token} should have ended"
+        allowed = {f"sem:{name}" for name in NAMES} | {f"{{sem:{name}}}:limit" for name in NAMES}
+        stray = set(self.admin.keys("*")) - allowed
+        assert not stray, f"keys nobody should have written: {stray}"
+
+    @invariant()
+    def owners_agree(self) -> None:
+        """Each owner's view of its newest slot (the one the API shows) matches the model;
+        and holders never believe in more than ``limit`` of those per name at once (not
+        lost, time left) unless some were removed from outside."""
+        believed: dict[str, set[str]] = defaultdict(set)
+        for (who, name, variant), mine in list(self.entries.items()):
+            if mine:
+                owner = OWNERS[0] if who == "shared" else who
+                what = f"{owner} newest slot of {name} via {variant}"
+                t0, reply, t1 = timed(
+                    lambda o=owner, n=name, v=variant: self.call(o, "probe", "sem", n, v)
+                )
+                lease = ok(reply, what)
+                assert lease is not None and lease[0] == mine[-1].token, f"{what}: {lease!r}"
+                mine[-1].check_lost(lease[1], what, t0)
+                mine[-1].check_remaining(lease[2], t0, t1, what)
+                if not lease[1] and lease[2] > 0 and not mine[-1].evicted:
+                    believed[name].add(lease[0])
+        for name, tokens in believed.items():
+            assert len(tokens) <= workers.LIMIT, f"holders believe in {tokens} of {name}"
+
+    def teardown(self) -> None:
+        try:
+            self.admin.client_unpause()
+            for owner in self.owners:
+                ok(self.call(owner, "reset"), f"{owner} releasing everything")
+            wait_for_empty(self.admin, 1.5)  # a deleted set's limit key lives out its ttl
+        finally:
+            try:
+                for owner in self.owners.values():
+                    owner.stop()
+            finally:
+                self.admin.close()
+
+
+@SHRINKING_TIMEOUT
+def test_semaphores(server: RedisServer) -> None:
+    run_state_machine_as_test(lambda: Semaphores(server), settings=machine_settings(20, 25))
+
+
+# -- current_lease() -------------------------------------------------------------------
+
+SECTION_NAMES = ("a", "b", "s")
+# Sections entered through one shared Lock/Semaphore object and ending out of order were
+# mixed up by the library (test_shared_object_sections_ending_out_of_order, now fixed); set
+# this to True to steer the machine clear of that pattern.
+KNOWN_BUG_SHARED_OBJECT = False  # two locks and a semaphore (limit 10: never busy here)
+MAX_OPEN = 8
+
+
+class Stop(BaseException):
+    """Unwinds the section owner's nested command loops."""
+
+
+class SectionOwner:
+    """One thread entering and leaving protected sections on command.
+
+    A section that ends last-in first-out (an ``@locked``/``@limited`` call, a ``with``
+    block) runs a nested command loop inside it, so it stays open across machine steps;
+    "exit" ends the innermost one. Generators suspended inside a ``with`` block end in any
+    order. Lock/Semaphore objects are fresh per section, or one shared object per name.
+    """
+
+    def __init__(self) -> None:
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.outbox: queue.Queue[Any] = queue.Queue()
+        self.shared = {name: self.primitive(name) for name in SECTION_NAMES}
+        self.gens: dict[int, Any] = {}
+
+        @locked("{name}", ttl=30, wait=0)
+        def locked_call(name: str) -> Any:
+            return self.inside()
+
+        @limited("{name}", limit=10, ttl=30, wait=0)
+        def limited_call_(name: str) -> Any:
+            return self.inside()
+
+        self.decorated = {"lock": locked_call, "sem": limited_call_}
+        self.thread = threading.Thread(target=self.main, name="section-owner", daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def primitive(name: str) -> Any:
+        return (
+            Semaphore(name, limit=10, ttl=30, wait=0) if name == "s" else Lock(name, ttl=30, wait=0)
+        )
+
+    @staticmethod
+    def current() -> str | None:
+        lease = current_lease(None)
+        return None if lease is None else lease.token
+
+    def main(self) -> None:
+        try:
+            self.serve()
+        except Stop:
+            pass
+        finally:
+            for gen in self.gens.values():
+                with contextlib.suppress(Exception):
+                    gen.close()
+
+    def serve(self) -> None:
+        """Run commands until "exit" (return: the enclosing section ends) or "stop"."""
+        while True:
+            cmd = self.inbox.get()
+            if cmd[0] == "exit":
+                return
+            if cmd[0] == "stop":
+                raise Stop
+            try:
+                reply: tuple[Any, ...] = ("ok", self.run(*cmd))
+            except LockError as exc:
+                reply = ("raised", type(exc).__name__, str(exc))
+            except Exception:
+                reply = ("error", traceback.format_exc())
+            self.outbox.put(reply)
+
+    def inside(self) -> None:
+        self.outbox.put(("entered", self.current()))  # the reply to the command that entered
+        self.serve()
+
+    def section(self, lock: Any) -> Iterator[str | None]:
+        with lock:
+            while (yield self.current()) is None:
+                pass
+        yield self.current()  # after its block, as the generator sees it
+
+    def run(self, op: str, *args: Any) -> Any:
+        if op == "enter":  # replies "entered" from inside; this is the reply to "exit"
+            how, name = args
+            try:
+                if how == "decorated":
+                    self.decorated["sem" if name == "s" else "lock"](name)
+                else:
+                    with self.shared[name] if how == "with shared" else self.primitive(name):
+                        self.inside()
+            except LockLost as exc:
+                return type(exc).__name__, self.current()
+            return None, self.current()
+        if op == "open":
+            gid, how, name = args
+            gen = self.section(self.shared[name] if how == "shared" else self.primitive(name))
+            self.gens[gid] = gen
+            return next(gen)
+        if op == "resume":
+            return next(self.gens[args[0]])
+        if op == "close":
+            gid, how = args
+            gen = self.gens.pop(gid)
+            if how == "close":  # GeneratorExit inside the block: a loss is only noted
+                gen.close()
+                return None, self.current()
+            try:
+                seen = gen.send("leave")  # the block ends normally: a loss raises LockLost
+            except LockLost as exc:
+                return type(exc).__name__, self.current()
+            gen.close()
+            return None, seen
+        if op == "probe":
+            return self.current()
+        raise ValueError(op)
+
+    def call(self, *cmd: Any) -> tuple[Any, ...]:
+        self.inbox.put(cmd)
+        try:
+            reply: tuple[Any, ...] = self.outbox.get(timeout=CALL_TIMEOUT)
+        except queue.Empty:
+            raise AssertionError(f"section owner stuck on {cmd!r}") from None
+        no_error(reply, repr(cmd))
+        return reply
+
+    def stop(self) -> None:
+        self.inbox.put(("stop",))
+        self.thread.join(5)
+        assert not self.thread.is_alive(), "section owner did not stop"
+
+
+@dataclass(eq=False)
+class Section:
+    seq: int
+    name: str
+    token: str
+    gid: int | None  # a generator's id, None for a call or a with block
+    shared: bool = False  # entered through the one object per name that sections share
+    lost: bool = False  # its slot was removed server-side (semaphore sections)
+
+
+class Sections(RuleBasedStateMachine):
+    """``current_lease()`` is the lease of the innermost section still open in the calling
+    thread (the most recently entered one that has not ended), or None -- from the thread
+    and from inside a resumed generator; never another thread's. A lock's sections share one
+    lease (re-entrant), a semaphore's each have their own slot; the server holds exactly
+    those. A lease removed server-side while held is reported by the exit that gives it
+    back: LockLost if that exit ends normally, nothing if by GeneratorExit (only a note)."""
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__()
+        self.admin = server.client(decode_responses=True)
+        self.admin.flushall()
+        self.open: list[Section] = []  # in order of entry
+        self.calls: list[Section] = []  # the sections that end last-in first-out
+        self.tokens: set[str] = set()
+        self.seq = itertools.count()
+        self.lock_lost = dict.fromkeys(SECTION_NAMES, False)  # key deleted while held
+        self.slot_removed = False
+        self.owner = SectionOwner()
+
+    def innermost(self) -> str | None:
+        return self.open[-1].token if self.open else None
+
+    def entered(self, name: str, token: str, gid: int | None, what: str, shared: bool) -> Section:
+        same = [s.token for s in self.open if s.name == name]
+        if same and name != "s":  # a lock re-entered: the same lease
+            assert token == same[0], f"{what}: current_lease() {token}, the lease is {same[0]}"
+        else:
+            assert token not in self.tokens, f"{what}: current_lease() is an old lease {token}"
+        self.tokens.add(token)
+        section = Section(next(self.seq), name, token, gid, shared)
+        self.open.append(section)
+        return section
+
+    @precondition(lambda self: len(self.open) < MAX_OPEN)
+    @rule(
+        how=st.sampled_from(["decorated", "with fresh", "with shared"]),
+        name=st.sampled_from(SECTION_NAMES),
+    )
+    def enter(self, how: str, name: str) -> None:
+        what = f"enter {how} {name}"
+        reply = self.owner.call("enter", how, name)
+        assert reply[0] == "entered", f"{what}: {reply!r}"
+        token = reply[1]
+        self.calls.append(self.entered(name, token, None, what, how == "with shared"))
+
+    def may_end(self, section: Section) -> bool:
+        """Whether ending ``section`` now stays clear of the known bug (see
+        test_shared_object_sections_ending_out_of_order): with the library as it is, a
+        section entered through a shared object may only end after every later section of
+        that object has ended."""
+        if not (KNOWN_BUG_SHARED_OBJECT and section.shared):
+            return True
+        later = self.open[self.open.index(section) + 1 :]
+        return not any(other.shared and other.name == section.name for other in later)
+
+    @precondition(lambda self: self.calls and self.may_end(self.calls[-1]))
+    @rule()
+    def exit(self) -> None:
+        section = self.calls.pop()
+        expected = self.ending(section, normally=True)
+        error, seen = ok(self.owner.call("exit"), f"exit {section}")
+        assert error == expected, f"exit of {section}: {error} raised, expected {expected}"
+        assert seen == self.innermost(), f"after exit of {section}: {seen}, not {self.open}"
+
+    def ending(self, section: Section, normally: bool) -> str | None:
+        """Forget ``section``; the error its end raises: LockLost if it gives back a lease
+        that was lost meanwhile, and ends normally (not by GeneratorExit, which only gets a
+        note) -- and only the outermost exit of a re-entered lock reports it."""
+        self.open.remove(section)
+        if section.name == "s":
+            lost = section.lost
+        elif any(other.name == section.name for other in self.open):
+            return None  # an inner exit: the lease stays held
+        else:
+            lost, self.lock_lost[section.name] = self.lock_lost[section.name], False
+        return "LockLost" if lost and normally else None
+
+    @precondition(lambda self: len(self.open) < MAX_OPEN)
+    @rule(how=st.sampled_from(["fresh", "shared"]), name=st.sampled_from(SECTION_NAMES))
+    def open_generator(self, how: str, name: str) -> None:
+        gid = next(self.seq)
+        what = f"generator {gid}: with {how} {name}"
+        token = ok(self.owner.call("open", gid, how, name), what)
+        assert token is not None, f"{what}: no current_lease() inside"
+        self.entered(name, token, gid, what, how == "shared")
+
+    def generators(self) -> list[Section]:
+        return [section for section in self.open if section.gid is not None]
+
+    def endable_generators(self) -> list[Section]:
+        return [section for section in self.generators() if self.may_end(section)]
+
+    @precondition(lambda self: self.generators())
+    @rule(data=st.data())
+    def resume_generator(self, data: st.DataObject) -> None:
+        section = data.draw(st.sampled_from(self.generators()), label="generator")
+        seen = ok(self.owner.call("resume", section.gid), f"resume {section}")
+        assert seen == self.innermost(), f"inside {section}: {seen}, not {self.open}"
+
+    @precondition(lambda self: self.endable_generators())
+    @rule(data=st.data(), how=st.sampled_from(["close", "leave"]))
+    def end_generator(self, data: st.DataObject, how: str) -> None:
+        section = data.draw(st.sampled_from(self.endable_generators()), label="generator")
+        expected = self.ending(section, normally=how == "leave")
+        error, seen = ok(self.owner.call("close", section.gid, how), f"{how} {section}")
+        assert error == expected, f"{how} of {section}: {error} raised, expected {expected}"
+        assert seen == self.innermost(), f"after {how} of {section}: {seen}, not {self.open}"
+
+    @rule(name=st.sampled_from(SECTION_NAMES), pick=PICK)
+    def lose(self, name: str, pick: int) -> None:
+        """The key (a lock) or one slot (the semaphore) is removed server-side while held."""
+        sections = [s for s in self.open if s.name == name]
+        if not sections:
+            return
+        if name == "s":
+            section = pick_from(sections, pick)
+            self.admin.zrem("sem:s", section.token)
+            section.lost = self.slot_removed = True
+        else:
+            self.admin.delete(f"lock:{name}")
+            self.lock_lost[name] = True
+
+    @invariant()
+    def innermost_is_current(self) -> None:
+        assert ok(self.owner.call("probe"), "probe") == self.innermost(), self.open
+        assert current_lease(None) is None, "another thread's section leaked into this one"
+        for name in ("a", "b"):
+            tokens = {s.token for s in self.open if s.name == name and not self.lock_lost[name]}
+            assert self.admin.get(f"lock:{name}") == (tokens.pop() if tokens else None)
+        holders = {s.token for s in self.open if s.name == "s" and not s.lost}
+        assert set(self.admin.zrange("sem:s", 0, -1)) == holders, f"slots of {self.open}"
+
+    def teardown(self) -> None:
+        try:
+            while self.open:  # newest first
+                section = self.open.pop()
+                if section.gid is None:
+                    assert self.calls.pop() is section
+                    ok(self.owner.call("exit"), "leaving a section")
+                else:
+                    ok(self.owner.call("close", section.gid, "close"), "closing a generator")
+            assert ok(self.owner.call("probe"), "probe") is None
+            left = set(self.admin.keys("*"))
+            if self.slot_removed:  # the set vanished under its limit key: that one expires
+                assert self.admin.pttl("{sem:s}:limit") in (-2, *range(1, 30_001))
+                left.discard("{sem:s}:limit")
+            assert not left, f"keys left behind: {left}"
+        finally:
+            try:
+                self.owner.stop()
+            finally:
+                self.admin.close()
+
+
+@SHRINKING_TIMEOUT
+def test_sections(server: RedisServer) -> None:
+    run_state_machine_as_test(lambda: Sections(server), settings=machine_settings(60, 30))
+
+
+# -- minimal repros of what the machines found -----------------------------------------
+
+
+def section_in(primitive: Any) -> Iterator[Any]:
+    with primitive:
+        yield current_lease()
+
+
+def test_shared_object_sections_ending_out_of_order(r: redis.Redis) -> None:
+    """Found by Sections (shrunk): one Semaphore object, a ``with`` block on it, and a
+    generator started inside that block that enters the same object and is still suspended
+    when the block ends. The block must give back *its* slot and drop *its* section; it gives
+    back the generator's slot instead, and current_lease() is then the ended block's lease."""
+    sem = Semaphore("s", limit=10, ttl=30, wait=0)
+    with sem:
+        outer = current_lease()
+        gen = section_in(sem)
+        inner = next(gen)
+    try:
+        assert outer is not None and inner is not None
+        assert r.zrange("sem:s", 0, -1) == [inner.token.encode()]  # got [outer.token]
+        assert current_lease() is inner  # got outer, whose block has ended
+    finally:
+        gen.close()
+
+
+def test_shared_lock_sections_ending_out_of_order() -> None:
+    """The same with one Lock object (re-entrant, so the lease itself is right): closing the
+    first of two generators suspended inside ``with a:`` removes the *second* one's
+    section, and current_lease() becomes the lease of "b", entered in between."""
+    a = Lock("a", ttl=30, wait=0)
+    first, b, second = section_in(a), section_in(Lock("b", ttl=30, wait=0)), section_in(a)
+    next(first), next(b)
+    lease_a = next(second)
+    first.close()
+    try:
+        assert current_lease() is lease_a  # `second` is the innermost open section: got "b"
+    finally:
+        second.close()
+        b.close()
+
+
+def test_shared_async_object_sections_ending_out_of_order(server: RedisServer) -> None:
+    """The asyncio twin (async generator inside ``async with`` on one shared Semaphore)."""
+
+    async def section(sem: Any) -> Any:
+        async with sem:
+            yield current_lease()
+
+    async def scenario() -> None:
+        sem = redlock_deco.asyncio.Semaphore("s", limit=10, ttl=30, wait=0)
+        async with sem:
+            gen = section(sem)
+            inner = await gen.__anext__()
+        try:
+            assert current_lease() is inner  # got the ended block's lease
+        finally:
+            await gen.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_lease_held_by_the_object_leaves_the_tasks_own_alone(r: redis.Redis) -> None:
+    """Regression (found while modelling the async machine, on the library before 811e485,
+    where the first task using an object *adopted* the leases helper tasks had left to it):
+    a task holding "n" through its own lease L2 that touches an object holding an expired
+    helper-task lease L1 used to get L1 in its re-entrancy table over L2 -- re-entering "n"
+    raised LockLost although the server said the task held it, and after releasing L2 every
+    acquire of "n" by that task raised LockLost. Now the object keeps L1 to itself."""
+
+    async def scenario() -> None:
+        left = redlock_deco.asyncio.Lock("n", ttl=0.2, wait=0, auto_renew=False)
+        mine = redlock_deco.asyncio.Lock("n", ttl=5, wait=0)
+        assert await asyncio.gather(left.acquire()) == [True]  # L1, held by `left`
+        await asyncio.sleep(0.3)  # L1 expires, unused
+        async with mine:  # L2: this task holds "n" in a block
+            token = mine.lease.token
+            assert r.get("lock:n") == token.encode()
+            assert left.lease is not None and left.lease.token != token  # the object's L1
+            async with mine:  # re-enters L2
+                assert mine.lease.token == token
+        assert r.get("lock:n") is None
+        assert await mine.acquire()  # free again: a fresh lease
+        await mine.release()
+        with pytest.raises(LockNotOwned):
+            await left.release()  # L1 had expired
+
+    asyncio.run(scenario())
