@@ -8,7 +8,7 @@ queues): acquire, release, extend, owned(), holders(), time passing, crashed hol
 lease taken by the library's own acquire script on a connection that then goes quiet: never
 renewed, never released) and force_release.
 
-Timing is modelled as in tests/test_stateful.py: an unrenewed lease is certainly on the
+Timing is modelled as in tests/support/stateful.py: an unrenewed lease is certainly on the
 server until ``ttl`` after its request was sent, certainly gone ``ttl`` (+EPS) after its
 reply, maybe in between; renewed leases are live until released or removed.
 
@@ -24,33 +24,42 @@ And per step: a try-once shared acquire succeeds iff no writer's lease is live; 
 exclusive acquire iff no lease at all is live -- through any object, the one holding it
 included: what ``acquire()`` takes belongs to the object, so nothing re-enters it, and any
 owner may release, extend or check it through the object. (Re-entry and upgrades are of
-sections: tests/test_shared.py.)
+sections: tests/integration/test_shared.py.)
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     rule,
     run_state_machine_as_test,
 )
 from support import shared_stateful_workers as workers
+from support.stateful import (
+    ALIVE,
+    GONE,
+    MAYBE,
+    SHRINKING_TIMEOUT,
+    LeaseModel,
+    OwnersMachine,
+    TaskOwner,
+    machine_settings,
+    ok,
+    raised,
+    stop_all,
+    timed,
+)
 
 from redlock_deco import Lock
 from redlock_deco import _scripts as scripts
-from redlock_deco._lifecycle import RENEW_FRACTION
 from redlock_deco._protocol import HANDOFF_MS, QUEUE_WINDOW_MS, READER_SUFFIX, SHARED_VALUE
 from redlock_deco._tokens import new_token
 from redlock_deco.testing import RedisServer
@@ -64,12 +73,8 @@ OWNERS = ("o0", "o1", "o2")
 MODES = workers.MODES
 VARIANTS = tuple(workers.VARIANTS)
 OBJECTS = [(mode, variant) for mode in MODES for variant in VARIANTS]  # shared by all owners
-EPS = 0.02  # expiry precision of the server plus clock reading slack, seconds
 MIN_RENEWED_TTL = 0.6
-RENEWAL_SLACK = 0.5
 SLACK_MS = 2  # PTTL and TIME read inside one script may differ by a millisecond
-
-GONE, MAYBE, ALIVE = "gone", "maybe", "alive"
 # What the machines saw (printed with -s): grants and refusals by the rivals' statuses.
 STATS: Counter[str] = Counter()
 
@@ -84,45 +89,8 @@ return {now, value, redis.call('PTTL', KEYS[1]),
 """
 
 
-def machine_settings(examples: int, steps: int) -> settings:
-    return settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        report_multiple_bugs=False,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-
-
-SHRINKING_TIMEOUT = pytest.mark.timeout(480)
-
-
-def now() -> float:
-    return time.monotonic()
-
-
-def timed(call: Callable[[], Any]) -> tuple[float, Any, float]:
-    t0 = now()
-    value = call()
-    return t0, value, now()
-
-
-def ok(reply: tuple[Any, ...], what: str) -> Any:
-    assert reply[0] == "ok", f"{what}: expected success, got {reply!r}"
-    return reply[1]
-
-
-def raised(reply: tuple[Any, ...], name: str, what: str) -> None:
-    assert reply[0] == "raised" and reply[1] == name, f"{what}: expected {name}, got {reply!r}"
-
-
-def no_error(reply: tuple[Any, ...], what: str) -> None:
-    assert reply[0] != "error", f"{what}: unexpected exception\n{reply[1]}"
-
-
 @dataclass(eq=False)
-class Held:
+class Held(LeaseModel):
     """The model of one lease: a reader's share or a writer's hold."""
 
     mode: str  # "r" or "w"
@@ -138,80 +106,16 @@ class Held:
     vanished_at: float = 0.0
     evicted: bool = False  # removed by force_release (its holder cannot know at once)
 
-    def status(self, t0: float, t1: float) -> str:
-        if self.gone:
-            return GONE
-        if self.renewed or t1 < self.sent + self.ttl:
-            return ALIVE
-        if t0 > self.replied + self.ttl + EPS:
-            return GONE
-        return MAYBE
 
-    def local(self, t0: float, t1: float) -> bool | None:
-        if self.lost is None:
-            return None
-        if self.lost:
-            return False
-        if self.renewed:
-            return True
-        if t1 < self.sent + self.ttl:
-            return True
-        if t0 >= self.replied + self.ttl:
-            return False
-        return None
-
-    def vanish(self) -> None:
-        self.gone = True
-        if self.renewed and self.lost is False and not self.released:
-            self.lost = None
-            self.vanished_at = now()
-
-    def noticed_by(self) -> float:
-        return self.vanished_at + self.ttl * RENEW_FRACTION + RENEWAL_SLACK
-
-    def check_lost(self, reported: bool, what: str, t0: float | None = None) -> None:
-        if self.lost is None:
-            if reported:
-                self.lost = True
-            elif t0 is not None:
-                assert t0 < self.noticed_by(), f"{what}: renewal did not notice it is gone"
-        else:
-            assert reported == self.lost, f"{what}: lease.lost is {reported}, model {self.lost}"
-
-    def check_remaining(self, remaining: float, t0: float, t1: float, what: str) -> None:
-        assert 0 <= remaining <= self.ttl + EPS, f"{what}: remaining() {remaining} of {self.ttl}"
-        local = self.local(t0, t1)
-        if local is True:
-            assert remaining > 0, f"{what}: remaining() is 0 for a lease still held"
-        elif local is False and not self.renewed:
-            assert remaining == 0, f"{what}: remaining() {remaining} after its ttl"
-
-
-class ReadersWriters(RuleBasedStateMachine):
+class ReadersWriters(OwnersMachine):
     """The model: every lease with what is known of it on the server; per object (mode,
     variant), shared by every owner, the leases it holds (``entries``, newest last)."""
 
     def __init__(self, server: RedisServer) -> None:
-        super().__init__()
-        self.server = server
-        self.admin = server.client(decode_responses=True)
-        self.admin.flushall()
-        self.snapshot = self.admin.register_script(SNAPSHOT)
-        self.leases: list[Held] = []
         self.entries: dict[tuple[str, str], list[Held]] = defaultdict(list)
-        self.owners: dict[str, Any] = {}
-        self.start_owners()
-
-    def start_owners(self) -> None:
-        raise NotImplementedError
-
-    def stop_owners(self) -> None:
-        raise NotImplementedError
-
-    def call(self, owner: str, *cmd: Any) -> tuple[Any, ...]:
-        reply: tuple[Any, ...] = self.owners[owner].call(cmd)
-        no_error(reply, f"{owner} {cmd!r}")
-        return reply
+        super().__init__(server)
+        self.snapshot = self.admin.register_script(SNAPSHOT)
+        self.leases: list[Held]
 
     def live(self) -> list[Held]:
         return [held for held in self.leases if not held.gone]
@@ -353,16 +257,6 @@ class ReadersWriters(RuleBasedStateMachine):
             held.vanish()
         held.check_lost(lease[1], what, t0)
 
-    @rule(seconds=st.sampled_from([0.02, 0.12, 0.35]))
-    def time_passes(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    @rule()
-    def renewal_notices(self) -> None:
-        deadlines = [h.noticed_by() for h in self.leases if h.lost is None and not h.released]
-        if deadlines:
-            time.sleep(max(0.0, max(deadlines) - now()) + 0.01)
-
     @rule(mode=st.sampled_from(MODES), ttl=st.sampled_from([0.15, 0.4]))
     def crashed_holder(self, mode: str, ttl: float) -> None:
         """A holder in another process takes it (the library's own try-once acquire script)
@@ -474,27 +368,6 @@ class ReadersWriters(RuleBasedStateMachine):
             f"readers {readers}"
         )
 
-    def teardown(self) -> None:
-        try:
-            for owner in self.owners:
-                ok(self.call(owner, "reset"), f"{owner} releasing everything")
-            wait_for_empty(self.admin, 1.5)
-        finally:
-            try:
-                self.stop_owners()
-            finally:
-                self.admin.close()
-
-
-def wait_for_empty(admin: redis.Redis, bound: float) -> None:
-    deadline = now() + bound
-    while True:
-        size = admin.dbsize()
-        if size == 0:
-            return
-        assert now() < deadline, f"DBSIZE {size} after releasing everything: {admin.keys('*')}"
-        time.sleep(0.02)
-
 
 class SyncReadersWriters(ReadersWriters):
     """o0, o1, o2: threads sharing every Lock object."""
@@ -503,13 +376,7 @@ class SyncReadersWriters(ReadersWriters):
         self.owners = workers.sync_owners(OWNERS)
 
     def stop_owners(self) -> None:
-        errors = []
-        for owner in self.owners.values():
-            try:
-                owner.stop()
-            except AssertionError as exc:
-                errors.append(exc)
-        assert not errors, errors
+        stop_all(self.owners)
 
 
 class AsyncReadersWriters(ReadersWriters):
@@ -517,7 +384,7 @@ class AsyncReadersWriters(ReadersWriters):
 
     def start_owners(self) -> None:
         self.loop_owners = workers.AsyncOwners(len(OWNERS))
-        self.owners = {o: workers.TaskOwner(self.loop_owners, i) for i, o in enumerate(OWNERS)}
+        self.owners = {o: TaskOwner(self.loop_owners, i) for i, o in enumerate(OWNERS)}
 
     def stop_owners(self) -> None:
         self.loop_owners.stop()

@@ -27,22 +27,19 @@ server, or in what the holders themselves believe, unless a key was removed from
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import multiprocessing
 import queue
 import threading
-import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -52,6 +49,25 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from support import stateful_workers as workers
+from support.stateful import (
+    ALIVE,
+    CALL_TIMEOUT,
+    GONE,
+    MAYBE,
+    SHRINKING_TIMEOUT,
+    LeaseModel,
+    LoopOwners,
+    OwnersMachine,
+    QueueOwner,
+    TaskOwner,
+    machine_settings,
+    no_error,
+    now,
+    ok,
+    raised,
+    stop_all,
+    timed,
+)
 
 import redlock_deco.asyncio
 from redlock_deco import (
@@ -64,7 +80,6 @@ from redlock_deco import (
     limited,
     locked,
 )
-from redlock_deco._lifecycle import RENEW_FRACTION
 from redlock_deco.testing import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -73,31 +88,10 @@ NAMES = ("a", "b")
 # Owners: o0 and o1 are threads and o2 a spawned process (sync), or three tasks (asyncio).
 OWNERS = ("o0", "o1", "o2")
 VARIANTS = tuple(workers.VARIANTS)
-EPS = 0.02  # expiry precision of the server plus clock reading slack, seconds
 MIN_RENEWED_TTL = 1.0  # renewed leases never get less: injected stalls are <= 80 ms, and a
 # renewal (every third of it) may run late by up to 2/3 s on a loaded CI machine before the
 # lease ends (at 0.6 s a 0.4 s stall of the renewer once ended a lease the model called live)
-RENEWAL_SLACK = 0.5  # a renewal runs this late at most (busy machine, stalled server)
-CALL_TIMEOUT = 15.0  # an owner that does not answer within this is stuck: fail
 spawn = multiprocessing.get_context("spawn")
-
-GONE, MAYBE, ALIVE = "gone", "maybe", "alive"
-
-
-def machine_settings(examples: int, steps: int) -> settings:
-    return settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        report_multiple_bugs=False,  # shrink one failure: steps are slow (real server)
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-
-
-# A passing machine takes seconds; a failing one is shrunk for up to hypothesis's five
-# minutes before it reports the minimal sequence, which must not be cut short.
-SHRINKING_TIMEOUT = pytest.mark.timeout(480)
 
 
 # Rules choose among what is held by index: what is held depends on timing, and hypothesis
@@ -112,30 +106,12 @@ def pick_from(options: list[Any], pick: int, otherwise: list[Any] | None = None)
     return options[pick % len(options)] if options else None
 
 
-def now() -> float:
-    return time.monotonic()
-
-
 def ttl_of(variant: str) -> float:
     return float(workers.VARIANTS[variant]["ttl"])
 
 
-def ok(reply: tuple[Any, ...], what: str) -> Any:
-    """The value of an ("ok", value) reply; anything else fails with the reply shown."""
-    assert reply[0] == "ok", f"{what}: expected success, got {reply!r}"
-    return reply[1]
-
-
-def raised(reply: tuple[Any, ...], name: str, what: str) -> None:
-    assert reply[0] == "raised" and reply[1] == name, f"{what}: expected {name}, got {reply!r}"
-
-
-def no_error(reply: tuple[Any, ...], what: str) -> None:
-    assert reply[0] != "error", f"{what}: unexpected exception\n{reply[1]}"
-
-
 @dataclass(eq=False)
-class Held:
+class Held(LeaseModel):
     """The model of one lease (lock) or slot (semaphore)."""
 
     name: str
@@ -150,71 +126,11 @@ class Held:
     vanished_at: float = 0.0  # when a renewed lease was found (by us) to be gone
     evicted: bool = False  # removed from outside the library (its holder cannot know)
 
-    def status(self, t0: float, t1: float) -> str:
-        """Is it on the server during [t0, t1]: ALIVE (certainly), GONE, or MAYBE."""
-        if self.gone:
-            return GONE
-        if self.renewed or t1 < self.sent + self.ttl:
-            return ALIVE
-        if t0 > self.replied + self.ttl + EPS:
-            return GONE
-        return MAYBE
-
-    def local(self, t0: float, t1: float) -> bool | None:
-        """Does the library believe it still holds it (state HELD and remaining() > 0)?"""
-        if self.lost is None:
-            return None
-        if self.lost:
-            return False
-        if self.renewed:
-            return True  # lost is False: never found gone, renewed on time
-        if t1 < self.sent + self.ttl:
-            return True
-        if t0 >= self.replied + self.ttl:
-            return False
-        return None
-
-    def vanish(self) -> None:
-        """It is not on the server any more; a renewed one may learn that any moment."""
-        self.gone = True
-        if self.renewed and self.lost is False and not self.released:
-            self.lost = None
-            self.vanished_at = now()
-
-    def check_lost(self, reported: bool, what: str, t0: float | None = None) -> None:
-        """``reported``: lease.lost as read at or after ``t0``."""
-        if self.lost is None:
-            if reported:
-                self.lost = True
-            elif t0 is not None:
-                assert t0 < self.noticed_by(), f"{what}: renewal did not notice it is gone"
-        else:
-            assert reported == self.lost, f"{what}: lease.lost is {reported}, model {self.lost}"
-
-    def noticed_by(self) -> float:
-        """When renewal must have found a renewed lease gone: within about a third of its
-        ttl after it went."""
-        return self.vanished_at + self.ttl * RENEW_FRACTION + RENEWAL_SLACK
-
-    def check_remaining(self, remaining: float, t0: float, t1: float, what: str) -> None:
-        assert 0 <= remaining <= self.ttl + EPS, f"{what}: remaining() {remaining} of {self.ttl}"
-        local = self.local(t0, t1)
-        if local is True:
-            assert remaining > 0, f"{what}: remaining() is 0 for a lease still held"
-        elif local is False and not self.renewed:
-            assert remaining == 0, f"{what}: remaining() {remaining} after its ttl"
-
-
-def timed(call: Callable[[], Any]) -> tuple[float, Any, float]:
-    t0 = now()
-    value = call()
-    return t0, value, now()
-
 
 # -- owners ----------------------------------------------------------------------------
 
 
-class ThreadOwner:
+class ThreadOwner(QueueOwner):
     """A long-lived worker thread owning its locks; commands go through queues."""
 
     def __init__(self, name: str, shared: dict[Any, Any]) -> None:
@@ -227,19 +143,6 @@ class ThreadOwner:
             daemon=True,
         )
         self.thread.start()
-
-    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        self.inbox.put(cmd)
-        try:
-            reply: tuple[Any, ...] = self.outbox.get(timeout=CALL_TIMEOUT)
-        except queue.Empty:
-            raise AssertionError(f"{self.thread.name} stuck on {cmd!r}") from None
-        return reply
-
-    def stop(self) -> None:
-        self.inbox.put(None)
-        self.thread.join(5)
-        assert not self.thread.is_alive(), f"{self.thread.name} did not stop"
 
 
 class ProcessOwner:
@@ -278,56 +181,14 @@ class ProcessOwner:
         self.conn.close()
 
 
-class AsyncOwners:
-    """Owner tasks on one event loop run by ``asyncio.run`` in a background thread; the
-    lock objects are shared by the tasks (ownership is per task)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.objects: dict[tuple[str, str, str], Any] = {}
-        started = threading.Event()
-        self.thread = threading.Thread(
-            target=asyncio.run, args=(self._main(started),), name="owner-loop", daemon=True
-        )
-        self.thread.start()
-        assert started.wait(10), "owner loop did not start"
-
-    async def _main(self, started: threading.Event) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.stopping = asyncio.Event()
-        self.queues: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in range(self.count)]
-        tasks = [
-            asyncio.create_task(self._serve(inbox), name=f"owner-task-{index}")
-            for index, inbox in enumerate(self.queues)
-        ]
-        started.set()
-        await self.stopping.wait()
-        for inbox in self.queues:
-            inbox.put_nowait(None)
-        await asyncio.gather(*tasks)
-        # asyncio.run's shutdown then releases whatever the loop still holds, closes clients
-
-    async def _serve(self, inbox: asyncio.Queue[Any]) -> None:
-        while True:
-            item = await inbox.get()
-            if item is None:
-                return
-            cmd, future = item
-            future.set_result(await self._execute(cmd))
+class AsyncOwners(LoopOwners):
+    """Owner tasks of one loop sharing the lock objects (ownership is per task)."""
 
     def obj(self, kind: str, name: str, variant: str) -> Any:
         key = (kind, name, variant)
         if key not in self.objects:
             self.objects[key] = workers.make(kind, name, variant, is_async=True)
         return self.objects[key]
-
-    async def _execute(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        try:
-            return ("ok", await self._run(*cmd))
-        except LockError as exc:
-            return ("raised", type(exc).__name__, str(exc))
-        except Exception:
-            return ("error", traceback.format_exc())
 
     async def _run(
         self, op: str, kind: str = "", name: str = "", variant: str = "", arg: Any = None
@@ -364,33 +225,11 @@ class AsyncOwners:
             return workers.describe(obj.lease)
         raise ValueError(op)
 
-    def call(self, index: int, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        future: concurrent.futures.Future[tuple[Any, ...]] = concurrent.futures.Future()
-        self.loop.call_soon_threadsafe(self.queues[index].put_nowait, (cmd, future))
-        try:
-            return future.result(CALL_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            raise AssertionError(f"owner task {index} stuck on {cmd!r}") from None
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.stopping.set)
-        self.thread.join(10)
-        assert not self.thread.is_alive(), "owner loop did not stop"
-
-
-class TaskOwner:
-    def __init__(self, owners: AsyncOwners, index: int) -> None:
-        self.owners, self.index = owners, index
-
-    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        return self.owners.call(self.index, cmd)
-
 
 # -- locks -----------------------------------------------------------------------------
 
 
-class LockMachine(RuleBasedStateMachine):
+class LockMachine(OwnersMachine):
     """Owners acting on NAMES through Lock objects of two variants (see workers.VARIANTS).
 
     What ``acquire()`` takes belongs to the object: the model keeps, per object, the leases
@@ -401,24 +240,13 @@ class LockMachine(RuleBasedStateMachine):
     """
 
     is_async = False
+    EMPTY_WITHIN = 1.0
 
     def __init__(self, server: RedisServer) -> None:
-        super().__init__()
-        self.server = server
-        self.admin = server.client(decode_responses=True)
-        self.admin.client_unpause()
-        self.admin.flushall()
-        self.leases: list[Held] = []
         self.held: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
         self.foreign = itertools.count()
-        self.owners: dict[str, Any] = {}
-        self.start_owners()
-
-    def start_owners(self) -> None:
-        raise NotImplementedError
-
-    def stop_owners(self) -> None:
-        raise NotImplementedError
+        super().__init__(server)
+        self.leases: list[Held]
 
     def object_of(self, owner: str, name: str, variant: str) -> tuple[str, str, str]:
         """Which object ``owner`` uses for (name, variant): "shared" for one several use."""
@@ -427,11 +255,6 @@ class LockMachine(RuleBasedStateMachine):
     def users(self, obj: tuple[str, str, str]) -> list[str]:
         """The owners that can reach object ``obj``."""
         return [owner for owner in OWNERS if self.object_of(owner, *obj[1:]) == obj]
-
-    def call(self, owner: str, *cmd: Any) -> tuple[Any, ...]:
-        reply: tuple[Any, ...] = self.owners[owner].call(cmd)
-        no_error(reply, f"{owner} {cmd!r}")
-        return reply
 
     def rivals(self, name: str) -> list[Held]:
         return [held for held in self.leases if held.name == name and not held.gone]
@@ -588,18 +411,6 @@ class LockMachine(RuleBasedStateMachine):
             held.vanish()
         held.check_lost(lease[1], what, t0)
 
-    @rule(seconds=st.sampled_from([0.02, 0.12, 0.35]))
-    def time_passes(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    @rule()
-    def renewal_notices(self) -> None:
-        """Wait until renewal must have found every renewed lease that went (and is still
-        held) gone; the invariants then see lease.lost."""
-        deadlines = [h.noticed_by() for h in self.leases if h.lost is None and not h.released]
-        if deadlines:
-            time.sleep(max(0.0, max(deadlines) - now()) + 0.01)
-
     @rule(
         name=st.sampled_from(NAMES),
         how=st.sampled_from(["delete", "take over", "stall 20 ms", "stall 80 ms"]),
@@ -666,37 +477,17 @@ class LockMachine(RuleBasedStateMachine):
         for name, tokens in believed.items():
             assert len(tokens) <= 1, f"owners believe they hold {name} at once: {tokens}"
 
-    def teardown(self) -> None:
-        try:
-            self.admin.client_unpause()
-            for owner in self.owners:
-                ok(self.call(owner, "reset"), f"{owner} releasing everything")
-            for held in self.leases:  # what take_over wrote, if it is still there
-                if held.token.startswith("foreign-"):
-                    with contextlib.suppress(redis.ResponseError):
-                        self.admin.eval(
-                            "if redis.call('GET', KEYS[1]) == ARGV[1] then "
-                            "return redis.call('DEL', KEYS[1]) end return 0",
-                            1,
-                            f"lock:{held.name}",
-                            held.token,
-                        )
-            wait_for_empty(self.admin, 1.0)
-        finally:
-            try:
-                self.stop_owners()
-            finally:
-                self.admin.close()
-
-
-def wait_for_empty(admin: redis.Redis, bound: float) -> None:
-    deadline = now() + bound
-    while True:
-        size = admin.dbsize()
-        if size == 0:
-            return
-        assert now() < deadline, f"DBSIZE {size} after releasing everything: {admin.keys('*')}"
-        time.sleep(0.02)
+    def clean_up(self) -> None:
+        for held in self.leases:  # what take_over wrote, if it is still there
+            if held.token.startswith("foreign-"):
+                with contextlib.suppress(redis.ResponseError):
+                    self.admin.eval(
+                        "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                        "return redis.call('DEL', KEYS[1]) end return 0",
+                        1,
+                        f"lock:{held.name}",
+                        held.token,
+                    )
 
 
 class SyncLocks(LockMachine):
@@ -718,13 +509,7 @@ class SyncLocks(LockMachine):
         self.owners["o1"] = ThreadOwner("owner-o1", shared)
 
     def stop_owners(self) -> None:
-        errors = []
-        for owner in self.owners.values():
-            try:
-                owner.stop()
-            except AssertionError as exc:
-                errors.append(exc)
-        assert not errors, errors
+        stop_all(self.owners)
 
 
 class AsyncLocks(LockMachine):
@@ -756,29 +541,26 @@ def test_async_locks(server: RedisServer) -> None:
 # -- semaphores ------------------------------------------------------------------------
 
 
-class Semaphores(RuleBasedStateMachine):
+class Semaphores(OwnersMachine):
     """Three worker threads take slots of two semaphores (limit 2) through ``Semaphore``
     objects ("manual" ones per thread, "renewed" ones shared by all three). Every acquire
     takes a slot, which belongs to the object: release/extend/owned through it act on its
     newest, whichever thread uses it."""
 
     def __init__(self, server: RedisServer) -> None:
-        super().__init__()
-        self.admin = server.client(decode_responses=True)
-        self.admin.client_unpause()
-        self.admin.flushall()
-        self.slots: list[Held] = []
         self.entries: dict[tuple[str, str, str], list[Held]] = defaultdict(list)
+        super().__init__(server)
+        self.leases: list[Held]  # the slots
+
+    def start_owners(self) -> None:
         shared = {("sem", name, "renewed"): workers.make("sem", name, "renewed") for name in NAMES}
         self.owners = {owner: ThreadOwner(f"owner-{owner}", shared) for owner in OWNERS}
 
-    def call(self, owner: str, *cmd: Any) -> tuple[Any, ...]:
-        reply = self.owners[owner].call(cmd)
-        no_error(reply, f"{owner} {cmd!r}")
-        return reply
+    def stop_owners(self) -> None:
+        stop_all(self.owners)
 
     def live(self, name: str) -> list[Held]:
-        return [slot for slot in self.slots if slot.name == name and not slot.gone]
+        return [slot for slot in self.leases if slot.name == name and not slot.gone]
 
     @staticmethod
     def object_of(owner: str, name: str, variant: str) -> tuple[str, str, str]:
@@ -829,7 +611,7 @@ class Semaphores(RuleBasedStateMachine):
         slot = Held(
             name, lease[0], ttl_of(variant), bool(workers.VARIANTS[variant]["auto_renew"]), t0, t1
         )
-        self.slots.append(slot)
+        self.leases.append(slot)
         self.mine(owner, name, variant).append(slot)
 
     @rule(pick=PICK)
@@ -897,18 +679,6 @@ class Semaphores(RuleBasedStateMachine):
         holders = ok(reply, f"{owner} holders() of {name}")
         alive, maybe = self.counts(name, t0, t1)
         assert alive <= holders <= alive + maybe, f"holders() {holders}: {alive} (+{maybe}) live"
-
-    @rule(seconds=st.sampled_from([0.02, 0.12, 0.35]))
-    def time_passes(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    @rule()
-    def renewal_notices(self) -> None:
-        """Wait until renewal must have found every renewed lease that went (and is still
-        held) gone; the invariants then see lease.lost."""
-        deadlines = [h.noticed_by() for h in self.slots if h.lost is None and not h.released]
-        if deadlines:
-            time.sleep(max(0.0, max(deadlines) - now()) + 0.01)
 
     @rule(
         pick=PICK,
@@ -980,18 +750,7 @@ class Semaphores(RuleBasedStateMachine):
         for name, tokens in believed.items():
             assert len(tokens) <= workers.LIMIT, f"holders believe in {tokens} of {name}"
 
-    def teardown(self) -> None:
-        try:
-            self.admin.client_unpause()
-            for owner in self.owners:
-                ok(self.call(owner, "reset"), f"{owner} releasing everything")
-            wait_for_empty(self.admin, 1.5)  # a deleted set's limit key lives out its ttl
-        finally:
-            try:
-                for owner in self.owners.values():
-                    owner.stop()
-            finally:
-                self.admin.close()
+    EMPTY_WITHIN = 1.5  # a deleted set's limit key lives out its ttl
 
 
 @SHRINKING_TIMEOUT

@@ -1,5 +1,5 @@
-"""Owners for tests/test_shared_stateful.py and the reader/writer exclusion checker of
-tests/test_shared_faults.py.
+"""Owners for tests/integration/test_shared_stateful.py and the reader/writer exclusion
+checker of tests/integration/test_shared_faults.py.
 
 An owner is a long-lived thread (sync) or task (asyncio) that acts on one lock name through
 ``Lock`` objects of both modes -- ``shared=True`` (a reader) or not (a writer) -- and two
@@ -11,8 +11,6 @@ message)`` for our own ``LockError``s, or ``("error", traceback)`` for anything 
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import itertools
 import queue
 import threading
@@ -25,6 +23,8 @@ import redis
 import redlock_deco
 import redlock_deco.asyncio
 from redlock_deco import Lock, LockError
+
+from .stateful import LoopOwners, QueueOwner
 
 NAME = "doc"
 MODES = ("r", "w")  # reader (shared=True), writer (exclusive)
@@ -56,7 +56,7 @@ def wrap_error(exc: BaseException) -> tuple[Any, ...]:
 # -- sync owners (threads) -----------------------------------------------------------------
 
 
-class ThreadOwner:
+class ThreadOwner(QueueOwner):
     """A worker thread acting on the shared objects; commands go through queues."""
 
     def __init__(self, name: str, objects: dict[tuple[str, str], Any]) -> None:
@@ -99,19 +99,6 @@ class ThreadOwner:
             return obj.holders(), obj.locked()
         raise ValueError(f"unknown command {op!r}")
 
-    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        self.inbox.put(cmd)
-        try:
-            reply: tuple[Any, ...] = self.outbox.get(timeout=CALL_TIMEOUT)
-        except queue.Empty:
-            raise AssertionError(f"{self.thread.name} stuck on {cmd!r}") from None
-        return reply
-
-    def stop(self) -> None:
-        self.inbox.put(None)
-        self.thread.join(5)
-        assert not self.thread.is_alive(), f"{self.thread.name} did not stop"
-
 
 def reset_sync(objects: Any) -> tuple[int, int]:
     """Release everything the calling thread holds through any object."""
@@ -136,45 +123,8 @@ def sync_owners(names: tuple[str, ...]) -> dict[str, ThreadOwner]:
 # -- asyncio owners (tasks of one loop) --------------------------------------------------------
 
 
-class AsyncOwners:
-    """Owner tasks on one event loop run by ``asyncio.run`` in a background thread, sharing
-    every lock object (ownership is per task)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.objects: dict[tuple[str, str], Any] = {}
-        started = threading.Event()
-        self.thread = threading.Thread(
-            target=asyncio.run, args=(self._main(started),), name="owner-loop", daemon=True
-        )
-        self.thread.start()
-        assert started.wait(10), "owner loop did not start"
-
-    async def _main(self, started: threading.Event) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.stopping = asyncio.Event()
-        self.queues: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in range(self.count)]
-        tasks = [
-            asyncio.create_task(self._serve(inbox), name=f"owner-task-{index}")
-            for index, inbox in enumerate(self.queues)
-        ]
-        started.set()
-        await self.stopping.wait()
-        for inbox in self.queues:
-            inbox.put_nowait(None)
-        await asyncio.gather(*tasks)
-
-    async def _serve(self, inbox: asyncio.Queue[Any]) -> None:
-        while True:
-            item = await inbox.get()
-            if item is None:
-                return
-            cmd, future = item
-            try:
-                reply: tuple[Any, ...] = ("ok", await self._run(*cmd))
-            except Exception as exc:
-                reply = wrap_error(exc)
-            future.set_result(reply)
+class AsyncOwners(LoopOwners):
+    """Owner tasks of one loop sharing every lock object (ownership is per task)."""
 
     def obj(self, mode: str, variant: str) -> Any:
         if (mode, variant) not in self.objects:
@@ -210,28 +160,6 @@ class AsyncOwners:
         if op == "holders":
             return await obj.holders(), await obj.locked()
         raise ValueError(op)
-
-    def call(self, index: int, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        future: concurrent.futures.Future[tuple[Any, ...]] = concurrent.futures.Future()
-        self.loop.call_soon_threadsafe(self.queues[index].put_nowait, (cmd, future))
-        try:
-            return future.result(CALL_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            raise AssertionError(f"owner task {index} stuck on {cmd!r}") from None
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.stopping.set)
-        self.thread.join(10)
-        assert not self.thread.is_alive(), "owner loop did not stop"
-
-
-class TaskOwner:
-    def __init__(self, owners: AsyncOwners, index: int) -> None:
-        self.owners, self.index = owners, index
-
-    def call(self, cmd: tuple[Any, ...]) -> tuple[Any, ...]:
-        return self.owners.call(self.index, cmd)
 
 
 # -- the reader/writer exclusion checker under network faults (test_shared_faults.py) -------
