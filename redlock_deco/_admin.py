@@ -40,7 +40,7 @@ from . import _drivers as drivers
 from . import _providers as providers
 from . import _scripts as scripts
 from ._errors import LockError, add_note
-from ._inspection import bookkeeping, not_a_lock, shown, wrong_type
+from ._keys import bookkeeping, not_a_lock, shown, wrong_type
 from ._naming import bounded
 from ._protocol import HANDOFF_MS, Eval, Fanout, Steps, sibling
 from ._scripts import Outcome

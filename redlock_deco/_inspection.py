@@ -10,25 +10,25 @@ quorum, point it at each node in turn: SCAN sees one server.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
-from ._protocol import SHARED_VALUE, SUFFIXES, hash_tag, sibling
-
-# See _tokens.py; a reader's token ends in "/r" (_protocol.READER_SUFFIX).
-TOKEN = re.compile(r"(?P<holder>.+:[0-9]+):[0-9a-f]{8}:[0-9a-f]{32}(?:/r)?")
-REDIS_PY_TOKEN = re.compile(r"[0-9a-f]{32}")  # redis-py's Lock: uuid.uuid1().hex
-SIBLINGS = tuple(f":{suffix}" for suffix in SUFFIXES)
-ROLES = {
-    "queue": "waiter queue",
-    "limit": "semaphore limit",
-    "fence": "fencing counter",
-    "readers": "readers (shared holders)",
-}
+from ._keys import (
+    SIBLINGS,
+    bookkeeping,
+    decoded,
+    foreign,
+    holder_in,
+    is_lock_token,
+    lease_of,
+    not_a_lock,
+    shown,
+    wrong_type,
+)
+from ._protocol import SHARED_VALUE, sibling
 
 
 def describe_server(info: Mapping[str, Any]) -> str:
@@ -43,81 +43,16 @@ def describe_server(info: Mapping[str, Any]) -> str:
     return f"{name.capitalize()} {version}"
 
 
-def _text(raw: bytes | str) -> str:
-    return raw if isinstance(raw, str) else raw.decode("utf-8", errors="backslashreplace")
-
-
-def _holder(raw: bytes | str) -> str | None:
-    found = TOKEN.fullmatch(_text(raw))
-    return found.group("holder") if found else None
-
-
-def is_lock_token(raw: bytes | str) -> bool:
-    """Is ``raw`` a lock's token: ours, or redis-py's ``Lock``'s (what
-    ``lua/force_release.lua`` accepts without ``force``)?"""
-    return _holder(raw) is not None or REDIS_PY_TOKEN.fullmatch(_text(raw)) is not None
-
-
-def lease_of(key: str) -> tuple[str, str] | None:
-    """``(lease key, suffix)`` if ``key`` is a lease key's bookkeeping as :func:`sibling`
-    names it (``{lock:x}:queue``, ``lock:{t}:fence``, ``{s12}:lock:a}b:limit``), else None."""
-    for suffix in SUFFIXES:
-        stem = key.removesuffix(f":{suffix}")
-        if stem == key or hash_tag(key) is None:
-            continue
-        # The lease key after a slot's tag ({sN}:K), inside the tag ({K}), or before the
-        # suffix (K:suffix, K with a tag of its own): the first that names ``key`` back.
-        inner = (stem.partition("}:")[2], stem[1:-1]) if stem.startswith("{") else ()
-        for lease in (*inner, stem):
-            if lease and sibling(lease, suffix) == key:
-                return lease, suffix
-    return None
-
-
-def bookkeeping(key: str) -> str | None:
-    """Why ``key`` is no lease to force-release (it is one's bookkeeping), or None."""
-    found = lease_of(key)
-    if found is None:
-        return None
-    lease, suffix = found
-    return (
-        f"{key!r} is the {ROLES[suffix]} of {lease!r}, not a lock or semaphore: nothing was "
-        f"removed (release {lease!r} instead)"
-    )
-
-
-def not_a_lock(key: str) -> str:
-    """Why a string that holds no lock token is refused."""
-    return (
-        f"{key!r} holds a string that is no lock token (neither redlock-deco's nor redis-py "
-        "Lock's), perhaps an application's value: nothing was removed (force=True, or "
-        "--force on the command line, removes it anyway)"
-    )
-
-
-def wrong_type(key: str, kind: str, found: str) -> str:
-    """Why ``key`` (``found``: "string", "zset" or "other") is no ``kind`` ("" for either)."""
-    if kind == "semaphore" and found == "string":
-        what = "a lock, not a semaphore: use Lock.force_release for it"
-    elif kind == "lock" and found == "zset":
-        what = "a sorted set (a semaphore's?), not a lock: use Semaphore.force_release for it"
-    elif found == "zset":
-        what = "a sorted set whose members are not redlock-deco tokens, so no semaphore"
-    else:  # the script cannot name other types (TYPE is not in the least-privilege ACL)
-        what = "neither a lock nor a semaphore (not a string or a sorted set)"
-    return f"{key!r} holds {what}; nothing was removed (`redlock-deco inspect` lists what is held)"
-
-
 def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
     """Everything held now whose key matches ``pattern``, sorted by key."""
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros // 1000
     found: list[dict[str, Any]] = []
     for raw_key in client.scan_iter(match=pattern, count=1000):
-        key = _text(raw_key)
+        key = decoded(raw_key)
         if key.endswith(SIBLINGS) and lease_of(key) is not None:
             continue  # a lock's or semaphore's own bookkeeping, not a lease
-        kind = _text(client.type(raw_key))
+        kind = decoded(client.type(raw_key))
         if kind == "string":
             entry = _lock(client, raw_key, key, now_ms)
         elif kind == "zset":
@@ -148,10 +83,10 @@ def one(client: redis.Redis, key: str, force: bool = False) -> Found:
     why = bookkeeping(key)
     if why is not None:
         return Found(key, note=why, refused=True)
-    kind = _text(client.type(key))
+    kind = decoded(client.type(key))
     if kind == "string":
         value = client.get(key)
-        if value is not None and _text(value) == SHARED_VALUE:
+        if value is not None and decoded(value) == SHARED_VALUE:
             seconds, micros = client.time()
             entry, tokens = _shared(client, key, seconds * 1000 + micros // 1000, every=True)
             if entry is not None:
@@ -176,22 +111,11 @@ def one(client: redis.Redis, key: str, force: bool = False) -> Found:
     return Found(key, note=f"{key}: nothing held")
 
 
-def foreign(raw: bytes | str) -> str:
-    """A token that is not ours, for display: its first characters only (a token is what
-    releases a lock)."""
-    return f"{_text(raw)[:6]}... (not a redlock-deco token)"
-
-
-def shown(raw: bytes | str) -> str:
-    """Any token, for display: ``host:pid`` of ours (never the secret part), else cut short."""
-    return _holder(raw) or foreign(raw)
-
-
 def _lock(client: redis.Redis, raw_key: bytes, key: str, now_ms: int) -> dict[str, Any] | None:
     value = client.get(raw_key)
-    if value is not None and _text(value) == SHARED_VALUE:
+    if value is not None and decoded(value) == SHARED_VALUE:
         return _shared(client, key, now_ms)[0]
-    holder = _holder(value) if isinstance(value, bytes) else None
+    holder = holder_in(value) if isinstance(value, bytes) else None
     if holder is None:
         return None
     return _lock_entry(key, holder, int(client.pttl(raw_key)))
@@ -206,7 +130,7 @@ def _shared(
     )
     holders = [
         {
-            "holder": _holder(member) or foreign(member),
+            "holder": holder_in(member) or foreign(member),
             "remaining": max(0.0, (ends - now_ms) / 1000),
         }
         for member, ends in members
@@ -243,7 +167,7 @@ def _semaphore_entry(
     """A semaphore's live holders (``every``: ended leases too, with 0 left)."""
     holders = []
     for member, ends in members:
-        holder = _holder(member)
+        holder = holder_in(member)
         if holder is None:
             return None  # not one of ours
         if ends > now_ms or every:

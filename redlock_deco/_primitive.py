@@ -1,7 +1,7 @@
 """What every primitive shares: ownership bookkeeping, errors, and the explicit
 acquire/release/extend/owned/holders/locked API with the context-manager protocol -- as a sync
-class and its asyncio twin, side by side; tests/test_twins.py compares every method of the
-two, normalised, and fails on any difference tests/twins.txt does not record and explain."""
+class and its asyncio twin, side by side; tests/core/test_twins.py compares every method of the
+two, normalised, and fails on any difference tests/support/twins.txt does not record and explain."""
 
 from __future__ import annotations
 

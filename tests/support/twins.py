@@ -9,11 +9,11 @@ listed as asyncio-only. Both halves are normalised the same way (docstrings drop
 neutralised as above, nested functions compared on their own), and the lines that still
 differ must be exactly those recorded in ``twins.txt`` under the pair, where a
 ``why:`` line says why they differ on purpose. Any other difference -- a fix made in one
-twin only, a drifted condition -- fails ``tests/test_twins.py``, which prints the pair's
+twin only, a drifted condition -- fails ``tests/core/test_twins.py``, which prints the pair's
 current difference to review and record.
 
-    python -m tests.twins            # print every pair and its difference
-    python -m tests.twins --update   # rewrite twins.txt from the code, keeping each why:
+    python -m tests.support.twins            # print every pair and its difference
+    python -m tests.support.twins --update   # rewrite twins.txt from the code, keeping each why:
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "redlock_deco"
+PACKAGE = Path(__file__).resolve().parents[2] / "redlock_deco"
 TABLE = Path(__file__).resolve().parent / "twins.txt"
 UNEXPLAINED = "(not yet explained)"
 
@@ -177,10 +177,10 @@ def read_table(path: Path = TABLE) -> dict[str, tuple[str, list[str]]]:
 
 
 HEADER = """\
-# The sync/async twins that differ, and why (see tests/twins.py; checked by
-# tests/test_twins.py). Each entry: [module: sync ~ async] or [module: async (asyncio only)],
+# The sync/async twins that differ, and why (see tests/support/twins.py; checked by
+# tests/core/test_twins.py). Each entry: [module: sync ~ async] or [module: async (asyncio only)],
 # a why: line (why+ continues it), then the normalised difference (- sync, + async),
-# indented two spaces. Rewrite the differences with `python -m tests.twins --update`
+# indented two spaces. Rewrite the differences with `python -m tests.support.twins --update`
 # (whys are kept), then explain every new one.
 """
 
