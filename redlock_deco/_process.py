@@ -25,13 +25,14 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from . import _drivers as drivers
 from . import _tokens as tokens
+from . import _worker as worker
 from ._lifecycle import Lease
 
 log = logging.getLogger("redlock_deco")
@@ -236,21 +237,6 @@ sync_targets: dict[str, Any] = {}
 registry_lock = threading.Lock()
 #: The sync renewer, created on first use (see renewal.renewer()).
 sync_renewer: list[Any] = []
-_running: set[asyncio.Task[Any]] = set()
-
-
-def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """Start ``coro`` on the running loop and keep it referenced until it is done.
-
-    asyncio holds only weak references to tasks: one nobody references can be collected
-    while pending, its coroutine closed mid-flight.
-    """
-    for stale in [t for t in _running if t.get_loop().is_closed()]:
-        _running.discard(stale)
-    task = asyncio.get_running_loop().create_task(coro, name=name)
-    _running.add(task)
-    task.add_done_callback(_running.discard)
-    return task
 
 
 def _after_fork_in_child() -> None:
@@ -265,7 +251,7 @@ def _after_fork_in_child() -> None:
     sync_targets.clear()
     sync_renewer.clear()
     _loops.clear()
-    _running.clear()
+    worker.forget_tasks()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

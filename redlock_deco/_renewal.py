@@ -31,7 +31,7 @@ from . import _events as events
 from . import _process as process
 from ._lifecycle import Cleanup, Lease
 from ._protocol import Steps
-from ._worker import SerialWorker
+from ._worker import SerialWorker, background
 
 log = logging.getLogger("redlock_deco")
 
@@ -319,7 +319,7 @@ class AsyncRenewer:
         if not self._table.add(job):
             return
         if self._task is None:
-            self._task = process.background(self._loop(), name="redlock-deco-renewer")
+            self._task = background(self._loop(), name="redlock-deco-renewer")
         if job.next_renew < self._next_wake:
             self._next_wake = job.next_renew
             self._wake.set()
@@ -382,7 +382,7 @@ class AsyncRenewer:
             self._next_wake = now
             for job in ready:
                 job.renewing = True
-                process.background(self._run_safely(job), name="redlock-deco-renewal")
+                background(self._run_safely(job), name="redlock-deco-renewal")
 
     async def _run_safely(self, job: Job) -> None:
         try:

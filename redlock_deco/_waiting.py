@@ -41,6 +41,7 @@ from typing import Any
 
 from . import _tokens as tokens
 from ._protocol import Step, give_back_step
+from ._worker import background
 
 log = logging.getLogger("redlock_deco")
 
@@ -386,12 +387,10 @@ class AsyncWaiting:
         return self._ready.is_set()
 
     async def listen(self, token: str, timeout: float = START_TIMEOUT) -> AsyncHandoff | None:
-        from . import _process as process  # process imports the drivers, which import this module
-
         handoff = AsyncHandoff(self, token)
         self._board.add(token, handoff)
         if self._task is None:
-            self._task = process.background(self._run(), "redlock-deco-waiting")
+            self._task = background(self._run(), "redlock-deco-waiting")
         try:
             await asyncio.wait_for(self._ready.wait(), max(0.0, min(timeout, START_TIMEOUT)))
         except (TimeoutError, asyncio.TimeoutError):
@@ -405,15 +404,13 @@ class AsyncWaiting:
         return handoff
 
     def _start_give_back(self, step: Step) -> None:
-        from . import _process as process
-
         async def give_back() -> None:
             try:
                 await self._give_back(step)
             except Exception as exc:  # the grant then lapses after its ttl
                 log.warning("redlock-deco: could not give back a grant: %r", exc)
 
-        process.background(give_back(), "redlock-deco-give-back")
+        background(give_back(), "redlock-deco-give-back")
 
     def stop(self) -> None:
         """The loop is closing: end the subscriber (its connection is closed on the way)."""

@@ -1,4 +1,5 @@
-"""A serial worker thread that ends when idle.
+"""Work that runs on its own: a serial worker thread that ends when idle, and asyncio tasks
+kept referenced until done (:func:`background`).
 
 Used wherever work for one Redis target must run in order on a thread of its own (renewals
 per target, requests per quorum master). ``ThreadPoolExecutor`` threads never end while their
@@ -10,9 +11,10 @@ costs nothing once its thread has ended.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -67,3 +69,25 @@ class SerialWorker:
                     future.set_result(fn(*args))
                 except BaseException as exc:  # handed to whoever waits on the future
                     future.set_exception(exc)
+
+
+_running: set[asyncio.Task[Any]] = set()
+
+
+def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """Start ``coro`` on the running loop and keep it referenced until it is done.
+
+    asyncio holds only weak references to tasks: one nobody references can be collected
+    while pending, its coroutine closed mid-flight.
+    """
+    for stale in [t for t in _running if t.get_loop().is_closed()]:
+        _running.discard(stale)
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+    return task
+
+
+def forget_tasks() -> None:
+    """In a forked child: the parent's tasks and loops do not run here."""
+    _running.clear()

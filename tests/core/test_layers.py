@@ -91,6 +91,30 @@ def test_imports_point_down_the_layers() -> None:
     assert not stale, f"KNOWN lists edges that are gone: {stale}"
 
 
+def test_no_import_cycle() -> None:
+    """Not even one broken by a local import (``_drivers -> _waiting -> _process -> _drivers``
+    was): a module's imports, followed, never lead back to it."""
+    graph: dict[str, set[str]] = {}
+    for source, target in edges():
+        graph.setdefault(source, set()).add(target)
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        seen: set[str] = set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    return [*path, start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+        return None
+
+    cycles = [" -> ".join(found) for m in sorted(graph) if (found := cycle_from(m))]
+    assert not cycles, cycles
+
+
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from . import _guard as guard\n")
