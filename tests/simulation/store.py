@@ -317,6 +317,15 @@ def _log(level: int, message: str) -> None:
     pass
 
 
+def _client_arg(value: Any) -> str:
+    """A client's argument as the server receives it."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)
+
+
 def _lua_arg(value: Any) -> str:
     """A Lua argument to redis.call as the string Redis makes of it."""
     if isinstance(value, str):
@@ -391,6 +400,10 @@ class Store:
         self._now_ms = 0
         self.version = 0  # changes with every command (caches of what the store holds)
         self._commands = {name: getattr(self, method) for name, method in _COMMANDS.items()}
+        # What a script may call, by the name as the scripts spell it (upper case) too.
+        self._in_scripts = {
+            name: handler for name, handler in self._commands.items() if name not in _NOT_IN_SCRIPTS
+        }
 
     # -- time and keys ------------------------------------------------------------------
 
@@ -451,14 +464,22 @@ class Store:
     def execute(self, args: tuple[Any, ...] | list[Any]) -> Any:
         """Run one command from a client; its reply (errors as :class:`Error`)."""
         self.version += 1
-        self._now_ms = self.now_ms()
-        argv = [a if isinstance(a, str) else a.decode() if isinstance(a, bytes) else str(a)
-                for a in args]  # fmt: skip
+        self._now_ms = self.clock() // 1000
+        argv = [a if type(a) is str else _client_arg(a) for a in args]
         if self.on_command is not None:
             self.on_command(tuple(argv))
         return self._client_reply(self._dispatch(argv))
 
     def _client_reply(self, reply: Any) -> Any:
+        kind = type(reply)
+        if kind is int or reply is None:
+            return reply
+        if kind is list:
+            return [
+                item if type(item) is int else item.encode() if type(item) is str
+                else self._client_reply(item)
+                for item in reply
+            ]  # fmt: skip
         if isinstance(reply, str):
             return reply.encode()
         if isinstance(reply, Status):
@@ -485,14 +506,14 @@ class Store:
             return (4, str(exc))
         if not argv:
             return (4, "ERR Please specify at least one argument for this redis lib call")
-        name = argv[0].upper()
-        handler = self._commands.get(name)
+        handler = self._in_scripts.get(argv[0])
         if handler is None:
-            if name in _NOT_IN_SCRIPTS:
-                return (4, "ERR This Redis command is not allowed from script")
-            return (4, "ERR Unknown Redis command called from script")
-        if name in _NOT_IN_SCRIPTS:
-            return (4, "ERR This Redis command is not allowed from script")
+            name = argv[0].upper()
+            handler = self._in_scripts.get(name)
+            if handler is None:
+                if name in _NOT_IN_SCRIPTS:
+                    return (4, "ERR This Redis command is not allowed from script")
+                return (4, "ERR Unknown Redis command called from script")
         try:
             reply = handler(argv[1:])
         except CommandError as exc:
@@ -531,6 +552,12 @@ class Store:
         return self._decoded(reply)
 
     def _decoded(self, reply: Any) -> Any:
+        if type(reply) is list:
+            return [
+                item if type(item) is str or type(item) is int or item is None
+                else self._decoded(item)
+                for item in reply
+            ]  # fmt: skip
         if isinstance(reply, list):
             return [self._decoded(item) for item in reply]
         if isinstance(reply, bytes):

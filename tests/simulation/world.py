@@ -59,6 +59,13 @@ def script_names() -> dict[str, str]:
     return {s.sha: s.name for s in vars(scripts).values() if isinstance(s, scripts.Script)}
 
 
+_SCRIPT_NAMES = script_names()  # the scripts are the package's constants
+# source text -> name: an EVAL's script without hashing its text at every command
+_SCRIPT_SOURCES = {
+    s.source: s.name for s in vars(scripts).values() if isinstance(s, scripts.Script)
+}
+
+
 class VirtualTime:
     """Stands in for the ``time`` module inside the production modules while a world runs:
     ``monotonic()`` is the world's clock in the simulating thread, the real one elsewhere."""
@@ -469,7 +476,7 @@ class World:
         self.tracing = self.options.trace
         self.server = ServerOwner()
         self.store = Store(self.server_clock, self._publish, self._numsub, self.options.transform)
-        self.scripts = script_names()
+        self.scripts = _SCRIPT_NAMES
         self.procs = [Proc(self, p) for p in plan.procs]
         self.channels = {p.channel: p for p in self.procs}
         self.labels: dict[str, str] = {}
@@ -687,6 +694,9 @@ class World:
         if args[0] == "EVALSHA":
             return self.scripts.get(str(args[1]), "?")
         if args[0] == "EVAL":
+            name = _SCRIPT_SOURCES.get(args[1])
+            if name is not None:
+                return name
             return self.scripts.get(hashlib.sha1(str(args[1]).encode()).hexdigest(), "?")
         return None
 
