@@ -37,6 +37,15 @@ def key_of(name: str) -> str:
     return f"sim:{name}"
 
 
+def _left(wait: float | None, started: float, now: float) -> float | None:
+    """What is left of ``wait`` since ``started``: production's ``_protocol.remaining`` (before
+    it, ``_guard._left``, which read the clock itself -- the virtual one here)."""
+    remaining = getattr(protocol, "remaining", None)
+    if remaining is not None:
+        return remaining(wait, started, now)  # type: ignore[no-any-return]
+    return guard._left(wait, started)  # type: ignore[no-any-return]
+
+
 class Actor:
     def __init__(self, world: World, plan: plans.ActorPlan, proc: Proc) -> None:
         self.world = world
@@ -127,7 +136,7 @@ class Actor:
                 result = protocol.fast_granted(reply, started)
                 world.coverage["fast path: " + ("taken" if result else "busy")] += 1
             if result is None:
-                left = guard._left(session.wait, started)
+                left = _left(session.wait, started, world.seconds())
                 steps = algorithms.acquire(
                     claim,
                     left,
