@@ -153,7 +153,8 @@ FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
 # Waiting for replicas (replicas=N): WAIT at least this long, at most this long, per attempt.
 REPLICA_WAIT_MIN = 0.05
 REPLICA_WAIT_MAX = 1.0
-# Jittered backoff, used where no signal list can be used (quorum) or after a failed WAIT.
+# Jittered backoff, used where no hand-off can reach a waiter (a quorum, a client that
+# cannot subscribe) or after a failed WAIT.
 BACKOFF_BASE = 0.005
 BACKOFF_CAP = 0.25
 

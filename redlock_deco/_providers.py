@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -32,6 +32,18 @@ from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
 _ASYNC_CLIENTS: tuple[type, ...] = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+
+#: A client to run on (Sentinel's ``master_for`` gives a ``redis.Redis``).
+Client: TypeAlias = (
+    "redis.Redis | redis.RedisCluster | redis.asyncio.Redis | redis.asyncio.RedisCluster"
+)
+#: One server: a client, or a Redis URL (``redis://``, ``rediss://``, ``unix://``).
+Server: TypeAlias = "str | Client"
+#: One server, or a quorum of 3 or more independent masters.
+Servers: TypeAlias = "Server | list[Server] | tuple[Server, ...]"
+#: What ``register_provider`` takes: servers, or a zero-argument factory returning them
+#: (called once per process, and per event loop for asyncio).
+Provider: TypeAlias = "Servers | Callable[[], Servers]"
 
 _sources: dict[str, object] = {}  # name -> what was registered
 
@@ -89,7 +101,7 @@ def _check_source(name: str, value: object) -> None:
         )
 
 
-def register_provider(name: str, provider: object) -> None:
+def register_provider(name: str, provider: Provider) -> None:
     """Register ``provider`` (client, URL, or zero-argument factory) under ``name``.
 
     Replacing a registration drops whatever was built from the old one in this process.

@@ -5,7 +5,8 @@ timeout and reports each master's reply or failure. An acquisition counts only i
 masters granted it *and* some of the lease is left after the time the round took and an
 allowance for clock drift; otherwise it is released on every master (a SET that timed out may
 still have landed) and retried after a random delay until ``wait`` runs out. Extension needs
-the quorum too. There is no signal list across masters, so waiting is jittered backoff.
+the quorum too. No waiter queue spans masters (a hand-off granted by one master is no
+quorum), so a waiter backs off with jitter and tries again.
 
 How big a quorum must be, and how many failed masters it tolerates:
 

@@ -1,13 +1,15 @@
 """The least-privilege Redis ACL the library needs, defined once.
 
-GUARANTEES.md shows the output of :func:`acl_setuser`, and ``tests/test_acl.py`` applies the
-same rules to a real server and runs every key layout through them, so the documented ACL
-cannot drift from the keys and commands the code uses (it did once: names with a stray ``}`` got
-waiter keys no documented pattern covered, and every call on them failed with NOPERM).
+GUARANTEES.md shows the output of :func:`acl_setuser`, and
+``tests/integration/test_acl.py`` applies the same rules to a real server and runs every key
+layout through them, so the documented ACL cannot drift from the keys and commands the code
+uses (it did once: names with a stray ``}`` got waiter keys no documented pattern covered, and
+every call on them failed with NOPERM).
 
 Keys. Every key the library writes for a lease key ``K = prefix + name`` is one of
 :func:`redlock_deco._protocol.sibling`'s three shapes, so three patterns per prefix cover them
-all -- the lease key, fencing counter, semaphore limit, waiter zset and signal list:
+all -- the lease key, its fencing counter, semaphore limit, readers sorted set and waiter
+queue:
 
 - ``K`` itself, and ``K:suffix`` when ``K`` has a hash tag of its own: ``prefix*``;
 - ``{K}:suffix``, the whole key as hash tag: ``{prefix*``;
