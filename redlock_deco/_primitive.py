@@ -122,10 +122,6 @@ class Base:
                 return lease
         return None
 
-    def _lease(self) -> Lease | None:
-        """``self.lease`` under its pre-0.2 private name (the review's repro scripts use it)."""
-        return self.lease
-
     def _owned_lease(self, action: str) -> Lease:
         lease = self.lease
         if lease is None:

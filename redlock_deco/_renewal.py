@@ -235,11 +235,6 @@ class Renewer:
     def pending_cleanups(self) -> int:
         return self._table.cleanups
 
-    @property
-    def _leases(self) -> dict[Hashable, Job]:
-        """Every job, under its pre-0.2 private name (the review's repro scripts use it)."""
-        return self._table.jobs
-
     def _loop(self) -> None:
         while True:
             with self._wake:
