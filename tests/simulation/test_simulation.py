@@ -14,16 +14,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import mutants, runner
+from . import mutants, regressions, runner, scenarios
 from . import plan as plans
 from .world import Options
 
 FAST_SEEDS = 1500
 # The CI leg: at least 20,000 schedules, in parts that pytest-xdist runs side by side.
 LONG_SEEDS = int(os.environ.get("REDLOCK_DECO_SIMULATION_SEEDS", "20000"))
-LONG_PARTS = 8
+# Small parts (a few seconds each) keep both workers busy to the end.
+LONG_PARTS = 20
 # Mutants per CI run (all of them with REDLOCK_DECO_MUTANTS=all), rotating by the day.
 MUTANT_SAMPLE = 4
+# Each is tried on its recorded killing seed first (mutants.SEED_HINTS), then on the rest.
+MUTANT_SEEDS = 20_000
 
 # Findings on the code as it is, each a check that fails (see the README): left out of the
 # runs above until fixed, and each kept failing by a test below -- strict, so the fix shows
@@ -77,7 +80,7 @@ def test_seeded_schedules() -> None:
 
 
 @pytest.mark.simulation
-@pytest.mark.timeout(900)  # a part takes about a minute; a loaded machine may double that
+@pytest.mark.timeout(300)  # a part takes a few seconds; a loaded machine may take many times that
 @pytest.mark.parametrize("part", range(LONG_PARTS))
 def test_many_seeded_schedules(part: int) -> None:
     size = -(-LONG_SEEDS // LONG_PARTS)
@@ -99,32 +102,52 @@ def test_known_finding_is_fixed(check: str) -> None:
         )
 
 
-# Findings fixed since, by the seeds that first showed them: regression tests.
-FIXED_FINDINGS: dict[str, tuple[str, range]] = {
-    "ghost": (
-        "lock_acquire's SET NX path (mode 1) left the token's own queue entry from an earlier "
-        "copy of the same retried attempt",
-        range(5651, 6651),
-    ),
-    "leftover": (
-        "a waiter giving up after a plain SET NX kept the lease a client retry had taken",
-        range(533, 534),
-    ),
-    "fresh": (
-        "a grant read by another thread while its waiter sat in a slow, retried attempt was "
-        "taken when the waiter next waited, however old (its age was measured to when it was "
-        "read, not to when it was used): a section began on a lease that had passed on",
-        range(24009, 25009),
-    ),
+# Findings fixed since: regression tests, each a schedule pinned as a plan (regressions.py:
+# the generator can change without them) that fails its check with the bug put back (a mutant).
+FIXED_FINDINGS: dict[str, str] = {
+    "ghost": "lock_acquire's SET NX path (mode 1) left the token's own queue entry from an "
+    "earlier copy of the same retried attempt (first seen at seeds 5651+)",
+    "leftover": "a waiter giving up after a plain SET NX kept the lease a client retry had "
+    "taken (first seen at seed 533)",
+    "fresh": "a grant read by another thread while its waiter sat in a slow, retried attempt "
+    "was taken when the waiter next waited, however old (its age was measured to when it was "
+    "read, not to when it was used): a section began on a lease that had passed on (first "
+    "seen at seed 24009)",
 }
 
 
 @pytest.mark.parametrize("check", sorted(FIXED_FINDINGS))
 def test_a_fixed_finding_stays_fixed(check: str) -> None:
-    about, seeds = FIXED_FINDINGS[check]
-    for seed in seeds:
-        result = runner.run_seed(seed, CHECKED)
-        assert result.violation is None, f"seed {seed}: {result.violation} -- once: {about}"
+    result = runner.run_plan(regressions.PLANS[check], CHECKED)
+    assert result.violation is None, f"{result.violation} -- once: {FIXED_FINDINGS[check]}"
+
+
+@pytest.mark.parametrize("check", sorted(FIXED_FINDINGS))
+def test_a_fixed_finding_fails_with_its_bug(check: str) -> None:
+    """The pinned schedule still shows the bug: with it put back (its mutant, in a child
+    process), the plan fails the finding's check. When the world's draws move, pin anew
+    (``python -m tests.simulation.regressions CHECK``)."""
+    assert set(regressions.PLANS) == set(regressions.BUGS) == set(FIXED_FINDINGS)
+    bug = regressions.BUGS[check]
+    result = mutants.spawn(bug, 0, frozenset(), CHECKED.known, regression=check)
+    assert result.get("killed") and result.get("by") == check, (
+        f"with {bug} put back, the pinned {check} plan no longer fails {check}: {result}"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+def test_a_directed_scenario_passes(name: str) -> None:
+    scenarios.SCENARIOS[name](None)
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+def test_a_directed_scenario_kills_its_mutants(name: str) -> None:
+    """Each scenario is there for the mutants that name it, which it must kill."""
+    named = [m for m in mutants.MUTANTS if m.scenario == name]
+    assert named, f"no mutant names {name}"
+    for mutant in named:
+        with pytest.raises(AssertionError):
+            scenarios.SCENARIOS[name](mutants.transform_of(mutant))
 
 
 def test_a_schedule_replays_exactly() -> None:
@@ -201,17 +224,47 @@ def test_every_mutant_names_code_that_exists() -> None:
     assert len(mutants.MUTANTS) >= 30
 
 
-@pytest.mark.simulation
-@pytest.mark.timeout(1800)
-def test_a_rotating_sample_of_mutants_is_killed() -> None:
+def _sample() -> list[mutants.Mutant]:
+    """Today's sample of the mutants that must be killed (all with REDLOCK_DECO_MUTANTS=all)."""
     chosen = [m for m in mutants.MUTANTS if not m.equivalent]
     if os.environ.get("REDLOCK_DECO_MUTANTS") != "all":
         day = datetime.date.today().toordinal()
         start = day * MUTANT_SAMPLE % len(chosen)
         chosen = (chosen + chosen)[start : start + MUTANT_SAMPLE]
-    survivors = {}
-    for mutant in chosen:
-        result = mutants.spawn(mutant.name, 20_000, frozenset(), CHECKED.known)
-        if not result.get("killed"):
-            survivors[mutant.name] = result
-    assert not survivors, survivors
+    return chosen
+
+
+def test_every_simulator_mutant_has_a_seed_hint() -> None:
+    """CI's sample runs each mutant's recorded killing seed first: one without a hint would be
+    searched for over thousands of schedules (``python -m tests.simulation.mutants --hints``
+    prints them)."""
+    searched = [m for m in mutants.MUTANTS if not (m.equivalent or m.tests or m.scenario)]
+    missing = [m.name for m in searched if m.name not in mutants.SEED_HINTS]
+    assert not missing, missing
+    unknown = set(mutants.SEED_HINTS) - set(mutants.by_name())
+    assert not unknown, unknown
+
+
+# Positions in the sample, not names: what is collected must not depend on the day (pytest-xdist
+# workers collecting either side of midnight).
+_SAMPLED = (
+    len([m for m in mutants.MUTANTS if not m.equivalent])
+    if os.environ.get("REDLOCK_DECO_MUTANTS") == "all"
+    else MUTANT_SAMPLE
+)
+
+
+@pytest.mark.simulation
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("position", range(_SAMPLED))
+def test_a_rotating_sample_of_mutants_is_killed(position: int) -> None:
+    mutant = _sample()[position]
+    first = mutants.hint(mutant)
+    result = mutants.spawn(mutant.name, MUTANT_SEEDS, frozenset(), CHECKED.known, first)
+    assert result.get("killed"), f"{mutant.name} survives: {result}"
+    if first and not mutant.tests:
+        assert result.get("seed") in first, (
+            f"{mutant.name} is killed, but by seed {result.get('seed')}, not by its hint "
+            f"{first[0]}: the plan generator or the code changed; record the hints anew "
+            "(python -m tests.simulation.mutants --jobs 2 --hints, into mutants.SEED_HINTS)"
+        )
