@@ -45,8 +45,6 @@ from ._naming import bounded
 from ._protocol import HANDOFF_MS, Eval, Fanout, Steps, sibling
 from ._scripts import Outcome
 
-KINDS = ("lock", "semaphore")
-
 #: The holders a force release may remove: one token, several, or None for whoever holds it.
 Expect: TypeAlias = "str | bytes | Iterable[str | bytes] | None"
 

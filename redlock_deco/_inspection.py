@@ -28,7 +28,7 @@ from ._keys import (
     shown,
     wrong_type,
 )
-from ._protocol import SHARED_VALUE, sibling
+from ._protocol import LOCK, SEMAPHORE, SHARED, SHARED_VALUE, sibling
 
 
 def describe_server(info: Mapping[str, Any]) -> str:
@@ -53,9 +53,9 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
         if key.endswith(SIBLINGS) and lease_of(key) is not None:
             continue  # a lock's or semaphore's own bookkeeping, not a lease
         kind = decoded(client.type(raw_key))
-        if kind == "string":
+        if kind == LOCK.redis_type:
             entry = _lock(client, raw_key, key, now_ms)
-        elif kind == "zset":
+        elif kind == SEMAPHORE.redis_type:
             entry = _semaphore(client, raw_key, key, now_ms)
         else:
             entry = None
@@ -84,7 +84,7 @@ def one(client: redis.Redis, key: str, force: bool = False) -> Found:
     if why is not None:
         return Found(key, note=why, refused=True)
     kind = decoded(client.type(key))
-    if kind == "string":
+    if kind == LOCK.redis_type:
         value = client.get(key)
         if value is not None and decoded(value) == SHARED_VALUE:
             seconds, micros = client.time()
@@ -97,9 +97,9 @@ def one(client: redis.Redis, key: str, force: bool = False) -> Found:
             if not recognised and not force:
                 return Found(key, note=not_a_lock(key), refused=True)
             lock = _lock_entry(key, shown(value), int(client.pttl(key)))
-            lock["kind"] = "lock" if recognised else "value"
+            lock["kind"] = LOCK.name if recognised else "value"
             return Found(key, lock, (value,))
-    elif kind == "zset":
+    elif kind == SEMAPHORE.redis_type:
         members = cast(list[tuple[bytes, float]], client.zrange(key, 0, -1, withscores=True))
         seconds, micros = client.time()
         entry = _semaphore_entry(client, key, members, seconds * 1000 + micros // 1000, True)
@@ -138,13 +138,19 @@ def _shared(
     ]
     if not holders:
         return None, ()
-    entry = {"kind": "shared", "key": key, "holders": holders, "slots": len(holders), "limit": None}
+    entry = {
+        "kind": SHARED.name,
+        "key": key,
+        "holders": holders,
+        "slots": len(holders),
+        "limit": None,
+    }
     return entry, tuple(member for member, _ends in members)
 
 
 def _lock_entry(key: str, holder: str, ttl_ms: int) -> dict[str, Any]:
     return {
-        "kind": "lock",
+        "kind": LOCK.name,
         "key": key,
         "holders": [{"holder": holder, "remaining": ttl_ms / 1000 if ttl_ms >= 0 else None}],
         "slots": 1,
@@ -176,7 +182,7 @@ def _semaphore_entry(
         return None
     limit = client.get(sibling(key, "limit"))
     return {
-        "kind": "semaphore",
+        "kind": SEMAPHORE.name,
         "key": key,
         "holders": holders,
         "slots": len(holders),
@@ -219,7 +225,7 @@ def render_table(entries: list[dict[str, Any]]) -> str:
     for entry in entries:
         limit = entry["limit"] if entry["limit"] is not None else "?"
         slots = f"{entry['slots']}/{limit}"
-        if entry["kind"] == "shared":
+        if entry["kind"] == SHARED.name:
             slots = f"{entry['slots']} reader{'s' if entry['slots'] != 1 else ''}"
         for index, holder in enumerate(entry["holders"]):
             remaining = holder["remaining"]

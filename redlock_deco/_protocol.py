@@ -234,8 +234,18 @@ def _keys(key: str, limited: bool, fencing: bool) -> Keys:
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """What differs between a token lock and a semaphore: their scripts."""
+    """A primitive kind, declared once (:data:`KINDS`): its scripts, and everything the rest
+    of the package reads about it -- how its first attempt may go, its default key prefix,
+    what its lease key holds (how ``inspect`` and force release recognise it) and which
+    bookkeeping keys beside it (:data:`SUFFIXES`) it may write.
 
+    Adding a primitive is a kind here, its Lua (``lua/``), its class and its tests.
+    """
+
+    name: str  # what inspect and force release call it
+    prefix: str  # the default ``prefix=`` of its decorator and class
+    redis_type: str  # what its lease key is: "string" (a token lock) or "zset" (slots)
+    siblings: tuple[str, ...]  # its bookkeeping keys' suffixes (see Keys)
     acquire_script: Script
     release_script: Script
     extend_script: Script
@@ -243,6 +253,8 @@ class Kind:
     count_script: Script
     reentrant: bool
     shared: bool = False  # a reader of a token lock (see lua/waiters.lua)
+    # The first attempt may be one plain SET NX PX, no script (see Claim.plain_step).
+    plain_first: bool = False
 
     def count_step(self, key: str) -> Eval:
         return Eval(self.count_script, (key, *Keys.for_key(key, self).extra()), ("",))
@@ -254,15 +266,25 @@ class Kind:
 
 
 LOCK = Kind(
+    "lock",
+    "lock:",
+    "string",
+    ("queue", "fence", "readers"),
     scripts.LOCK_ACQUIRE,
     scripts.LOCK_RELEASE,
     scripts.LOCK_EXTEND,
     scripts.LOCK_OWNED,
     scripts.LOCK_COUNT,
     reentrant=True,
+    plain_first=True,
 )
 #: A token lock taken in shared (read) mode: any number of readers, or one ``LOCK`` holder.
+#: Its key is the lock's (``LOCK.prefix``): readers and writers of a name share it.
 SHARED = Kind(
+    "shared",
+    "lock:",
+    "string",
+    ("queue", "fence", "readers"),
     scripts.SHARED_ACQUIRE,
     scripts.SHARED_RELEASE,
     scripts.SHARED_EXTEND,
@@ -272,6 +294,10 @@ SHARED = Kind(
     shared=True,
 )
 SEMAPHORE = Kind(
+    "semaphore",
+    "sem:",
+    "zset",
+    ("queue", "limit"),
     scripts.SEM_ACQUIRE,
     scripts.SEM_RELEASE,
     scripts.SEM_EXTEND,
@@ -279,6 +305,8 @@ SEMAPHORE = Kind(
     scripts.SEM_COUNT,
     reentrant=False,  # each acquisition takes another slot
 )
+#: Every primitive kind; the operator tools, the ACL helper and ``inspect`` read this.
+KINDS: tuple[Kind, ...] = (LOCK, SHARED, SEMAPHORE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +330,7 @@ class Claim:
         there is), where nothing else is needed from it: a lock, unfenced, whose caller is
         prepared to wait (a try-once caller needs the script's check for an attempt that
         a client retry re-sent after it had landed)."""
-        if not self.kind.reentrant or self.kind.shared or self.keys.fence is not None:
+        if not self.kind.plain_first or self.keys.fence is not None:
             return None
         args = ("SET", self.keys.key, self.token, "NX", "PX", self.ttl_ms)
         return Call(args, acquiring=True)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ._protocol import KINDS
+
 #: Commands the library sends itself.
 CLIENT_COMMANDS = ("evalsha", "eval", "subscribe", "unsubscribe")
 #: Only with ``replicas=N``: wait for replica acknowledgements after acquiring.
@@ -42,7 +44,8 @@ CHANNELS = ("redlock-deco:*",)
 #: What redis-py's cluster client needs to learn the slot map and the commands' key positions.
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 
-DEFAULT_PREFIXES = ("lock:", "sem:")
+#: The default prefixes of every primitive kind (``_protocol.KINDS``).
+DEFAULT_PREFIXES = tuple(dict.fromkeys(kind.prefix for kind in KINDS))
 _GLOB_SPECIALS = "\\*?[]"
 
 
