@@ -5,6 +5,9 @@ Every failure is one line on stderr and a non-zero exit status (a traceback only
 ``--debug``); a reader that goes away (``redlock-deco inspect | head``) ends the output
 quietly. Clients are built to fail fast: an operator at a prompt should hear within seconds
 that a server is not there, or that it does not speak TLS.
+
+Why one module: one command whose three subcommands share client building, error reporting and
+output handling.
 """
 
 from __future__ import annotations

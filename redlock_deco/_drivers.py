@@ -15,6 +15,9 @@ left a holder's release failing with "Too many connections" and the lock stuck f
 Commands are therefore sorted into lanes, each with its own share of the pool: *holding*
 (release, extend, renew, owned: a reserve acquirers can never take) and *acquiring*
 (attempts); one connection is kept for the subscriber.
+
+Why one module: what a step means on the wire (commands, fallbacks, lanes, direct writes) and
+both drivers that send it, read side by side so the sync and asyncio targets cannot drift.
 """
 
 from __future__ import annotations

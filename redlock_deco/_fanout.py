@@ -37,6 +37,9 @@ Connections are *made* only on a master's connector thread: redis-py connects in
 for a client without a socket timeout), and a dead or paused master must cost a round at
 most the node timeout. Between rounds the connections stay with the target, ready; a round
 holds one per master inside the node's connection lane, so the lanes bound them too.
+
+Why one module: the sync and asyncio quorum targets keep one promise (a late command is never
+overtaken by a later release) in two ways, and are read side by side.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@
 The sync and async twins sit side by side and differ only in I/O: where the owner's table
 comes from (thread or task), which driver runs the protocol, which renewer keeps the lease.
 Everything they decide is in the plain helpers at the top.
+
+Why one module: every path that takes or gives back a lease (sections, ``with`` blocks, bare
+acquires, several names at once) follows the one interruption discipline described below, in
+sync/async twins that tests/core/test_twins.py compares; split apart, a handler or a twin
+would drift out of sight of the others.
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ it as if nothing had happened: a second holder with no signal.
 A granted lease is measured from the waiter's last attempt, which the grant followed: as
 conservative as any acquire's. A grant read long after that attempt (a stopped process,
 a waiter that waited long) is confirmed before it is used, see :func:`_fresh`.
+
+Why one module: the single-node algorithms share Claim, Keys, Kind, the step types and reply
+handling, and the reasoning above (retries, hand-off, freshness) covers all of them at once;
+the quorum's are in ``_quorum.py``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ have nothing to do, and start again on the next job.
 
 A renewal round holds the lease's ``io`` lock, which ``extend()`` holds too: the two are
 ordered per lease, and each reply records the ttl its own request carried.
+
+Why one module: the pure schedule (``due``/``plan``/``conclude``) and the two renewers that
+run it; the schedule is small and only means something next to its drivers.
 """
 
 from __future__ import annotations

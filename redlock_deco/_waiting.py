@@ -25,6 +25,9 @@ held a pooled connection per waiter, and releases then starved for connections).
 - The subscription is opened by the first waiter, so an uncontended process holds no extra
   connection; sync waiters read it themselves (:class:`SyncWaiting`), asyncio ones through
   a reader task that ends after IDLE seconds with nobody waiting.
+
+Why one module: the grant registry, the board and both subscribers carry out one protocol (a
+grant nobody waits for is given back) that must stay consistent across all of them.
 """
 
 from __future__ import annotations

