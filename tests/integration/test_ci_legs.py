@@ -36,6 +36,10 @@ def test_simulating(): ...
 @pytest.mark.slow
 def test_slow(): ...
 
+@pytest.mark.slow
+@pytest.mark.soak
+def test_slow_soak(): ...
+
 def test_plain(): ...
 """
 
@@ -66,9 +70,15 @@ def suite(tmp_path: Path) -> Path:
 def test_ci_legs_are_left_out_unless_asked_for(suite: Path) -> None:
     assert collected(suite, ".") == {"test_plain"}
     assert collected(suite, ".", "-m", "not slow") == {"test_plain"}  # still no other leg
-    assert collected(suite, ".", "-m", "slow or not slow") == {"test_slow", "test_plain"}
-    assert collected(suite, ".", "-m", "soak or nested") == {"test_soaking", "test_nesting"}
-    everything = {"test_soaking", "test_nesting", "test_simulating", "test_slow", "test_plain"}
+    assert collected(suite, ".", "-m", "slow or not slow") == {
+        "test_slow", "test_slow_soak", "test_plain"
+    }  # fmt: skip
+    assert collected(suite, ".", "-m", "soak or nested") == {
+        "test_soaking", "test_nesting", "test_slow_soak"
+    }  # fmt: skip
+    assert collected(suite, ".", "-m", "soak") == {"test_soaking", "test_slow_soak"}
+    everything = {"test_soaking", "test_nesting", "test_simulating", "test_slow",
+                  "test_slow_soak", "test_plain"}  # fmt: skip
     assert collected(suite, "test_legs.py") == everything  # a file named runs whole
 
 
@@ -79,8 +89,9 @@ def test_every_ci_leg_is_a_declared_marker(request: pytest.FixtureRequest) -> No
 
 
 def test_the_fresh_clone_and_the_soak_are_ci_legs() -> None:
-    files = ("tests/integration/test_fresh_clone.py", "tests/integration/test_soak.py")
-    assert collected(ROOT, *files, "-m", "nested or soak") == {
+    """Selected by their legs' markers from the whole folder, as .ci/run selects them (named
+    on the command line, a file runs whole, which once hid that these legs ran nothing)."""
+    assert collected(TESTS, "integration", "-m", "nested or soak") == {
         "test_readme_commands_work_in_a_fresh_clone",
         "test_soak_with_random_kills",
     }

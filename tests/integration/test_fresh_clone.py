@@ -29,7 +29,6 @@ def test_readme_has_exactly_two_set_up_commands() -> None:
     assert "redlock_deco demo" in demo and "pytest" in tests
 
 
-@pytest.mark.slow
 @pytest.mark.nested  # a CI leg of its own: it runs the whole README command again
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(bool(os.environ.get(NESTED)), reason="already inside a fresh-clone run")

@@ -19,7 +19,6 @@ spawn = multiprocessing.get_context("spawn")
 PROCESSES, LIMIT, TTL = 16, 3, 1.0
 
 
-@pytest.mark.slow
 @pytest.mark.soak  # a CI leg of its own: a minute of 16 processes on 2 cores
 @pytest.mark.timeout(900)
 def test_soak_with_random_kills(request: pytest.FixtureRequest, server: RedisServer) -> None:
