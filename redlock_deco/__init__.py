@@ -4,7 +4,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from ._admin import Released
-from ._decorators import limited, locked
+from ._decorator_api import limited, locked
 from ._errors import (
     KeyTemplateError,
     LockError,

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 import redis
 
-from ._decorators import limited, locked
+from ._decorator_api import limited, locked
 from ._inspection import describe_server
 from ._providers import redact, register_provider
 from .testing import find_redis_server, redis_url

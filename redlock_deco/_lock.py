@@ -6,9 +6,10 @@ from collections.abc import Iterable
 
 from . import _admin as admin
 from ._admin import Released
-from ._options import OnLost, build_options, check_shared, explains_bad_arguments
+from ._options import OnLost, build_options
 from ._primitive import AsyncPrimitive, Base, Primitive
 from ._protocol import LOCK, SHARED, Kind
+from ._signatures import explains_bad_arguments
 
 
 class _LockOptions(Base):
@@ -31,10 +32,11 @@ class _LockOptions(Base):
         shared: bool = False,
     ) -> None:
         options = build_options(
-            ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
+            "Lock", ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
             replicas=replicas, on_lost=on_lost, max_hold=max_hold, fencing=fencing,
+            shared=shared,
         )  # fmt: skip
-        if check_shared(shared, fencing):
+        if shared:  # checked by build_options
             self.kind = SHARED
         super().__init__(name, options)
 

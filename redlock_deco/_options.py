@@ -1,24 +1,29 @@
-"""Validated, immutable configuration shared by the decorators and the primitives.
+"""Every option of the decorators and the primitives, declared once: :data:`OPTIONS`.
 
-Everything is checked when the decorator or primitive is built, so a typo such as
-``ttl=0`` fails at import time rather than on the first production call.
+A row says an option's name, its type as type checkers see it, its default, its bounds, which
+public callables take it, how a value is checked and what the docs say of it. Read from it:
+
+- validation and its error messages (:func:`check_options`, :func:`build_options`), at
+  decoration or construction, so a typo such as ``ttl=0`` fails at import time rather than on
+  the first production call;
+- the run-time signatures of ``locked``/``limited`` (``_signatures.public_signature``);
+- their overloads, rendered into ``_decorator_api.py``, and the docs' option tables (README,
+  docs/locked.md), by ``python -m tests.support.options_table --update``;
+  tests/core/test_options.py fails when either differs from a fresh rendering, and when a
+  constructor (``Lock``, ``Semaphore`` and their asyncio twins) takes other parameters than
+  its rows (it prints the lines to write).
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
-import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
 from ._events import Source
 from ._lifecycle import Lease
-
-P = ParamSpec("P")
-R = TypeVar("R")
+from ._protocol import LOCK, SEMAPHORE
 
 OnBusy = Literal["raise", "skip"]
 #: ``on_busy`` as given: a choice, or a fallback called with the call's arguments.
@@ -64,36 +69,92 @@ MIN_TTL = 0.01
 #: call, not at decoration); below it every millisecond count stays exact in a double (2**53),
 #: as the Lua scripts and sorted-set scores hold them.
 MAX_SECONDS = 10**9
-#: The least value of each seconds option beyond "more than 0".
-_MINIMUM = {"ttl": MIN_TTL}
-#: What None means, for the seconds options that accept it (named in the error message).
-_NONE_MEANS = {"max_hold": "no limit"}
+
+#: The public callables options belong to (``Lock``/``Semaphore`` stand for their asyncio
+#: twins too, which share their constructors).
+APIS = ("locked", "limited", "Lock", "Semaphore")
 
 
-def check_seconds(option: str, value: object) -> float:
-    """Seconds in ``option``'s range: ``ttl`` from MIN_TTL, others above 0; up to MAX_SECONDS."""
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+#: The default of an option the caller must give (``limit``).
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option, everything known of it in one row."""
+
+    name: str
+    #: Its type as type checkers see it, in the namespace of the signatures that use it.
+    annotation: str
+    default: object
+    #: The public callables that take it (of :data:`APIS`).
+    takes: tuple[str, ...]
+    #: The value as stored, or a TypeError/ValueError naming the option (given this row).
+    check: Callable[[Option, object], Any]
+    #: What it does: one line of markdown for the docs' tables.
+    meaning: str
+    #: Numbers: the least value allowed (None: anything above 0) and the largest.
+    low: float | None = None
+    high: float | None = None
+    #: What None asks for, where None is allowed.
+    none_means: str | None = None
+    #: The bounds of a value that is no number, as the docs and error messages say them.
+    values: str = ""
+    #: Another default for some callables: ((api, default), ...).
+    defaults: tuple[tuple[str, object], ...] = ()
+
+    def default_for(self, api: str) -> object:
+        return dict(self.defaults).get(api, self.default)
+
+    @property
+    def bounds(self) -> str:
+        """What values it takes, in words (the docs' "bounds" column)."""
+        words = [self.values] if self.values else []
+        if self.high is not None:
+            low = "above 0" if self.low is None else _number(self.low)
+            seconds = " seconds" if self.check in (_seconds, _wait) else ""
+            words.insert(0, f"{low} to {_number(self.high)}{seconds}")
+        elif self.low is not None:
+            words.insert(0, f">= {_number(self.low)}")
+        if self.none_means:
+            words.append(f"`None`: {self.none_means}")
+        return "; ".join(words)
+
+
+def _number(value: float) -> str:
+    """``1e9`` for MAX_SECONDS, as the docs write it; other bounds as they are."""
+    return f"{value:.0e}".replace("e+0", "e") if value >= 10**6 else f"{value:g}"
+
+
+def _seconds(option: Option, value: object) -> float | None:
+    """A number of seconds between the row's bounds (``ttl``, ``max_hold``)."""
+    if value is None and option.none_means:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{option} must be a number of seconds, got {value!r}")
-    minimum = _MINIMUM.get(option, 0)
+        raise TypeError(f"{option.name} must be a number of seconds, got {value!r}")
+    low, high = option.low or 0, option.high or MAX_SECONDS
     # Compared, not converted first: NaN fails every comparison, and a huge int has no float.
-    if not (value > 0 and minimum <= value <= MAX_SECONDS):
-        lowest = f"from {minimum} ({minimum * 1000:g} ms)" if minimum else "above 0"
-        none = f", or None for {_NONE_MEANS[option]}" if option in _NONE_MEANS else ""
+    if not (value > 0 and low <= value <= high):
+        lowest = f"from {low} ({low * 1000:g} ms)" if low else "above 0"
+        none = f", or None for {option.none_means}" if option.none_means else ""
         raise ValueError(
-            f"{option} must be a number of seconds {lowest} up to {MAX_SECONDS:.0e} (about 31 "
+            f"{option.name} must be a number of seconds {lowest} up to {high:.0e} (about 31 "
             f"years){none}, got {value!r:.40}"
         )
     return float(value)
 
 
-def check_wait(value: object) -> float | None:
-    """``None`` waits forever, ``0`` tries once, a positive number bounds the wait."""
-    if value is None:
+def _wait(option: Option, value: object) -> float | None:
+    """``None`` (or infinity) waits forever, ``0`` tries once, a positive number bounds it."""
+    if value is None or value == math.inf:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
-    if value == math.inf:
-        return None
     if not 0 <= value <= MAX_SECONDS:  # NaN fails the comparison too
         raise ValueError(
             f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or None to wait "
@@ -102,24 +163,152 @@ def check_wait(value: object) -> float | None:
     return float(value)
 
 
-def check_on_busy(value: object) -> OnBusyArg:
+def _count(option: Option, value: object) -> int:
+    """An int from the row's ``low`` (``limit``, ``replicas``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{option.name} must be an int >= {option.low:g}, got {value!r}")
+    if value < (option.low or 0):
+        raise ValueError(f"{option.name} must be >= {option.low:g}, got {value!r}")
+    return value
+
+
+def _flag(option: Option, value: object) -> bool:
+    """``True`` or ``False``: a truthy value is more likely a mistake (``shared="no"``)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{option.name} must be True or False, got {value!r}")
+    return value
+
+
+def _text(option: Option, value: object) -> str | None:
+    """A str (``prefix``); ``provider`` must not be blank either."""
+    if value is None and option.none_means:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{option.name} must be {option.values}, got {value!r:.80}")
+    if option.name != "prefix" and not value.strip():
+        raise TypeError(f"{option.name} must be {option.values}, got {value!r:.80}")
+    return value
+
+
+def _on_busy(option: Option, value: object) -> OnBusyArg:
     """ "raise", "skip", or a fallback callable (checked against the function by
     ``_decorators``, which knows it)."""
-    if value == "raise":
-        return "raise"
-    if value == "skip":
-        return "skip"
+    if value == "raise" or value == "skip":
+        return "raise" if value == "raise" else "skip"
+    what = "a callable (a fallback called with the call's arguments, whose result is returned)"
     if isinstance(value, str):
-        raise ValueError(
-            f"on_busy must be one of {ON_BUSY_CHOICES} or a callable (a fallback called with "
-            f"the call's arguments, whose result is returned), got {value!r}"
-        )
+        raise ValueError(f"on_busy must be one of {ON_BUSY_CHOICES} or {what}, got {value!r}")
+    if not callable(value):
+        raise TypeError(f"on_busy must be 'raise', 'skip' or {what}, got {value!r:.80}")
+    return value
+
+
+def _on_lost(option: Option, value: object) -> OnLost:
+    """A callable taking the lease, "cancel" (async functions only), or None."""
+    if value is None or value == "cancel":
+        return "cancel" if value == "cancel" else None
     if not callable(value):
         raise TypeError(
-            f"on_busy must be 'raise', 'skip' or a callable (a fallback called with the "
-            f"call's arguments, whose result is returned), got {value!r:.80}"
+            f"on_lost must be a callable taking the lease, 'cancel' or None, got {value!r}"
         )
     return value
+
+
+_ALL = APIS
+_LOCKS = ("locked", "Lock")
+_DECORATORS = ("locked", "limited")
+_SEMAPHORES = ("limited", "Semaphore")
+_S = MAX_SECONDS
+
+# In signature order (limit is placed by hand in @limited: positional, after name). The docs'
+# tables show these words as they are: keep them short, in markdown, true of every callable
+# in ``takes``.
+_FLAG = "`True` or `False`"
+OPTIONS: tuple[Option, ...] = (
+    Option("limit", "int", REQUIRED, _SEMAPHORES, _count,
+           "how many may hold it at once, per name", low=1),
+    Option("ttl", "float", 30.0, _ALL, _seconds,
+           "lease length; if the holder dies, it frees within `ttl`", low=MIN_TTL, high=_S),
+    Option("wait", "float | None", 10.0, _ALL, _wait,
+           "how long to wait for it", low=0, high=_S, values="`0`: try once",
+           none_means="wait forever"),
+    Option("auto_renew", "bool", True, _ALL, _flag,
+           "extend the lease in the background while it is held", values=_FLAG),
+    Option("on_busy", "OnBusyArg", "raise", _DECORATORS, _on_busy,
+           "when `wait` runs out: raise `LockNotAcquired`; `\"skip\"` the call and return "
+           "`None` (typed `T | None`); or call the fallback with the call's arguments "
+           "(`self`/`cls` included) and return its result (typed `T | R`; an `async def` may "
+           "take an async one, awaited)", values='`"raise"`, `"skip"` or a callable'),
+    Option("provider", "str", "default", _ALL, _text,
+           "which registered Redis to use", values="a registered provider's name"),
+    Option("prefix", "str", LOCK.prefix, _ALL, _text,  # each kind's own (_protocol.Kind)
+           "key prefix: the key is `prefix + name`", values="a str",
+           defaults=(("limited", SEMAPHORE.prefix), ("Semaphore", SEMAPHORE.prefix))),
+    Option("replicas", "int", 0, _ALL, _count,
+           "replica acknowledgements (`WAIT`) required after acquiring", low=0),
+    Option("on_lost", "OnLost", None, _ALL, _on_lost,
+           "called with the lease as soon as renewal finds it gone; `\"cancel\"` cancels the "
+           "call (async functions only)", values='a callable, `"cancel"` or `None`'),
+    Option("max_hold", "float | None", None, _ALL, _seconds,
+           "stop renewing after this long, so a stuck holder cannot keep it forever (it "
+           "then ends in `LockLost`)", high=_S, none_means="no limit"),
+    Option("fencing", "bool", False, _LOCKS, _flag,
+           "give each acquisition a token greater than every earlier one of its name "
+           "(`current_lease().fencing_token`)", values=_FLAG),
+    Option("shared", "bool", False, _LOCKS, _flag,
+           "take it in shared (read) mode: any number of shared holders, or one exclusive",
+           values=_FLAG),
+)  # fmt: skip
+BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def options_of(api: str) -> tuple[Option, ...]:
+    """The rows ``api`` takes, in signature order."""
+    return tuple(option for option in OPTIONS if api in option.takes)
+
+
+def check_options(api: str, given: Mapping[str, object]) -> dict[str, Any]:
+    """Every option of ``api``, checked: the given ones, and defaults for the rest. A TypeError
+    names an option it does not take (``explains_bad_arguments`` then says which it does)."""
+    unknown = [name for name in given if name not in BY_NAME or api not in BY_NAME[name].takes]
+    if unknown:
+        raise TypeError(f"{api}() got an unexpected keyword argument {unknown[0]!r}")
+    values = {}
+    for option in options_of(api):
+        value = given.get(option.name, option.default_for(api))
+        if value is REQUIRED:
+            raise TypeError(f"{api}() needs {option.name}=<{option.annotation}>: {option.meaning}")
+        values[option.name] = option.check(option, value)
+    if values.get("shared") and values.get("fencing"):
+        raise ValueError(
+            "shared=True with fencing=True: readers write nothing a fencing token could guard, "
+            "so they get none; pass fencing=True to the exclusive (writing) side only"
+        )
+    return values
+
+
+def lease_options(values: Mapping[str, Any]) -> LeaseOptions:
+    """The checked values a lease is taken and held by (not on_busy, shared: the caller's)."""
+    kept = {name: value for name, value in values.items() if name not in ("on_busy", "shared")}
+    return LeaseOptions(**kept)
+
+
+def build_options(api: str = "Lock", /, **given: object) -> LeaseOptions:
+    """Check ``api``'s options (defaults for those not given) and return them frozen."""
+    return lease_options(check_options(api, given))
+
+
+def check_seconds(option: str, value: object) -> float:
+    """Seconds in ``option``'s bounds (``ttl``: from MIN_TTL; others above 0), up to MAX_SECONDS."""
+    seconds = _seconds(BY_NAME[option], value)
+    if seconds is None:  # max_hold's "no limit" is no number of seconds
+        raise TypeError(f"{option} must be a number of seconds here, got None")
+    return seconds
+
+
+def check_wait(value: object) -> float | None:
+    """``None`` waits forever, ``0`` tries once, a positive number bounds the wait."""
+    return _wait(BY_NAME["wait"], value)
 
 
 def acquire_wait(blocking: object, timeout: object, default: float | None) -> float | None:
@@ -154,148 +343,3 @@ def acquire_wait(blocking: object, timeout: object, default: float | None) -> fl
             f"got {timeout!r}"
         )
     return check_wait(timeout)
-
-
-def check_limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"limit must be an int >= 1, got {value!r}")
-    if value < 1:
-        raise ValueError(f"limit must be >= 1, got {value!r}")
-    return value
-
-
-def check_replicas(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"replicas must be an int >= 0, got {value!r}")
-    if value < 0:
-        raise ValueError(
-            f"replicas must be >= 0 (replica acknowledgements to wait for), got {value!r}"
-        )
-    return value
-
-
-def build_options(
-    *,
-    ttl: object,
-    wait: object,
-    auto_renew: object,
-    provider: object,
-    prefix: object,
-    limit: object = 1,
-    replicas: object = 0,
-    on_lost: object = None,
-    max_hold: object = None,
-    fencing: object = False,
-) -> LeaseOptions:
-    """Check every option and return them frozen; raises TypeError/ValueError naming it."""
-    if not isinstance(provider, str) or not provider:
-        raise TypeError(f"provider must be a non-empty provider name (str), got {provider!r}")
-    if not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str, got {prefix!r}")
-    if not isinstance(auto_renew, bool):
-        raise TypeError(f"auto_renew must be True or False, got {auto_renew!r}")
-    if not isinstance(fencing, bool):
-        raise TypeError(f"fencing must be True or False, got {fencing!r}")
-    return LeaseOptions(
-        ttl=check_seconds("ttl", ttl),
-        wait=check_wait(wait),
-        auto_renew=auto_renew,
-        provider=provider,
-        prefix=prefix,
-        limit=check_limit(limit),
-        replicas=check_replicas(replicas),
-        on_lost=check_on_lost(on_lost),
-        max_hold=None if max_hold is None else check_seconds("max_hold", max_hold),
-        fencing=fencing,
-    )
-
-
-def check_shared(shared: object, fencing: bool) -> bool:
-    """``shared``: take the lock in shared (read) mode; never together with fencing."""
-    if not isinstance(shared, bool):
-        raise TypeError(
-            f"shared must be True (read mode: many readers, no writer) or False (exclusive), "
-            f"got {shared!r} (a decorator with several names takes them all in that mode)"
-        )
-    if shared and fencing:
-        raise ValueError(
-            "shared=True with fencing=True: readers write nothing a fencing token could guard, "
-            "so they get none; pass fencing=True to the exclusive (writing) side only"
-        )
-    return shared
-
-
-def check_on_lost(value: object) -> OnLost:
-    """A callable taking the lease, "cancel" (async functions only), or None."""
-    if value is None or value == "cancel":
-        return "cancel" if value == "cancel" else None
-    if not callable(value):
-        raise TypeError(
-            f"on_lost must be a callable taking the lease, 'cancel' or None, got {value!r}"
-        )
-    return value
-
-
-# What users of other lock libraries reach for, and what it is called here.
-_ALIASES = {
-    "timeout": "ttl= for the lease length (redis-py's Lock calls it timeout) or wait= for how "
-    "long to wait (threading's timeout)",
-    "blocking_timeout": "wait=",
-    "expire": "ttl=",
-    "expires": "ttl=",
-    "lease": "ttl=",
-    "lock_timeout": "ttl=",
-    "blocking": "wait= (0 tries once, None waits forever)",
-    "key": "name= (the key is prefix + name)",
-    "redis": "provider= (the name of a registered provider; see register_provider)",
-    "client": "provider= (the name of a registered provider; see register_provider)",
-}
-
-
-def explains_bad_arguments(func: Callable[P, R]) -> Callable[P, R]:
-    """Wrap a public constructor or decorator factory so that a call it cannot bind raises a
-    TypeError naming the public callable, the bad argument and the accepted ones, instead of
-    Python's, which names an internal class (``_LockOptions.__init__() got an unexpected
-    keyword argument 'timeout'``). Free on a good call: the signature is consulted only
-    after a TypeError."""
-    signature = inspect.signature(func)
-
-    @functools.wraps(func)
-    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except TypeError:
-            try:
-                signature.bind(*args, **kwargs)
-            except TypeError as wrong:
-                raise TypeError(_explain(func, signature, args, kwargs, wrong)) from None
-            raise  # raised inside, by a bad value: that message already says what is wrong
-
-    return checked
-
-
-def _explain(
-    func: Callable[..., Any],
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    wrong: TypeError,
-) -> str:
-    params = list(signature.parameters.values())
-    if func.__name__ == "__init__" and args:
-        owner = type(args[0])
-        what = getattr(owner, "api_name", owner.__name__)
-        params = params[1:]  # self
-    else:
-        what = func.__name__
-    accepted = [f"*{p.name}" if p.kind == p.VAR_POSITIONAL else p.name for p in params]
-    hints = []
-    for unknown in (k for k in kwargs if k not in signature.parameters):
-        alias = _ALIASES.get(unknown)
-        close = difflib.get_close_matches(unknown, accepted, n=1)
-        if alias:
-            hints.append(f"for {unknown}=, use {alias}")
-        elif close:
-            hints.append(f"{unknown}= looks like a misspelt {close[0]}=")
-    hint = "".join(f"; {one}" for one in hints)
-    return f"{what}() {wrong}{hint}; it accepts: {', '.join(accepted)}"

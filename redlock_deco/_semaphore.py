@@ -16,9 +16,10 @@ from collections.abc import Iterable
 
 from . import _admin as admin
 from ._admin import Released
-from ._options import OnLost, build_options, explains_bad_arguments
+from ._options import OnLost, build_options
 from ._primitive import AsyncPrimitive, Base, Primitive
 from ._protocol import SEMAPHORE
+from ._signatures import explains_bad_arguments
 
 
 class _SemaphoreOptions(Base):
@@ -41,8 +42,8 @@ class _SemaphoreOptions(Base):
         max_hold: float | None = None,
     ) -> None:
         options = build_options(
-            ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
-            limit=limit, replicas=replicas, on_lost=on_lost, max_hold=max_hold,
+            "Semaphore", ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider,
+            prefix=prefix, limit=limit, replicas=replicas, on_lost=on_lost, max_hold=max_hold,
         )  # fmt: skip
         super().__init__(name, options)
 

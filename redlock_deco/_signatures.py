@@ -8,12 +8,22 @@ a busy call raises, so the result type is unchanged. Any other ``on_busy`` retur
 ``T`` becomes one returning ``T | B`` (awaiting gives ``T | B`` for ``async def``). An async
 fallback gives an :class:`AsyncBusyDecorator`, which takes only async functions: a sync call
 could not await it.
+
+Run time: :func:`explains_bad_arguments` makes a call that cannot bind say what is accepted,
+and :func:`public_signature` gives ``locked``/``limited`` -- whose implementations take
+``**options`` -- the signature their options table declares, for ``help()``, ``inspect`` and
+those explanations.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
+
+from ._options import options_of
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,3 +82,87 @@ class AsyncBusyDecorator(Protocol[B_co]):
     def __call__(
         self, func: Callable[P, Coroutine[Any, Any, R]], /
     ) -> Callable[P, Coroutine[Any, Any, R | B_co]]: ...
+
+
+# What users of other lock libraries reach for, and what it is called here.
+_ALIASES = {
+    "timeout": "ttl= for the lease length (redis-py's Lock calls it timeout) or wait= for how "
+    "long to wait (threading's timeout)",
+    "blocking_timeout": "wait=",
+    "expire": "ttl=",
+    "expires": "ttl=",
+    "lease": "ttl=",
+    "lock_timeout": "ttl=",
+    "blocking": "wait= (0 tries once, None waits forever)",
+    "key": "name= (the key is prefix + name)",
+    "redis": "provider= (the name of a registered provider; see register_provider)",
+    "client": "provider= (the name of a registered provider; see register_provider)",
+}
+
+
+def explains_bad_arguments(func: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a public constructor or decorator factory so that a call it cannot bind raises a
+    TypeError naming the public callable, the bad argument and the accepted ones, instead of
+    Python's, which names an internal class (``_LockOptions.__init__() got an unexpected
+    keyword argument 'timeout'``). Free on a good call: the signature is consulted only
+    after a TypeError."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except TypeError:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as wrong:
+                raise TypeError(_explain(func, signature, args, kwargs, wrong)) from None
+            raise  # raised inside, by a bad value: that message already says what is wrong
+
+    return checked
+
+
+def _explain(
+    func: Callable[..., Any],
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    wrong: TypeError,
+) -> str:
+    params = list(signature.parameters.values())
+    if func.__name__ == "__init__" and args:
+        owner = type(args[0])
+        what = getattr(owner, "api_name", owner.__name__)
+        params = params[1:]  # self
+    else:
+        what = func.__name__
+    accepted = [f"*{p.name}" if p.kind == p.VAR_POSITIONAL else p.name for p in params]
+    hints = []
+    for unknown in (k for k in kwargs if k not in signature.parameters):
+        alias = _ALIASES.get(unknown)
+        close = difflib.get_close_matches(unknown, accepted, n=1)
+        if alias:
+            hints.append(f"for {unknown}=, use {alias}")
+        elif close:
+            hints.append(f"{unknown}= looks like a misspelt {close[0]}=")
+    hint = "".join(f"; {one}" for one in hints)
+    return f"{what}() {wrong}{hint}; it accepts: {', '.join(accepted)}"
+
+
+def public_signature(api: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Give the implementation of ``api`` (which takes ``**options``) the signature
+    ``_options.OPTIONS`` declares for it -- its own parameters, then each option of ``api``
+    not among them, keyword-only -- and explain calls that cannot bind against it."""
+
+    def declare(func: Callable[P, R]) -> Callable[P, R]:
+        own = [p for p in inspect.signature(func).parameters.values() if p.kind != p.VAR_KEYWORD]
+        table = [
+            inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY,
+                              default=option.default_for(api), annotation=option.annotation)
+            for option in options_of(api)
+            if option.name not in {p.name for p in own}
+        ]  # fmt: skip
+        func.__signature__ = inspect.Signature([*own, *table], return_annotation="Any")  # type: ignore[attr-defined]  # read by inspect.signature
+        return explains_bad_arguments(func)
+
+    return declare
