@@ -42,6 +42,7 @@ def locked(
     max_hold: float | None = None,
     fencing: bool = False,
     shared: bool = False,
+    label: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -60,6 +61,7 @@ def locked(
     max_hold: float | None = None,
     fencing: bool = False,
     shared: bool = False,
+    label: str | None = None,
 ) -> BusyDecorator[None]: ...
 
 
@@ -78,6 +80,7 @@ def locked(  # type: ignore[overload-overlap]  # an async fallback first: its re
     max_hold: float | None = None,
     fencing: bool = False,
     shared: bool = False,
+    label: str | None = None,
 ) -> AsyncBusyDecorator[B]: ...
 
 
@@ -96,6 +99,7 @@ def locked(
     max_hold: float | None = None,
     fencing: bool = False,
     shared: bool = False,
+    label: str | None = None,
 ) -> BusyDecorator[B]: ...
 
 
@@ -144,6 +148,8 @@ def locked(*templates: Any, name: Any = decorators.UNSET, **given: Any) -> Any:
     back and the body never run. A name that would hold an
     object's default repr (``<... at 0x...>``) raises KeyTemplateError instead. Bounds, checked
     at decoration: ``ttl`` from 0.01 to 1e9 seconds, ``wait`` and ``max_hold`` up to 1e9.
+    ``label`` names the events and metrics of the decorated function in place of its template
+    (``LockEvent.template``; the ``function`` label stays).
 
     Several names (``@locked("acct:{src}", "acct:{dst}")``) are taken all or nothing, in
     sorted key order (so callers naming them in opposite orders cannot deadlock), within one
@@ -178,6 +184,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -195,6 +202,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -212,6 +220,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> BusyDecorator[None]: ...
 
 
@@ -229,6 +238,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> BusyDecorator[None]: ...
 
 
@@ -246,6 +256,7 @@ def limited(  # type: ignore[overload-overlap]  # an async fallback first: its r
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> AsyncBusyDecorator[B]: ...
 
 
@@ -263,6 +274,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> BusyDecorator[B]: ...
 
 
@@ -280,6 +292,7 @@ def limited(  # type: ignore[overload-overlap]  # an async fallback first: its r
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> AsyncBusyDecorator[B]: ...
 
 
@@ -297,6 +310,7 @@ def limited(
     replicas: int = 0,
     on_lost: OnLost = None,
     max_hold: float | None = None,
+    label: str | None = None,
 ) -> BusyDecorator[B]: ...
 
 

@@ -73,8 +73,12 @@ def _decorate(
         targets.refuse_generator(decorator, underlying)
     renders = [compile_name(name, underlying) for name in names]
     render = renders[0]
-    # Event labels, worked out once here: a template and a function name, never per call.
-    options = replace(options, source=source_of(names, underlying, options.provider))
+    # Event labels, worked out once here: a template and a function name, never per call;
+    # label= replaces the template (a name for the dashboards, where one is wanted).
+    source = source_of(names, underlying, options.provider)
+    if options.label is not None:
+        source = replace(source, template=options.label)
+    options = replace(options, source=source)
     # Seen through partials, callable objects and __wrapped__: an async def in disguise on the
     # sync path would get its lease back before its body ran, leaving the body unprotected.
     run_async = targets.is_async(underlying)

@@ -30,11 +30,12 @@ class _LockOptions(Base):
         max_hold: float | None = None,
         fencing: bool = False,
         shared: bool = False,
+        label: str | None = None,
     ) -> None:
         options = build_options(
             "Lock", ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider, prefix=prefix,
             replicas=replicas, on_lost=on_lost, max_hold=max_hold, fencing=fencing,
-            shared=shared,
+            shared=shared, label=label,
         )  # fmt: skip
         if shared:  # checked by build_options
             self.kind = SHARED

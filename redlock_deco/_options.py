@@ -47,9 +47,11 @@ class LeaseOptions:
     on_lost: OnLost = None
     max_hold: float | None = None
     fencing: bool = False
-    # The labels of its events (template, function, provider), set once by the decorator;
-    # None for a primitive used directly, whose name is its template.
+    # The labels of its events (template, function, provider), set once: by the decorator,
+    # or from label= for a primitive used directly; None for a primitive without a label,
+    # whose name is its template.
     source: Source | None = None
+    label: str | None = None
 
     @property
     def ttl_ms(self) -> int:
@@ -179,14 +181,27 @@ def _flag(option: Option, value: object) -> bool:
     return value
 
 
-def _text(option: Option, value: object) -> str | None:
+def _text(option: Option, value: object) -> str:
     """A str (``prefix``); ``provider`` must not be blank either."""
-    if value is None and option.none_means:
-        return None
     if not isinstance(value, str):
         raise TypeError(f"{option.name} must be {option.values}, got {value!r:.80}")
     if option.name != "prefix" and not value.strip():
         raise TypeError(f"{option.name} must be {option.values}, got {value!r:.80}")
+    return value
+
+
+def _label(option: Option, value: object) -> str | None:
+    """A fixed, non-blank str, or None. No ``{``/``}``: a label is used as written, never
+    rendered, so a template there is a mistake that would pass for a fixed label."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"label must be {option.values}, got {value!r:.80}")
+    if not value.strip() or "{" in value or "}" in value:
+        raise ValueError(
+            f"label must be {option.values}: it is used as written, never rendered (a value "
+            f"per call would make a metric series per call), got {value!r:.80}"
+        )
     return value
 
 
@@ -258,6 +273,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("shared", "bool", False, _LOCKS, _flag,
            "take it in shared (read) mode: any number of shared holders, or one exclusive",
            values=_FLAG),
+    Option("label", "str | None", None, _ALL, _label,
+           "the events' and metrics' `template` label: for a `Lock`/`Semaphore` whose names "
+           "grow with your data, in place of its name; for a decorator, in place of its "
+           "template", values="a non-empty str without `{` or `}`",
+           none_means="the name or template"),
 )  # fmt: skip
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 
@@ -290,7 +310,11 @@ def check_options(api: str, given: Mapping[str, object]) -> dict[str, Any]:
 def lease_options(values: Mapping[str, Any]) -> LeaseOptions:
     """The checked values a lease is taken and held by (not on_busy, shared: the caller's)."""
     kept = {name: value for name, value in values.items() if name not in ("on_busy", "shared")}
-    return LeaseOptions(**kept)
+    label = kept.get("label")
+    # A primitive used directly labels its events by its label (its name without one); a
+    # decorator replaces this source with its own, keeping the label as its template.
+    source = None if label is None else Source.direct(label, kept["provider"])
+    return LeaseOptions(**kept, source=source)
 
 
 def build_options(api: str = "Lock", /, **given: object) -> LeaseOptions:

@@ -40,10 +40,12 @@ class _SemaphoreOptions(Base):
         replicas: int = 0,
         on_lost: OnLost = None,
         max_hold: float | None = None,
+        label: str | None = None,
     ) -> None:
         options = build_options(
             "Semaphore", ttl=ttl, wait=wait, auto_renew=auto_renew, provider=provider,
             prefix=prefix, limit=limit, replicas=replicas, on_lost=on_lost, max_hold=max_hold,
+            label=label,
         )  # fmt: skip
         super().__init__(name, options)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +32,7 @@ CONSTRUCTORS = {
 
 
 def test_every_option_is_taken_by_known_callables_and_named_once() -> None:
-    assert len(BY_NAME) == len(OPTIONS) >= 12
+    assert len(BY_NAME) == len(OPTIONS) >= 13
     for option in OPTIONS:
         assert option.takes and set(option.takes) <= set(APIS), option.name
         assert option.meaning and option.annotation, option.name
@@ -173,6 +174,7 @@ BAD = {  # one value of the wrong type for each option, and one out of its bound
     "max_hold": ("5", 0),
     "fencing": (1, None),
     "shared": ("no", None),
+    "label": (5, "order:{order_id}"),
 }
 
 
@@ -208,3 +210,41 @@ def test_defaults_are_the_tables() -> None:
         for option in options_of(api):
             if hasattr(obj.options, option.name) and option.default is not REQUIRED:
                 assert getattr(obj.options, option.name) == option.default_for(api), option
+
+
+# -- label= --
+
+
+def test_label_sets_the_events_template_of_a_primitive_used_directly() -> None:
+    for make in (
+        lambda **kw: Lock("order:7", **kw),
+        lambda **kw: Semaphore("tenant:acme", limit=2, **kw),
+        lambda **kw: aio.Lock("order:7", **kw),
+        lambda **kw: aio.Semaphore("tenant:acme", limit=2, **kw),
+    ):
+        labelled = make(label="orders", provider="payments")
+        source = labelled.options.source  # type: ignore[attr-defined]
+        assert (source.template, source.function, source.provider) == (
+            "orders", None, "payments"
+        )  # fmt: skip
+        assert labelled.options.label == "orders"  # type: ignore[attr-defined]
+        assert make().options.source is None  # type: ignore[attr-defined]  # its name, lazily
+
+
+@pytest.mark.parametrize(
+    ("label", "error"),
+    [("", ValueError), ("   ", ValueError), ("order:{id}", ValueError), ("}", ValueError),
+     (b"orders", TypeError), (7, TypeError)],
+)  # fmt: skip
+def test_label_must_be_a_fixed_non_empty_str(label: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"^label must be a non-empty str"):
+        Lock("x", label=label)  # type: ignore[arg-type]  # refused
+    with pytest.raises(error, match=r"^label must be a non-empty str"):
+        locked("x", label=label)  # type: ignore[call-overload]  # refused
+
+
+def test_the_docs_say_what_label_does() -> None:
+    row = textwrap.dedent(options_table.docs_table())
+    assert "| `label` | `None` |" in row
+    for path in options_table.DOCS_TABLES:
+        assert "| `label` | `None` |" in path.read_text(), path

@@ -161,6 +161,15 @@ async def results() -> None:
     assert_type(Semaphore("x", limit=2).acquire(True, timeout=1.5), bool)
     assert_type(Lock.force_release("order:7"), Released)
     assert_type(await aio.Semaphore.force_release("api", provider="p"), Released)
+    # label=: a fixed name for events and metrics, on every callable; the types are unchanged.
+    assert_type(Lock("order:7", label="orders"), Lock)
+    assert_type(aio.Semaphore("api:acme", limit=3, label="api"), aio.Semaphore)
+    assert_type(labelled_charge(7), str | None)
+
+
+@locked("order:{order_id}", wait=0, on_busy="skip", label="orders")
+def labelled_charge(order_id: int) -> str:
+    return str(order_id)
 
 
 def configured(mode: Literal["raise", "skip"]) -> None:
@@ -182,5 +191,8 @@ def rejected() -> None:
     # function (a sync call cannot await it).
     locked("x", on_busy=run_later)(sync_job)  # type: ignore[arg-type]  # pyright: ignore[reportCallIssue, reportArgumentType]
     locked("x", on_busy="ignore")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    # A label is a str (or None), never a callable or bytes.
+    Lock("x", label=b"orders")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    locked("x", label=len)  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
     # Semaphore has no default limit either.
     Semaphore("api")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
