@@ -14,8 +14,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from . import _callables as callables
 from . import _guard as guard
-from . import _targets as targets
 from ._errors import LockNotAcquired
 from ._naming import check_name, compile_name, describe, full_args, own_args, source_of
 from ._options import LeaseOptions, OnBusyArg, check_options, lease_options
@@ -64,13 +64,13 @@ def _decorate(
     func: Any,
 ) -> Any:
     underlying = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
-    targets.refuse_class(decorator, underlying)
+    callables.refuse_class(decorator, underlying)
     if not callable(underlying):
         raise TypeError(_not_callable(decorator, func, names))
     # Seen through __wrapped__ too: a generator under functools.wraps (or @contextmanager)
     # returns its body unrun, and two callers ran the "protected" body at once (b02).
-    if targets.is_generator(underlying):
-        targets.refuse_generator(decorator, underlying)
+    if callables.is_generator(underlying):
+        callables.refuse_generator(decorator, underlying)
     renders = [compile_name(name, underlying) for name in names]
     render = renders[0]
     # Event labels, worked out once here: a template and a function name, never per call;
@@ -81,14 +81,14 @@ def _decorate(
     options = replace(options, source=source)
     # Seen through partials, callable objects and __wrapped__: an async def in disguise on the
     # sync path would get its lease back before its body ran, leaving the body unprotected.
-    run_async = targets.is_async(underlying)
+    run_async = callables.is_async(underlying)
     prefix = options.prefix
     skip = on_busy == "skip"
     fallback = None if isinstance(on_busy, str) else on_busy
     if fallback is not None:
-        targets.check_fallback(decorator, fallback, underlying, run_async)
+        callables.check_fallback(decorator, fallback, underlying, run_async)
     # The fallback gets the arguments as the function would: self/cls put back for methods.
-    call_args = full_args if targets.binds_instance(underlying) else own_args
+    call_args = full_args if callables.binds_instance(underlying) else own_args
 
     def busy(
         lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
@@ -103,8 +103,8 @@ def _decorate(
         lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
     ) -> Any:
         result = busy(lock_name, key, started, instance, args, kw)
-        if fallback is not None and targets.returned_awaitable(result):
-            targets.refuse_unrun(f"{decorator}(on_busy=...)", fallback, result)
+        if fallback is not None and callables.returned_awaitable(result):
+            callables.refuse_unrun(f"{decorator}(on_busy=...)", fallback, result)
         return result
 
     async def busy_async(
@@ -129,8 +129,8 @@ def _decorate(
             if section is None:
                 return busy_sync(lock_name, key, started, instance, args, kwargs)
             result = wrapped(*args, **kwargs)
-            if targets.returned_unrun(result, awaitable=True):  # closed unrun, raised once
-                targets.refuse_unrun(decorator, underlying, result)  # the lease is given back
+            if callables.returned_unrun(result, awaitable=True):  # closed unrun, raised once
+                callables.refuse_unrun(decorator, underlying, result)  # the lease is given back
         except BaseException as exc:
             error = exc
             raise
@@ -151,8 +151,8 @@ def _decorate(
             if section is None:
                 return await busy_async(lock_name, key, started, instance, args, kwargs)
             result = await wrapped(*args, **kwargs)
-            if targets.returned_unrun(result, awaitable=False):  # an async generator behind
-                targets.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
+            if callables.returned_unrun(result, awaitable=False):  # an async generator behind
+                callables.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
         except BaseException as exc:  # CancelledError too: release (shielded), then propagate
             error = exc
             raise
@@ -179,8 +179,8 @@ def _decorate(
                 names = ", ".join(names_by_key.values())
                 return busy_sync(names, key, started, instance, args, kwargs)
             result = wrapped(*args, **kwargs)
-            if targets.returned_unrun(result, awaitable=True):  # closed unrun, raised once
-                targets.refuse_unrun(decorator, underlying, result)  # the lease is given back
+            if callables.returned_unrun(result, awaitable=True):  # closed unrun, raised once
+                callables.refuse_unrun(decorator, underlying, result)  # the lease is given back
         except BaseException as exc:
             error = exc
             raise
@@ -202,8 +202,8 @@ def _decorate(
                 names = ", ".join(names_by_key.values())
                 return await busy_async(names, key, started, instance, args, kwargs)
             result = await wrapped(*args, **kwargs)
-            if targets.returned_unrun(result, awaitable=False):  # an async generator behind
-                targets.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
+            if callables.returned_unrun(result, awaitable=False):  # an async generator behind
+                callables.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
         except BaseException as exc:
             error = exc
             raise
@@ -234,7 +234,7 @@ def decorate_locked(templates: tuple[Any, ...], name: Any, given: dict[str, Any]
             raise TypeError("give the lock name once: positionally or as name=, not both")
         templates = (name,)
     elif len(templates) == 1 and inspect.isclass(templates[0]):
-        targets.refuse_class("locked", templates[0])  # bare @locked on a class
+        callables.refuse_class("locked", templates[0])  # bare @locked on a class
     elif len(templates) == 1 and _is_bare_target(templates[0]):
         return _decorate("locked", kind, (None,), options, busy, templates[0])
     names = templates or (None,)
@@ -248,7 +248,7 @@ def decorate_locked(templates: tuple[Any, ...], name: Any, given: dict[str, Any]
 def decorate_limited(name: Any, limit: Any, given: dict[str, Any]) -> Any:
     """``limited(name, limit, **given)``: the decorator."""
     if inspect.isclass(name):
-        targets.refuse_class("limited", name)  # @limited on a class
+        callables.refuse_class("limited", name)  # @limited on a class
     values = check_options("limited", {**given, "limit": limit})
     check_name(name)
     options, busy = lease_options(values), values["on_busy"]

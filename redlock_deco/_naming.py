@@ -6,7 +6,7 @@ and each call only picks the named arguments out of ``args``/``kwargs`` -- no pe
 ``Signature.bind`` -- and formats them with :meth:`str.format_map`, which supplies attribute and
 index access (``{user.org.id}``, ``{items[0]}``), conversions and format specs.
 
-Fields are the parameters of the callable as its caller calls it (see :mod:`.targets`): a
+Fields are the parameters of the callable as its caller calls it (see :mod:`._callables`): a
 bound method's ``self`` is not one. A rendered name never holds an object's default repr
 (``<Account object at 0x7f...>``): it differs per object and per process, so callers meaning
 the same name would never exclude each other; that is a KeyTemplateError naming the field.
@@ -24,10 +24,10 @@ import string
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from ._callables import binds_instance, default_name
+from ._callables import describe as describe  # re-exported: the decorators' messages use it
 from ._errors import KeyTemplateError
 from ._events import Source
-from ._targets import binds_instance, default_name
-from ._targets import describe as describe  # re-exported: the decorators' messages use it
 
 #: ``render(instance, args, kwargs) -> name``; ``instance`` is wrapt's (self/cls or None).
 Renderer = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], str]
@@ -183,7 +183,7 @@ def check_name(name: object) -> None:
 
 
 def compile_name(name: str | Callable[..., Any] | None, func: Callable[..., Any]) -> Renderer:
-    """Compile ``name`` for ``func``, the undecorated callable (see :mod:`.targets`)."""
+    """Compile ``name`` for ``func``, the undecorated callable (see :mod:`._callables`)."""
     if name is None:
         fixed = bounded(_fixed(default_name(func), None, func))
         return lambda instance, args, kwargs: fixed
