@@ -173,9 +173,9 @@ def _released(lease: Lease, answer: bool | None, was_lost: bool) -> bool:
     """
     released = answer if answer is not None else lease.remaining() > 0
     if released:
-        lease.release()
+        lease._release()
     else:
-        lease.lose()
+        lease._lose()
     if events.listeners:
         held = time.monotonic() - lease.acquired_at
         if not released and not was_lost:  # found at release (renewal reported its own)
@@ -260,7 +260,7 @@ def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | 
 
 def _stop(lease: Lease) -> None:
     """No more renewals of ``lease`` (its release is under way or given up)."""
-    lease.release()
+    lease._release()
     renewal.renewer().remove(lease)
 
 
@@ -305,11 +305,11 @@ def _give_back(lease: Lease) -> bool:
         return True
     renewal.renewer().remove(lease)
     was_lost = lease.lost
-    lease.releasing()  # a renewal still in flight can no longer call it lost
+    lease._releasing()  # a renewal still in flight can no longer call it lost
     try:
         answer = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
     except BaseException as exc:
-        lease.release()  # not renewed any more either way
+        lease._release()  # not renewed any more either way
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
             renewal.renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
@@ -320,7 +320,7 @@ def _dropped(lease: Lease) -> None:
     """The last section on ``lease`` was dropped open (see ownership.Section): stop renewing
     it and release it in the background, at once. Runs in a finalizer: no I/O, no lock
     it could already hold."""
-    lease.orphan()
+    lease._orphan()
     if lease.pid == os.getpid():
         renewal.renewer().add_from_finalizer(Cleanup(lease.claim, lease.target, time.monotonic()))
 
@@ -328,7 +328,7 @@ def _dropped(lease: Lease) -> None:
 def _dropped_async(lease: Lease) -> None:
     """:func:`_dropped` for asyncio (where only a KeyboardInterrupt, not a cancellation, can
     come at a line): stop renewing; the loop's shutdown releases it, or its ttl ends it."""
-    lease.orphan()
+    lease._orphan()
 
 
 def open_section(
@@ -538,7 +538,7 @@ def _current_task() -> asyncio.Task[Any]:
 
 
 def _stop_async(lease: Lease) -> None:
-    lease.release()
+    lease._release()
     process.loop_state().leases.discard(lease)
     renewal.async_renewer().remove(lease)
 
@@ -575,7 +575,7 @@ async def _give_back_async(lease: Lease) -> bool:
     process.loop_state().leases.discard(lease)
     renewal.async_renewer().remove(lease)
     was_lost = lease.lost
-    lease.releasing()
+    lease._releasing()
     release = lease.target.algorithms.release
     try:
         answer = await drivers.run_async(release(lease.claim), lease.target)
@@ -586,10 +586,10 @@ async def _give_back_async(lease: Lease) -> bool:
         try:
             await asyncio.shield(drivers.run_async(release(lease.claim), lease.target))
         finally:
-            lease.release()
+            lease._release()
         raise
     except BaseException as exc:
-        lease.release()
+        lease._release()
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
             renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise

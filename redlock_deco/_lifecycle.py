@@ -170,12 +170,12 @@ class Lease:
 
     # -- transitions --------------------------------------------------------------------
 
-    def enter(self, section: object) -> None:
+    def _enter(self, section: object) -> None:
         """A protected section of its owner is open on it (the first, or a nested one that
         :meth:`reenter` admitted)."""
         self.sections.add(section)
 
-    def reenter(self, section: object) -> None:
+    def _reenter(self, section: object) -> None:
         """A nested section of the owner enters again (re-entrant locks). A lease it knows to
         be over cannot be re-entered: that call would run unprotected, so it fails loudly
         instead."""
@@ -188,13 +188,13 @@ class Lease:
             )
         self.sections.add(section)
 
-    def exit(self, section: object) -> bool:
+    def _exit(self, section: object) -> bool:
         """A section left (leaving it again changes nothing); True once no section of the
         owner is open on it: the lease is then to be given back."""
         self.sections.discard(section)
         return not self.sections
 
-    def renewed(self, started: float, ttl_ms: int) -> None:
+    def _renewed(self, started: float, ttl_ms: int) -> None:
         """The server set the lease to ``ttl_ms`` by a request sent at ``started``.
 
         ``ttl_ms`` is what that request carried, never the current setting: a reply records
@@ -211,7 +211,7 @@ class Lease:
         self.expires_at = started + ttl
         self.next_renew = started + ttl * RENEW_FRACTION
 
-    def renewal_failed(self, started: float) -> bool:
+    def _renewal_failed(self, started: float) -> bool:
         """A renewal sent at ``started`` got no answer. True if the lease is now lost.
 
         Transient failures are retried until the lease would have ended anyway.
@@ -220,15 +220,15 @@ class Lease:
             return False
         left = self.expires_at - started
         if left <= 0:
-            return self.lose()
+            return self._lose()
         self.next_renew = started + min(RETRY_DELAY, left / 4)
         return False
 
-    def retry_later(self, now: float) -> None:
+    def _retry_later(self, now: float) -> None:
         """A renewal round failed unexpectedly (a bug, not the network): try again soon."""
         self.next_renew = now + RETRY_DELAY
 
-    def uncertain(self, started: float, ttl_ms: int) -> None:
+    def _uncertain(self, started: float, ttl_ms: int) -> None:
         """A request setting ``ttl_ms``, sent at ``started``, may or may not have reached the
         server (timed out, cancelled). Believe the earlier of the two possible ends, and
         renew at once: a renewal carries the ttl the holder believes in, so afterwards
@@ -239,24 +239,24 @@ class Lease:
         self.expires_at = min(self.expires_at, started + held_for(self.target, ttl_ms))
         self.next_renew = started
 
-    def lose(self) -> bool:
+    def _lose(self) -> bool:
         """The lease is gone. True if this is news (so it is reported once)."""
         if self.state in (State.HELD, State.ORPHANED, State.RELEASING):
             self.state = State.LOST
             return True
         return False
 
-    def releasing(self) -> None:
+    def _releasing(self) -> None:
         """The outermost exit is about to send the release."""
         if self.state is State.HELD or self.state is State.ORPHANED:
             self.state = State.RELEASING
 
-    def orphan(self) -> None:
+    def _orphan(self) -> None:
         """Stop renewing: the owner ended without releasing, or ``max_hold`` passed."""
         if self.state is State.HELD:
             self.state = State.ORPHANED
 
-    def release(self) -> None:
+    def _release(self) -> None:
         """The owner gave it back (whatever the server said: a lost lease stays LOST)."""
         if self.state is not State.LOST:
             self.state = State.RELEASED

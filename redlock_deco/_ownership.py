@@ -162,9 +162,9 @@ def open_section(
         # The lease knows its sections by number: a reference to the section itself would
         # keep a section whose exit never ran alive, and its finalizer would never run.
         if fresh:
-            lease.enter(section.entry[0])
+            lease._enter(section.entry[0])
         else:
-            lease.reenter(section.entry[0])
+            lease._reenter(section.entry[0])
         return section
     except BaseException:
         close(section)
@@ -190,7 +190,7 @@ def close(section: Section) -> bool:
     if blocks is not None and section in blocks:
         blocks.remove(section)
     lease = section.lease
-    last = lease.exit(section.entry[0])
+    last = lease._exit(section.entry[0])
     if last:
         hk = (lease.provider, lease.key)
         if section.held.get(hk) is lease:

@@ -35,7 +35,7 @@ def _collected_holding(held: list[Lease], what: str) -> None:
     here would mean I/O from the garbage collector, which may run inside any code."""
     live = [lease for lease in held if lease.held and lease.remaining()]
     for lease in live:
-        lease.orphan()
+        lease._orphan()
     if live:
         warnings.warn(
             f"{what} was garbage-collected while holding what acquire() took (never "
@@ -214,13 +214,13 @@ class Primitive(Base):
             try:
                 extended = drivers.run(extend, lease.target)
             except BaseException:
-                lease.uncertain(started, ttl_ms)  # it may have landed: assume the worse
+                lease._uncertain(started, ttl_ms)  # it may have landed: assume the worse
                 renewal.renewer().reschedule(lease)
                 raise
             if not extended:
-                lease.lose()
+                lease._lose()
                 raise self._ended("extend")
-            lease.renewed(started, ttl_ms)
+            lease._renewed(started, ttl_ms)
         renewal.renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     def owned(self) -> bool:
@@ -303,13 +303,13 @@ class AsyncPrimitive(Base):
             try:
                 extended = await drivers.run_async(extend, lease.target)
             except BaseException:  # cancelled or timed out: it may have landed
-                lease.uncertain(started, ttl_ms)
+                lease._uncertain(started, ttl_ms)
                 renewal.async_renewer().reschedule(lease)
                 raise
             if not extended:
-                lease.lose()
+                lease._lose()
                 raise self._ended("extend")
-            lease.renewed(started, ttl_ms)
+            lease._renewed(started, ttl_ms)
         renewal.async_renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     async def owned(self) -> bool:

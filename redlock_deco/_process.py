@@ -122,7 +122,7 @@ class LoopState:
 
 async def release_at_shutdown(lease: Lease) -> None:
     """Give back a lease whose loop is ending: nothing could renew or release it later."""
-    lease.release()
+    lease._release()
     if lease.pid != os.getpid():
         return
     try:

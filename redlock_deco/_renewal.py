@@ -89,7 +89,7 @@ def plan(job: Job, now: float) -> tuple[Steps[Any], int] | None:
     if not job.held:
         return None
     if now >= job.hold_until or not job.alive():
-        job.orphan()
+        job._orphan()
         return None
     return algorithms.extend(job.claim, job.ttl_ms), job.ttl_ms
 
@@ -105,14 +105,14 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
         # decides. (Taking a 0 here for a loss once reported cleanly released leases lost.)
         return True
     if outcome is FAILED:
-        lost = job.renewal_failed(started)
+        lost = job._renewal_failed(started)
     elif outcome:
-        job.renewed(started, ttl_ms)
+        job._renewed(started, ttl_ms)
         if events.listeners and job.held:
             events.emit("renewed", job.name, job.key, None, job.source)
         return not job.held
     else:
-        lost = job.lose()
+        lost = job._lose()
     if lost:
         notify_lost(job)
     return not job.held
@@ -273,7 +273,7 @@ class Renewer:
         except Exception:  # a bug or an unexpected error must not end renewals
             log.exception("renewing %r failed", job.key)
             if type(job) is Lease:
-                job.retry_later(time.monotonic())
+                job._retry_later(time.monotonic())
         finally:
             job.renewing = False
             with self._wake:
@@ -392,7 +392,7 @@ class AsyncRenewer:
         except Exception:  # a bug or an unexpected error must not end renewals
             log.exception("renewing %r failed", job.key)
             if type(job) is Lease:
-                job.retry_later(time.monotonic())
+                job._retry_later(time.monotonic())
         finally:
             job.renewing = False
             self._wake.set()

@@ -85,7 +85,7 @@ def make_cleanup(
 
 def ended(how: str) -> Lease:
     lease = make_lease()
-    {"released": lease.release, "lost": lease.lose, "orphaned": lease.orphan}[how]()
+    {"released": lease._release, "lost": lease._lose, "orphaned": lease._orphan}[how]()
     return lease
 
 
@@ -151,7 +151,7 @@ def test_due_keeps_a_lease_within_max_hold() -> None:
 @pytest.mark.parametrize("target", [SINGLE, QUORUM], ids=repr)
 def test_plan_sends_an_extend_carrying_the_ttl_at_plan_time(target: Target) -> None:
     lease = make_lease(target=target)
-    lease.renewed(T0 + 0.5, 7_000)  # an extend(7) set a new ttl before this round
+    lease._renewed(T0 + 0.5, 7_000)  # an extend(7) set a new ttl before this round
     planned = plan(lease, lease.next_renew)
     assert planned is not None
     steps, ttl_ms = planned
@@ -229,7 +229,7 @@ def test_a_renewal_overtaking_an_extend_records_the_ttl_it_carried() -> None:
     extend_sent, renewal_sent = T0 + 0.9, T0 + 1.0
     planned = plan(lease, renewal_sent)
     assert planned is not None and planned[1] == TTL_MS
-    lease.renewed(extend_sent, 60_000)  # the extend's reply arrives first
+    lease._renewed(extend_sent, 60_000)  # the extend's reply arrives first
     conclude(lease, renewal_sent, planned[1], True)  # then the renewal's
     assert lease.ttl_ms == TTL_MS
     assert lease.expires_at == pytest.approx(renewal_sent + 3.0)
@@ -248,7 +248,7 @@ def test_a_renewal_reply_older_than_the_recorded_extend_does_not_undo_it() -> No
     renewal_sent, extend_sent = T0 + 1.0, T0 + 1.1
     planned = plan(lease, renewal_sent)
     assert planned is not None and planned[1] == TTL_MS
-    lease.renewed(extend_sent, 60_000)  # the later request's reply is recorded first
+    lease._renewed(extend_sent, 60_000)  # the later request's reply is recorded first
     conclude(lease, renewal_sent, planned[1], True)  # the earlier request's reply, late
     assert lease.ttl_ms == 60_000
     assert lease.expires_at == pytest.approx(extend_sent + 60.0)
@@ -336,7 +336,7 @@ def test_failed_rounds_retry_before_the_end_then_lose_once(
 def test_a_reply_for_a_released_lease_records_nothing(outcome: Any) -> None:
     on_lost = OnLost()
     lease = make_lease(on_lost=on_lost)
-    lease.release()  # given back while the round was in flight
+    lease._release()  # given back while the round was in flight
     before = (lease.ttl_ms, lease.expires_at, lease.next_renew)
     assert conclude(lease, T0 + 10, 60_000, outcome) is True  # drop the job
     assert lease.state is State.RELEASED and on_lost.calls == []
@@ -494,39 +494,39 @@ def live_lease(**kwargs: Any) -> Lease:
 
 def test_release_of_a_held_lease() -> None:
     lease = make_lease()
-    lease.release()
+    lease._release()
     assert lease.state is State.RELEASED and not lease.held and not lease.lost
     assert lease.remaining(T0) == 0  # ended, though its expiry is still ahead
 
 
 def test_lose_of_a_held_lease_is_news_once() -> None:
     lease = make_lease()
-    assert lease.lose() is True and lease.state is State.LOST and lease.lost
-    assert lease.lose() is False
+    assert lease._lose() is True and lease.state is State.LOST and lease.lost
+    assert lease._lose() is False
     assert lease.remaining(T0) == 0
 
 
 def test_an_orphan_expires_by_itself() -> None:
     lease = make_lease()
-    lease.orphan()
+    lease._orphan()
     assert lease.state is State.ORPHANED and not lease.held and not lease.lost
     assert lease.remaining(T0 + 1) == pytest.approx(2.0)  # the server keeps it until expiry
-    lease.release()
+    lease._release()
     assert lease.state.value == "released"
     orphan = ended("orphaned")
-    assert orphan.lose() is True and orphan.state is State.LOST
+    assert orphan._lose() is True and orphan.state is State.LOST
 
 
 def test_lose_after_release_is_a_no_op() -> None:
     lease = ended("released")
-    assert lease.lose() is False and lease.state is State.RELEASED
+    assert lease._lose() is False and lease.state is State.RELEASED
 
 
 def test_release_after_lose_stays_lost() -> None:
     lease = ended("lost")
-    lease.release()
+    lease._release()
     assert lease.state is State.LOST
-    lease.orphan()
+    lease._orphan()
     assert lease.state is State.LOST
 
 
@@ -540,14 +540,14 @@ def test_remaining_counts_down_to_zero() -> None:
 def test_reenter_and_exit_track_the_open_sections() -> None:
     lease = live_lease()
     outer, middle, inner = object(), object(), object()
-    lease.enter(outer)
-    lease.reenter(middle)
-    lease.reenter(inner)
+    lease._enter(outer)
+    lease._reenter(middle)
+    lease._reenter(inner)
     assert lease.sections == {outer, middle, inner}
     # Leaving one twice (the clean-up of an interrupted exit repeats it) changes nothing:
     # a count would have dropped to zero with the outer section still open.
-    assert [lease.exit(middle), lease.exit(middle), lease.exit(outer)] == [False, False, False]
-    assert lease.exit(inner)  # the last one out
+    assert [lease._exit(middle), lease._exit(middle), lease._exit(outer)] == [False, False, False]
+    assert lease._exit(inner)  # the last one out
 
 
 @pytest.mark.parametrize("how", ["released", "lost", "orphaned", "expired"])
@@ -556,9 +556,9 @@ def test_reenter_of_an_ended_lease_raises_lock_lost(how: str) -> None:
         lease = make_lease(started=time.monotonic() - 60, ttl_ms=30_000)
     else:
         lease = live_lease()
-        {"released": lease.release, "lost": lease.lose, "orphaned": lease.orphan}[how]()
+        {"released": lease._release, "lost": lease._lose, "orphaned": lease._orphan}[how]()
     with pytest.raises(LockLost, match="re-entering") as raised:
-        lease.reenter(object())
+        lease._reenter(object())
     assert raised.value.key == "lock:k" and raised.value.name == "lock:k"
     assert not lease.sections  # a failed re-entry does not count
 
@@ -584,25 +584,25 @@ def test_transitions_keep_final_states_final(
         at = T0 + offset
         before = (lease.ttl_ms, lease.expires_at)
         if operation == "release":
-            lease.release()
+            lease._release()
             state = state if state is State.LOST else State.RELEASED
         elif operation == "lose":
-            fresh = lease.lose()
+            fresh = lease._lose()
             assert fresh is (state in (State.HELD, State.ORPHANED))
             news += fresh
             state = State.LOST if fresh else state
         elif operation == "orphan":
-            lease.orphan()
+            lease._orphan()
             state = State.ORPHANED if state is State.HELD else state
         elif operation == "renewed":
-            lease.renewed(at, ttl_ms)
+            lease._renewed(at, ttl_ms)
             if state is State.HELD and at >= recorded:  # an older reply records nothing
                 recorded = at
                 assert (lease.ttl_ms, lease.expires_at) == (ttl_ms, at + ttl_ms / 1000)
             elif state is State.HELD:
                 assert (lease.ttl_ms, lease.expires_at) == before
         else:
-            fresh = lease.renewal_failed(at)
+            fresh = lease._renewal_failed(at)
             assert fresh is (state is State.HELD and before[1] <= at)
             news += fresh
             state = State.LOST if fresh else state
@@ -618,8 +618,8 @@ def test_a_renewal_answer_for_a_lease_being_released_is_left_to_the_release() ->
     """A round in flight when the owner starts releasing: its "not the owner" answer (the
     release landed first) must not turn a clean release into a lost lease."""
     lease = make_lease()
-    lease.releasing()
+    lease._releasing()
     assert conclude(lease, T0, lease.ttl_ms, False) is True  # dropped
     assert lease.state is State.RELEASING and not lease.lost
-    lease.release()
+    lease._release()
     assert lease.state is State.RELEASED

@@ -174,12 +174,12 @@ class Actor:
         # -- guard.leave (one section per lease here: re-entry is the ownership layer's) ------
         self.proc.renewer.remove(lease)
         was_lost = lease.lost
-        lease.releasing()
+        lease._releasing()
         self.phase = "releasing"
         try:
             answer = yield from world.drive(task, algorithms.release(claim))
         except RedisError as exc:
-            lease.release()
+            lease._release()
             if isinstance(exc, renewal.UNREACHABLE):
                 self.proc.renewer.add(lifecycle.Cleanup(claim, target, world.seconds()))
             self.phase = "idle"
