@@ -282,6 +282,22 @@ MUTANTS: tuple[Mutant, ...] = (
     py("reenter-ended-lease", "a lease that ended by the clock can be re-entered", "_lifecycle",
        "        if self.state is not State.HELD or self.remaining() == 0:",
        "        if self.state is not State.HELD:", "tests/test_core_renewal.py"),
+    # -- ownership and the guard (issue 22 A.4/A.5): the real-server tests that state them -
+    py("reenter-any-owner", "a section re-enters a name held by any owner on its thread (another "
+       "task of the loop), not only its own", "_ownership",
+       "    return tables(owner)[0].get(key)",
+       "    return next((held for held in process.thread_owner().here\n"
+       "                 if (held.provider, held.key) == key), None)",
+       "tests/integration/test_async_ownership.py", "tests/integration/test_asyncio.py",
+       "tests/integration/test_ownership_model.py"),
+    py("renew-after-owner-ended", "a lease whose owner ended without releasing is renewed on",
+       "_renewal", "    if now >= job.hold_until or not job.alive():",
+       "    if now >= job.hold_until:", "tests/core/test_core_renewal.py"),
+    py("interrupted-acquire-kept", "a lease taken by an acquire that was then interrupted is "
+       "kept, not given back", "_guard",
+       "    _stop(lease)\n    if lease.pid == os.getpid():\n        _cut_short(",
+       "    _stop(lease)\n    if False:\n        _cut_short(",
+       "tests/integration/test_cancellation.py"),
 )  # fmt: skip
 
 
