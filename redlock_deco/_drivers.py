@@ -94,23 +94,46 @@ def pool_size(client: Any) -> int | None:
     return size if size < UNBOUNDED_POOL else ASSUMED_POOL
 
 
+# How long a thread waits for a place in a connection lane before it raises (never a hang):
+# a place is held for one command, so only a command that never ends -- or a place lost to
+# a KeyboardInterrupt inside the very clean-up that gives it back -- keeps one out this long.
+PLACE_WAIT = 60.0
+
+
 class Places:
     """``n`` places for threads, taken and given back in C (``queue.SimpleQueue``):
     ``threading.BoundedSemaphore`` is written in Python and cost two of its lock round trips
-    on every command of the uncontended path."""
+    on every command of the uncontended path.
 
-    __slots__ = ("_free",)
+    Taken inside the ``try`` whose ``finally`` gives it back: a KeyboardInterrupt raised as
+    ``acquire`` returned once lost a place for good, and with the holding lane empty every
+    release and renewal of the process blocked forever (review 4, r03). A release never
+    frees more than ``n`` places, so one whose acquire was interrupted before it took a place
+    frees nothing -- unless other threads held places meanwhile, when the lane grows by one
+    (bounded by the client's pool, whose limit then raises: an error, never a hang)."""
+
+    __slots__ = ("_free", "_n")
 
     def __init__(self, n: int) -> None:
+        self._n = n
         self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(n):
             self._free.put(None)
 
     def acquire(self) -> None:
-        self._free.get()
+        try:
+            self._free.get(timeout=PLACE_WAIT)
+        except queue.Empty:
+            raise redis.exceptions.ConnectionError(
+                f"no connection of this client's lane came free within {PLACE_WAIT:g} s: "
+                "every one is busy with a command that does not end (a stalled server and a "
+                "client without socket_timeout?), or was lost to an interrupt in the middle "
+                "of its clean-up"
+            ) from None
 
     def release(self) -> None:
-        self._free.put(None)
+        if self._free.qsize() < self._n:
+            self._free.put(None)
 
 
 def lane_sizes(pool: int) -> tuple[int, int]:
@@ -161,11 +184,14 @@ def pack(args: Args) -> bytes:
     return b"".join(parts)
 
 
-def checkout(pool: Any) -> Any:
-    """``pool.get_connection()``, as this redis-py wants it called."""
-    if _takes_command_name(pool):
-        return pool.get_connection("EVALSHA")
-    return pool.get_connection()
+def checkout(pool: Any, into: list[Any]) -> Any:
+    """``pool.get_connection()``, as this redis-py wants it called, appended to ``into``
+    before it is returned: an interrupt as this function returned kept the connection out
+    of the pool for good, its caller never having stored it (review 4, r03)."""
+    into.append(
+        pool.get_connection("EVALSHA") if _takes_command_name(pool) else pool.get_connection()
+    )
+    return into[-1]
 
 
 _NAMED: dict[type, bool] = {}  # pool class -> its get_connection requires a command name
@@ -266,8 +292,8 @@ class SyncTarget:
         if self.lanes is None:
             return self._send(step)
         lane = self.lanes[lane_of(step)]
-        lane.acquire()
         try:
+            lane.acquire()
             return self._send(step)
         finally:
             lane.release()
@@ -292,24 +318,27 @@ class SyncTarget:
         state and reused.
         """
         pool = self.direct
-        conn = checkout(pool)
+        out: list[Any] = []  # the connection taken, if any (see checkout)
         try:
-            return roundtrip(conn, command(step))
+            return roundtrip(checkout(pool, out), command(step))
         except ResponseError:
             raise  # an answer: the connection is in a clean state
         except BaseException:
-            conn.disconnect()  # a reply may still be on its way: never read it as another's
+            for conn in out:
+                conn.disconnect()  # a reply may still be on its way: never read it as another's
             raise
         finally:
-            pool.release(conn)
+            for conn in out:
+                pool.release(conn)
 
     def _send_replicated(self, step: Replicated) -> Any:
         """The attempt, then (if it took the lease) WAIT, on one connection."""
         attempt = step.step
         if self.direct is not None:
             pool = self.direct
-            conn = checkout(pool)
+            out: list[Any] = []  # the connection taken, if any (see checkout)
             try:
+                conn = checkout(pool, out)
                 try:
                     reply = roundtrip(conn, command(attempt))
                 except NoScriptError:
@@ -319,10 +348,12 @@ class SyncTarget:
             except ResponseError:
                 raise
             except BaseException:
-                conn.disconnect()
+                for taken in out:
+                    taken.disconnect()
                 raise
             finally:
-                pool.release(conn)
+                for taken in out:
+                    pool.release(taken)
         single = one_connection(self.client, attempt.keys[0])
         try:
             try:
@@ -435,11 +466,24 @@ class ExecutesAsync(Protocol):
 
 
 def run(steps: Steps[T], target: Executes) -> T:
-    """Drive an algorithm to its result on a sync client."""
+    """Drive an algorithm to its result on a sync client.
+
+    A grant registration (the reply to :class:`Listen`) is closed here if the algorithm may
+    not have received it: a KeyboardInterrupt raised as the generator resumed arrives in
+    place of the reply, and the generator's own clean-up never sees it (review 4, r01).
+    """
     try:
         step = next(steps)
         while True:
-            step = steps.send(target.execute(step))
+            reply = target.execute(step)
+            try:
+                step = steps.send(reply)
+            except StopIteration:
+                raise
+            except BaseException:
+                if type(step) is Listen and reply is not None:
+                    reply.close(True)  # idempotent: the algorithm may have closed it too
+                raise
     except StopIteration as done:
         result: T = done.value
         return result

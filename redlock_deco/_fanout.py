@@ -159,8 +159,7 @@ class _Master:
 
     def _connect(self) -> None:
         try:
-            conn = checkout(self.pool)
-            self.give(conn)
+            self.give(checkout(self.pool, []))  # on the master's own worker thread
         finally:
             with self.lock:
                 self.connecting = None

@@ -230,8 +230,11 @@ def _release_failed(lease: Lease, error: BaseException | None, exc: RedisError) 
 
 
 def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None,
-          alive: Callable[[], bool]) -> Lease | None:  # fmt: skip
-    """A lease on ``key``, renewed while ``alive()``; None if ``wait`` ran out."""
+          alive: Callable[[], bool], taken: list[Lease]) -> Lease | None:  # fmt: skip
+    """A lease on ``key``, renewed while ``alive()``; None if ``wait`` ran out. The lease is
+    also put in ``taken`` as soon as it exists: an interrupt as this function returned, before
+    the caller stored what it returned, once left the lease held and renewed (review 4); the
+    caller gives back whatever ``taken`` holds when it is interrupted."""
     target = providers.sync_target(options.provider)
     _check_target(kind, options, target)
     claim = _claim(kind, options, key, target)
@@ -243,6 +246,7 @@ def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | 
             on_lost = options.on_lost if callable(options.on_lost) else None
             lease = _new_lease(claim, name, options, target, started, result, threading.Lock(),
                                alive, on_lost)  # fmt: skip
+            taken.append(lease)
             if options.auto_renew:
                 renewal.renewer().add(lease)
             if not target.checked:
@@ -351,14 +355,15 @@ def open_section(
         return ownership.open_section(held, owner, fresh=False, dropped=_dropped, frame=frame,
                                        keep=keep)  # fmt: skip
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
-    lease: Lease | None = None
+    taken: list[Lease] = []
     try:
-        lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner))
+        lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner),
+                      taken)  # fmt: skip
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped, frame=frame,
                                            keep=keep)  # fmt: skip
     except BaseException as exc:
-        if lease is not None:
+        for lease in taken:
             _abandon(lease, exc)
         raise
     if reason is not None:
@@ -420,9 +425,9 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
     ``held``. It re-enters nothing."""
     owner = ownership.current_owner()
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
-    lease: Lease | None = None
+    taken: list[Lease] = []
     try:
-        lease = _take(kind, options, name, key, 0 if reason else wait, alive)
+        lease = _take(kind, options, name, key, 0 if reason else wait, alive, taken)
         if lease is None and reason is not None:
             raise _self_wait(reason, name, key)
         if lease is not None:
@@ -432,7 +437,7 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
         # where an exception raised at that line (by a tracer) would skip the handler.
         return lease is not None
     except BaseException as exc:
-        if lease is not None:
+        for lease in taken:
             _forget_held(held, lease)
             _abandon(lease, exc)
         raise
@@ -495,7 +500,8 @@ def _raise_if_cancelled(task: asyncio.Task[Any], before: int) -> None:
 
 
 async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
-                      wait: float | None, alive: Callable[[], bool]) -> Lease | None:  # fmt: skip
+                      wait: float | None, alive: Callable[[], bool],
+                      taken: list[Lease]) -> Lease | None:  # fmt: skip
     """:func:`_take` for asyncio; never returns a lease to a task cancelled meanwhile."""
     task = _current_task()
     before = _cancels(task)
@@ -516,6 +522,7 @@ async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
                 on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
             lease = _new_lease(claim, name, options, target, started, result, asyncio.Lock(),
                                alive, on_lost)  # fmt: skip
+            taken.append(lease)
             process.loop_state().leases.add(lease)  # released at the loop's shutdown if held
             if options.auto_renew:
                 renewal.async_renewer().add(lease)
@@ -613,14 +620,15 @@ async def open_section_async(
         _check_reentry(held, kind, options, key)
         return ownership.open_section(held, owner, fresh=False, dropped=_dropped_async,
                                        frame=frame, keep=keep)  # fmt: skip
-    lease: Lease | None = None
+    taken: list[Lease] = []
     try:
-        lease = await _take_async(kind, options, name, key, wait, ownership.liveness(owner))
+        lease = await _take_async(kind, options, name, key, wait, ownership.liveness(owner),
+                                  taken)  # fmt: skip
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
                                            frame=frame, keep=keep)  # fmt: skip
     except BaseException as exc:
-        if lease is not None:
+        for lease in taken:
             await _abandon_async(lease, exc)
         raise
     return None
@@ -681,9 +689,9 @@ async def acquire_held_async(
     """:func:`acquire_held` for asyncio."""
     owner = _current_task()
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
-    lease: Lease | None = None
+    taken: list[Lease] = []
     try:
-        lease = await _take_async(kind, options, name, key, 0 if reason else wait, alive)
+        lease = await _take_async(kind, options, name, key, 0 if reason else wait, alive, taken)
         if lease is None and reason is not None:
             raise _self_wait(reason, name, key)
         if lease is not None:
@@ -691,7 +699,7 @@ async def acquire_held_async(
             kept()
         return lease is not None  # (not a constant: see acquire_held)
     except BaseException as exc:
-        if lease is not None:
+        for lease in taken:
             _forget_held(held, lease)
             await _abandon_async(lease, exc)
         raise

@@ -59,12 +59,33 @@ def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
     upcoming = math.inf
     for job in jobs:
         if job.renewing:
-            continue  # its round is in flight; it will wake the renewer when done
+            # Its round is in flight and wakes the renewer when done; if it never does (see
+            # overdue), the renewer must still wake when the lease runs out.
+            if type(job) is Lease and job.held:
+                upcoming = min(upcoming, job.expires_at)
+            continue
         if job.next_renew <= now or (type(job) is Lease and _to_drop(job, now)):
             ready.append(job)
         else:
             upcoming = min(upcoming, job.next_renew)
     return ready, upcoming
+
+
+def overdue(jobs: Iterable[Job], now: float) -> list[Lease]:
+    """Held leases whose renewal round is still in flight after the lease ran out.
+
+    A round that never comes back (a client without a socket timeout on a stalled server, a
+    renewal thread stuck for good) must not leave its lease expiring in silence: the holder
+    is told it lost the lease (``on_lost``, then ``LockLost``) when its lease ends by its own
+    clock, as a failed round would tell it. (Found in review 4: a storm of KeyboardInterrupts
+    once left the renewal stuck, and another process took the lock while its holder, never
+    told, kept running.)
+    """
+    return [
+        job
+        for job in jobs
+        if job.renewing and type(job) is Lease and job.held and now >= job.expires_at
+    ]
 
 
 def _to_drop(lease: Lease, now: float) -> bool:
@@ -179,7 +200,12 @@ class Renewer:
 
     def __init__(self) -> None:
         self._table = _Jobs()
-        self._wake = threading.Condition(threading.Lock())
+        # Taken with `with self._lock:` (the C lock's own enter and exit), never `with
+        # self._wake:`: Condition.__enter__ is Python code, and a KeyboardInterrupt raised
+        # as it returned left the lock held for good -- the interrupted thread then hung in
+        # its own clean-up, and no lease of the process was renewed again (review 4, r02).
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._next_wake = math.inf
         self._thread: threading.Thread | None = None
         # Jobs from finalizers that could not take the lock (see add_from_finalizer).
@@ -188,7 +214,7 @@ class Renewer:
     def add(self, job: Job) -> None:
         # Under the lock: the thread snapshots the jobs and picks its wake-up time under it
         # too, so a job added in between can never be overlooked until a later wake-up.
-        with self._wake:
+        with self._lock:
             self._add_locked(job)
 
     def add_from_finalizer(self, job: Job) -> None:
@@ -196,13 +222,16 @@ class Renewer:
         thread holds the renewer's lock (inside :meth:`add`, say): waiting for it could hang,
         so it is tried for a moment; failing that, the job waits in a queue that is safe to
         fill from anywhere, for the renewer's next round."""
-        if not self._wake.acquire(timeout=0.05):
-            self._orphans.put(job)
-            return
+        locked = False
         try:
+            locked = self._lock.acquire(timeout=0.05)
+            if not locked:
+                self._orphans.put(job)
+                return
             self._add_locked(job)
         finally:
-            self._wake.release()
+            if locked:
+                self._lock.release()
 
     def _add_locked(self, job: Job) -> None:
         while not self._orphans.empty():
@@ -219,13 +248,13 @@ class Renewer:
             self._wake.notify()
 
     def remove(self, job: Job) -> None:
-        with self._wake:
+        with self._lock:
             self._table.remove(job)
 
     def reschedule(self, lease: Lease) -> None:
         """``lease`` became due earlier (a shorter extend, an uncertain one): wake up for it,
         or the renewer sleeps on to the old time while the lease runs out."""
-        with self._wake:
+        with self._lock:
             if lease.next_renew < self._next_wake:
                 self._next_wake = lease.next_renew
                 self._wake.notify()
@@ -240,12 +269,13 @@ class Renewer:
 
     def _loop(self) -> None:
         while True:
-            with self._wake:
+            with self._lock:
                 while not self._orphans.empty():
                     self._table.add(self._orphans.get_nowait())
                 now = time.monotonic()
                 ready, self._next_wake = due(self._table.jobs.values(), now)
-                if not ready:
+                lost = [job for job in overdue(self._table.jobs.values(), now) if job._lose()]
+                if not ready and not lost:
                     if not self._table.jobs:
                         if not self._wake.wait(IDLE) and not self._table.jobs:
                             self._thread = None  # under the lock: the next add starts one
@@ -257,6 +287,8 @@ class Renewer:
                     continue
                 for job in ready:
                     job.renewing = True
+            for job in lost:  # on_lost is the user's code: never under our lock
+                notify_lost(job)
             for job in ready:
                 try:
                     _worker(job.target).submit(self._run_safely, job)
@@ -276,7 +308,7 @@ class Renewer:
                 job._retry_later(time.monotonic())
         finally:
             job.renewing = False
-            with self._wake:
+            with self._lock:
                 self._wake.notify()
 
     def _run(self, job: Job) -> None:
@@ -369,6 +401,9 @@ class AsyncRenewer:
         while True:
             now = time.monotonic()
             ready, self._next_wake = due(self._table.jobs.values(), now)
+            for lost in overdue(self._table.jobs.values(), now):
+                if lost._lose():
+                    notify_lost(lost)
             if not ready:
                 if not self._table.jobs:
                     return  # idle: end, so a loop closed by hand leaves no pending task

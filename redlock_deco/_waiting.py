@@ -229,20 +229,20 @@ class SyncWaiting:
         """Register ``token``'s waiter (subscribing first if needed, for at most ``timeout``
         seconds and START_TIMEOUT); None if it cannot."""
         handoff = Handoff(self, token)
-        with self._lock:
-            self._board.add(token, handoff)
         deadline = time.monotonic() + min(timeout, START_TIMEOUT)
         try:
+            with self._lock:
+                self._board.add(token, handoff)
             while not self._subscribed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     handoff.close()
                     return None
                 if self._reading.acquire(blocking=False):
-                    try:
-                        self._read(handoff, deadline, until_subscribed=True)
-                    finally:
-                        self._leave_reading(handoff)
+                    # In a function of its own: an interrupt on the inner `try` line (as a
+                    # tracer raises it) skipped this function's handler, and the waiter
+                    # stayed registered for good.
+                    self._subscribe_reading(handoff, deadline)
                 else:
                     # Someone reads: it subscribes, or it already has and now waits for its
                     # own grant (for up to a second: never wait for it to leave).
@@ -253,6 +253,13 @@ class SyncWaiting:
             handoff.close()
             raise
         return handoff
+
+    def _subscribe_reading(self, handoff: Handoff, deadline: float) -> None:
+        """Read the subscription until it is open, as the reading thread (``_reading`` held)."""
+        try:
+            self._read(handoff, deadline, until_subscribed=True)
+        finally:
+            self._leave_reading(handoff)
 
     def forget(self, handoff: Handoff, cut_short: bool) -> None:
         with self._lock:

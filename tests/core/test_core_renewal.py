@@ -111,16 +111,35 @@ def test_due_picks_what_is_due_and_reports_the_next_wake_up() -> None:
 def test_due_skips_a_job_whose_round_is_in_flight() -> None:
     lease, cleanup = make_lease(), make_cleanup()
     lease.renewing = cleanup.renewing = True
-    # Not due, and not a reason to wake either: the round wakes the renewer when done.
-    assert due([lease, cleanup], T0 + 60) == ([], math.inf)
+    # Not due: the round wakes the renewer when done -- or, should it never come back, the
+    # lease's end does (see the next test).
+    assert due([lease, cleanup], T0 + 60) == ([], lease.expires_at)
+    assert due([cleanup], T0 + 60) == ([], math.inf)
     dead = make_lease(alive=lambda: False)
     dead.renewing = True
-    assert due([dead], T0) == ([], math.inf)
+    assert due([dead], T0) == ([], dead.expires_at)
 
 
 def test_a_cleanup_is_due_at_once() -> None:
     cleanup = make_cleanup()
     assert due([cleanup], T0) == ([cleanup], math.inf)
+
+
+def test_a_round_that_never_comes_back_still_ends_its_lease_loudly() -> None:
+    """Review 4: a renewal stuck for good (a client without a socket timeout on a stalled
+    server, a lost connection place) left its lease to expire in silence while the holder
+    ran on. The renewer wakes when such a lease runs out, and reports it lost."""
+    lease = make_lease()
+    ready, _ = due([lease], lease.next_renew)
+    assert ready == [lease]
+    lease.renewing = True  # dispatched; its round never concludes
+    before = lease.expires_at - 0.001
+    assert due([lease], before) == ([], lease.expires_at)  # wakes when it runs out
+    assert renewal.overdue([lease], before) == []
+    assert renewal.overdue([lease], lease.expires_at) == [lease]
+    assert lease._lose() and renewal.overdue([lease], lease.expires_at + 1) == []
+    assert conclude(lease, T0, TTL_MS, True) is True  # the late round is dropped, still lost
+    assert lease.lost
 
 
 @pytest.mark.parametrize(

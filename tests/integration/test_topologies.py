@@ -238,7 +238,7 @@ def test_replicas_are_counted_on_the_connection_that_carried_the_acquire(flavour
                 client = redis.Redis(connection_pool=pool)
                 # Two pooled connections that never wrote: WAIT there counts every replica
                 # still attached, however far behind.
-                first, second = checkout(pool), checkout(pool)
+                first, second = checkout(pool, []), checkout(pool, [])
                 for conn in (first, second):
                     conn.send_command("PING")
                     assert conn.read_response() in (b"PONG", "PONG")
