@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import sys
 import threading
 import time
@@ -39,6 +40,7 @@ import redis
 
 import redlock_deco
 from redlock_deco import Lock, Semaphore, current_lease, limited, locked
+from redlock_deco import _providers as providers
 from redlock_deco import _renewal as renewal
 from redlock_deco import _waiting as waiting
 from redlock_deco import asyncio as aio
@@ -64,30 +66,71 @@ def _ours(frame: FrameType) -> bool:
     return name.startswith(PACKAGE) and not name.startswith(SKIPPED)
 
 
-class Tracer:
-    """Lists the package's lines as first reached; or acts once at ``target``."""
+# Where a signal can land as a function returns, before its caller stores the result: after
+# a C call inside Python code (CPython checks for signals there), so on the return of the
+# standard library's Python code around locks and queues that our code calls (the return of
+# Condition.__enter__ once left the renewer's lock held for good: review 4, r02), and of our
+# functions that hand a resource to their caller (a lane place, a pooled connection, a
+# lease: an interrupt there lost it for good, review 4). (Python 3.11+ checks for signals on
+# no other return; 3.10 on more, whose windows this test does not enumerate.)
+LIBRARIES = tuple(str(Path(module.__file__)) for module in (threading, queue))
+HANDING = frozenset({("_drivers.py", "checkout"), ("_drivers.py", "acquire"),
+                     ("_guard.py", "_take")})  # fmt: skip
 
-    def __init__(self, target: Line | None = None, act: Callable[[], None] | None = None) -> None:
+
+class Tracer:
+    """Lists the package's lines as first reached; or acts once at ``target``.
+
+    With ``returns``, the points include every return of a package function, and of a
+    function of ``LIBRARIES`` called from the package (a point ``(file, -line)``): an
+    interrupt raised there replaces the returned value, as a signal arriving just after the
+    call would -- before the caller could store what it got (a lane place, a pooled
+    connection, a lock taken: review 4, r02/r03).
+    """
+
+    def __init__(
+        self,
+        target: Line | None = None,
+        act: Callable[[], None] | None = None,
+        returns: bool = False,
+    ) -> None:
         self.target = target
         self.act = act
+        self.returns = returns
         self.seen: dict[Line, None] = {}
         self.fired = False
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "call":
-            return self._local if _ours(frame) else None
+            if _ours(frame):
+                return self._local
+            caller = frame.f_back
+            if (self.returns and caller is not None and _ours(caller)
+                    and frame.f_code.co_filename in LIBRARIES):  # fmt: skip
+                return self._local
         return None
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line":
-            line = (frame.f_code.co_filename, frame.f_lineno)
-            if self.target is None:
-                self.seen.setdefault(line)
-            elif line == self.target and not self.fired:
-                self.fired = True
-                assert self.act is not None
-                self.act()  # may raise: into the traced frame, and the tracer is unset
+        if event == "line" and _ours(frame):
+            self._point((frame.f_code.co_filename, frame.f_lineno))
+        elif (
+            event == "return"
+            and self.returns
+            and (
+                frame.f_code.co_filename in LIBRARIES
+                or (Path(frame.f_code.co_filename).name, frame.f_code.co_name) in HANDING
+            )
+        ):
+            self._point((frame.f_code.co_filename, -frame.f_lineno))
         return self._local
+
+    def _point(self, point: Line) -> None:
+        if self.target is None:
+            self.seen.setdefault(point)
+        elif point == self.target and not self.fired:
+            self.fired = True
+            assert self.act is not None
+            self.act()  # may raise: into the traced frame, and the tracer is unset
 
 
 def _interrupt() -> None:
@@ -254,7 +297,7 @@ def _primitive(kind: str) -> Any:
     return Lock(NAME, ttl=5, wait=CLEANUP)
 
 
-def _nothing_left(r: redis.Redis, where: str, kind: str = "lock") -> None:
+def _nothing_left(r: redis.Redis, where: str, kind: str = "lock", returned: bool = False) -> None:
     """Another thread takes the name at once; nothing renews anything; the same thread takes
     it afresh; no key is left once they let go."""
     taken: list[bool] = []
@@ -271,7 +314,31 @@ def _nothing_left(r: redis.Redis, where: str, kind: str = "lock") -> None:
     thread.join(CLEANUP + 5)
     assert taken == [True], f"another thread could not take the name after {where}"
     assert _until(lambda: len(renewal.renewer()) == 0, CLEANUP), f"still renewed after {where}"
-    assert not waiting.registry.waiting, f"still registered for a grant after {where}"
+    assert _until(lambda: not waiting.registry.waiting, CLEANUP), (
+        f"still registered for a grant after {where}"
+    )
+    target = providers.sync_target("default")
+    if not returned:
+        # An interrupt on a line of the very clean-up that gives a connection or a lane
+        # place back (a `finally` line) loses it, as in redis-py's own code: capacity, never
+        # safety, and a lane waits PLACE_WAIT at most. One as a call returns, before the
+        # caller stored what it got, is ours to prevent (review 4, r03). The next run starts
+        # with a client of its own, so what this one lost is not charged to it.
+        providers.register_provider("default", providers._sources["default"])  # type: ignore[arg-type]
+        return
+    for lane in target.lanes or ():  # no connection place taken for good (a background
+        # clean-up may hold one for a moment)
+        assert _until(lambda lane=lane: lane._free.qsize() == lane._n, CLEANUP), (
+            f"a lane lost a place after {where}"
+        )
+    pool = target.direct
+    if pool is not None:  # no pooled connection kept out (but the grant subscription's)
+        subscription = getattr(getattr(target.waiting, "_pubsub", None), "connection", None)
+
+        def out() -> list[Any]:
+            return [conn for conn in pool._in_use_connections if conn is not subscription]
+
+        assert _until(lambda: not out(), CLEANUP), f"a connection kept out after {where}"
     assert current_lease(None) is None, f"a section left open after {where}"
     mine = _primitive(kind)
     assert mine.acquire(), f"this thread could not take the name after {where}"
@@ -287,8 +354,8 @@ def _nothing_left(r: redis.Redis, where: str, kind: str = "lock") -> None:
     assert _until(lambda: r.dbsize() == 0, CLEANUP), f"keys left after {where}: {r.keys('*')}"
 
 
-def _lines(run: Callable[[], None]) -> list[Line]:
-    tracer = Tracer()
+def _lines(run: Callable[[], None], returns: bool = False) -> list[Line]:
+    tracer = Tracer(returns=returns)
     sys.settrace(tracer)
     try:
         run()
@@ -298,6 +365,8 @@ def _lines(run: Callable[[], None]) -> list[Line]:
 
 
 def _where(line: Line) -> str:
+    if line[1] < 0:
+        return f"the return at {Path(line[0]).name}:{-line[1]}"
     return f"{Path(line[0]).name}:{line[1]}"
 
 
@@ -314,12 +383,13 @@ def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
 ) -> None:
     make = SYNC[scenario]
     kind = "semaphore" if scenario == "semaphore" else "lock"
-    lines = _lines(make(r))
+    lines = _lines(make(r), returns=True)
     assert len(lines) > 20  # the tracer saw the package run
+    assert any(line[1] < 0 and line[0] in LIBRARIES for line in lines)  # and what it calls
     _nothing_left(r, "the listing run", kind)
     missed = []
     for line in lines:
-        tracer = Tracer(line, _interrupt)
+        tracer = Tracer(line, _interrupt, returns=True)
         run = make(r)
         sys.settrace(tracer)
         try:
@@ -333,7 +403,7 @@ def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
         settle = getattr(run, "settle", None)
         if settle is not None:
             settle(f"an interrupt at {_where(line)}")
-        _nothing_left(r, f"an interrupt at {_where(line)}", kind)
+        _nothing_left(r, f"an interrupt at {_where(line)}", kind, returned=line[1] < 0)
     assert len(missed) < len(lines) / 2, [_where(line) for line in missed]
 
 
