@@ -475,8 +475,9 @@ def run(steps: Steps[T], target: Executes) -> T:
     try:
         step = next(steps)
         while True:
-            reply = target.execute(step)
+            reply = None
             try:
+                reply = target.execute(step)
                 step = steps.send(reply)
             except StopIteration:
                 raise

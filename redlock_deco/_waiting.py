@@ -247,12 +247,12 @@ class SyncWaiting:
                     # Someone reads: it subscribes, or it already has and now waits for its
                     # own grant (for up to a second: never wait for it to leave).
                     self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
+            return handoff  # inside the try: an interrupt on this very line is handled too
         except BaseException:
             # Interrupted before the caller got the registration, so nobody else can close
             # it: it would stay registered for good, and the subscriber never idle.
             handoff.close()
             raise
-        return handoff
 
     def _subscribe_reading(self, handoff: Handoff, deadline: float) -> None:
         """Read the subscription until it is open, as the reading thread (``_reading`` held)."""
