@@ -207,15 +207,7 @@ class ReadersWriters(OwnersMachine):
         if not mine:
             raised(reply, "LockNotOwned", what)
             return
-        held = mine.pop()
-        status = held.status(t0, t1)
-        if reply[0] == "ok":
-            assert held.lost is not True and status != GONE, f"{what}: released a lost lease"
-        else:
-            raised(reply, "LockNotOwned", what)
-            assert not (held.lost is False and status == ALIVE), f"{what}: lease was live"
-        held.released = True
-        held.vanish()
+        mine.pop().judge_release(reply, what, t0, t1)
 
     @rule(pick=st.integers(0, 255), ttl=st.sampled_from([None, 0.3, 0.6, 1.0]))
     def extend_held(self, pick: int, ttl: float | None) -> None:
@@ -229,15 +221,7 @@ class ReadersWriters(OwnersMachine):
             ttl = seconds = MIN_RENEWED_TTL
         what = f"{owner} extend via {mode} {variant} to {ttl}"
         t0, reply, t1 = timed(lambda: self.call(owner, "extend", mode, variant, ttl))
-        status = held.status(t0, t1)
-        if reply[0] == "ok":
-            assert status != GONE, f"{what}: extended a lease that is not on the server"
-            held.sent, held.replied, held.ttl = t0, t1, seconds
-        else:
-            raised(reply, "LockNotOwned", what)
-            assert status != ALIVE, f"{what}: refused although the lease is live"
-            held.vanish()
-            held.lost = True
+        held.judge_extend(reply, what, t0, t1, seconds)
 
     @rule(pick=st.integers(0, 255))
     def check_owned(self, pick: int) -> None:
@@ -249,13 +233,7 @@ class ReadersWriters(OwnersMachine):
         what = f"{owner} owned() via {mode} {variant}"
         t0, reply, t1 = timed(lambda: self.call(owner, "owned", mode, variant))
         owned, lease = ok(reply, what)
-        assert lease is not None and lease[0] == held.token, f"{what}: {lease!r}"
-        status = held.status(t0, t1)
-        if status != MAYBE:
-            assert owned == (status == ALIVE), f"{what}: owned() {owned}, model {status}"
-        elif not owned:
-            held.vanish()
-        held.check_lost(lease[1], what, t0)
+        held.judge_owned(owned, lease, what, t0, t1)
 
     @rule(mode=st.sampled_from(MODES), ttl=st.sampled_from([0.15, 0.4]))
     def crashed_holder(self, mode: str, ttl: float) -> None:

@@ -49,6 +49,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from support import stateful_workers as workers
+from support.lease_commands import NOT_COMMON, describe, release_everything_async, run_common_async
 from support.stateful import (
     ALIVE,
     CALL_TIMEOUT,
@@ -194,17 +195,7 @@ class AsyncOwners(LoopOwners):
         self, op: str, kind: str = "", name: str = "", variant: str = "", arg: Any = None
     ) -> Any:
         if op == "reset":
-            released = failed = 0
-            for obj in self.objects.values():
-                for _ in range(100):
-                    if obj.lease is None:
-                        break
-                    try:
-                        await obj.release()
-                        released += 1
-                    except LockError:
-                        failed += 1
-            return released, failed
+            return await release_everything_async(self.objects.values())
         obj = self.obj(kind, name, variant)
         if op == "acquire":
             if arg == "plain":
@@ -213,16 +204,9 @@ class AsyncOwners(LoopOwners):
                 (granted,) = await asyncio.gather(obj.acquire())
             else:
                 granted = await asyncio.shield(obj.acquire())
-            return granted, workers.describe(obj.lease)  # the object's, whoever acquired
-        if op == "release":
-            return await obj.release()
-        if op == "extend":
-            return await obj.extend(arg)
-        if op == "owned":
-            owned = await obj.owned()
-            return owned, workers.describe(obj.lease)
-        if op == "probe":
-            return workers.describe(obj.lease)
+            return granted, describe(obj.lease)  # the object's, whoever acquired
+        if (value := await run_common_async(obj, op, arg)) is not NOT_COMMON:
+            return value
         raise ValueError(op)
 
 
@@ -338,15 +322,7 @@ class LockMachine(OwnersMachine):
         if not mine:
             raised(reply, "LockNotOwned", what)
             return
-        held = mine.pop()
-        status = held.status(t0, t1)
-        if reply[0] == "ok":
-            assert held.lost is not True and status != GONE, f"{what}: released a lost lease"
-        else:
-            raised(reply, "LockNotOwned", what)
-            assert not (held.lost is False and status == ALIVE), f"{what}: lease was live"
-        held.released = True
-        held.vanish()
+        mine.pop().judge_release(reply, what, t0, t1)
 
     @rule(
         owner=st.sampled_from(OWNERS),
@@ -372,15 +348,7 @@ class LockMachine(OwnersMachine):
         if held is None:
             raised(reply, "LockNotOwned", what)
             return
-        status = held.status(t0, t1)
-        if reply[0] == "ok":
-            assert status != GONE, f"{what}: extended a lease that is not on the server"
-            held.sent, held.replied, held.ttl = t0, t1, seconds
-        else:
-            raised(reply, "LockNotOwned", what)
-            assert status != ALIVE, f"{what}: refused although the lease is live"
-            held.vanish()
-            held.lost = True
+        held.judge_extend(reply, what, t0, t1, seconds)
 
     @rule(
         owner=st.sampled_from(OWNERS),
@@ -403,13 +371,7 @@ class LockMachine(OwnersMachine):
             assert owned is False and lease is None, f"{what}: {reply!r} but holds nothing"
             return
         held = mine[-1]
-        assert lease is not None and lease[0] == held.token, f"{what}: {lease!r}"
-        status = held.status(t0, t1)
-        if status != MAYBE:
-            assert owned == (status == ALIVE), f"{what}: owned() {owned}, model {status}"
-        elif not owned:
-            held.vanish()
-        held.check_lost(lease[1], what, t0)
+        held.judge_owned(owned, lease, what, t0, t1)
 
     @rule(
         name=st.sampled_from(NAMES),

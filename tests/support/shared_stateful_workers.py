@@ -24,6 +24,14 @@ import redlock_deco
 import redlock_deco.asyncio
 from redlock_deco import Lock, LockError
 
+from .lease_commands import (
+    NOT_COMMON,
+    describe,
+    release_everything,
+    release_everything_async,
+    run_common,
+    run_common_async,
+)
 from .stateful import LoopOwners, QueueOwner
 
 NAME = "doc"
@@ -40,11 +48,6 @@ CALL_TIMEOUT = 15.0
 def make(mode: str, variant: str, *, is_async: bool = False) -> Any:
     cls: Any = redlock_deco.asyncio.Lock if is_async else Lock
     return cls(NAME, wait=0, shared=mode == "r", **VARIANTS[variant])
-
-
-def describe(lease: Any) -> tuple[str, bool, float] | None:
-    """What the machine compares of a lease: token, lost flag, remaining seconds."""
-    return None if lease is None else (lease.token, lease.lost, lease.remaining())
 
 
 def wrap_error(exc: BaseException) -> tuple[Any, ...]:
@@ -79,40 +82,16 @@ class ThreadOwner(QueueOwner):
 
     def _run(self, op: str, mode: str = "r", variant: str = "manual", arg: Any = None) -> Any:
         if op == "reset":
-            return reset_sync(self.objects.values())
+            return release_everything(self.objects.values())
         obj = self.objects[(mode, variant)]
         if op == "acquire":
             granted = obj.acquire()
             return granted, describe(obj.lease)
-        if op == "release":
-            obj.release()
-            return None
-        if op == "extend":
-            obj.extend(arg)
-            return None
-        if op == "owned":
-            owned = obj.owned()
-            return owned, describe(obj.lease)
-        if op == "probe":
-            return describe(obj.lease)
+        if (value := run_common(obj, op, arg)) is not NOT_COMMON:
+            return value
         if op == "holders":
             return obj.holders(), obj.locked()
         raise ValueError(f"unknown command {op!r}")
-
-
-def reset_sync(objects: Any) -> tuple[int, int]:
-    """Release everything the calling thread holds through any object."""
-    released = failed = 0
-    for obj in objects:
-        for _ in range(100):
-            if obj.lease is None:
-                break
-            try:
-                obj.release()
-                released += 1
-            except LockError:
-                failed += 1
-    return released, failed
 
 
 def sync_owners(names: tuple[str, ...]) -> dict[str, ThreadOwner]:
@@ -133,30 +112,13 @@ class AsyncOwners(LoopOwners):
 
     async def _run(self, op: str, mode: str = "r", variant: str = "manual", arg: Any = None) -> Any:
         if op == "reset":
-            released = failed = 0
-            for obj in list(self.objects.values()):
-                for _ in range(100):
-                    if obj.lease is None:
-                        break
-                    try:
-                        await obj.release()
-                        released += 1
-                    except LockError:
-                        failed += 1
-            return released, failed
+            return await release_everything_async(self.objects.values())
         obj = self.obj(mode, variant)
         if op == "acquire":
             granted = await obj.acquire()
             return granted, describe(obj.lease)
-        if op == "release":
-            return await obj.release()
-        if op == "extend":
-            return await obj.extend(arg)
-        if op == "owned":
-            owned = await obj.owned()
-            return owned, describe(obj.lease)
-        if op == "probe":
-            return describe(obj.lease)
+        if (value := await run_common_async(obj, op, arg)) is not NOT_COMMON:
+            return value
         if op == "holders":
             return await obj.holders(), await obj.locked()
         raise ValueError(op)

@@ -151,6 +151,47 @@ class LeaseModel:
         ttl after it went."""
         return self.vanished_at + self.ttl * RENEW_FRACTION + RENEWAL_SLACK
 
+    # -- judging one owner's reply about this lease, sent at t0 and answered by t1 ----------
+
+    def judge_release(self, reply: tuple[Any, ...], what: str, t0: float, t1: float) -> None:
+        """A release succeeds only for a lease not lost and not certainly gone, and fails
+        (LockNotOwned) only for one not certainly live; either way it is gone after."""
+        status = self.status(t0, t1)
+        if reply[0] == "ok":
+            assert self.lost is not True and status != GONE, f"{what}: released a lost lease"
+        else:
+            raised(reply, "LockNotOwned", what)
+            assert not (self.lost is False and status == ALIVE), f"{what}: lease was live"
+        self.released = True
+        self.vanish()
+
+    def judge_extend(
+        self, reply: tuple[Any, ...], what: str, t0: float, t1: float, seconds: float
+    ) -> None:
+        """An extend to ``seconds`` succeeds only while the lease may be on the server (and
+        then it is certainly there until ``seconds`` after t0), and fails only while it may
+        be gone (and then it is gone, and lost)."""
+        status = self.status(t0, t1)
+        if reply[0] == "ok":
+            assert status != GONE, f"{what}: extended a lease that is not on the server"
+            self.sent, self.replied, self.ttl = t0, t1, seconds
+        else:
+            raised(reply, "LockNotOwned", what)
+            assert status != ALIVE, f"{what}: refused although the lease is live"
+            self.vanish()
+            self.lost = True
+
+    def judge_owned(self, owned: bool, lease: Any, what: str, t0: float, t1: float) -> None:
+        """owned() names this lease (its token) and agrees with the model wherever the
+        model is certain; lease[1] is lease.lost."""
+        assert lease is not None and lease[0] == self.token, f"{what}: {lease!r}"
+        status = self.status(t0, t1)
+        if status != MAYBE:
+            assert owned == (status == ALIVE), f"{what}: owned() {owned}, model {status}"
+        elif not owned:
+            self.vanish()
+        self.check_lost(lease[1], what, t0)
+
     def check_remaining(self, remaining: float, t0: float, t1: float, what: str) -> None:
         assert 0 <= remaining <= self.ttl + EPS, f"{what}: remaining() {remaining} of {self.ttl}"
         local = self.local(t0, t1)

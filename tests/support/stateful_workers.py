@@ -19,6 +19,8 @@ import redlock_deco
 import redlock_deco.asyncio
 from redlock_deco import Lock, LockError, Semaphore
 
+from .lease_commands import NOT_COMMON, describe, release_everything, run_common
+
 LIMIT = 2
 # The lease options of each object variant: "manual" leases are never renewed and expire
 # after their short ttl; "renewed" ones are kept alive by the renewer.
@@ -36,11 +38,6 @@ def make(kind: str, name: str, variant: str, *, is_async: bool = False) -> Any:
         return cls(name, wait=0, **options)
     cls = redlock_deco.asyncio.Semaphore if is_async else Semaphore
     return cls(name, limit=LIMIT, wait=0, **options)
-
-
-def describe(lease: Any) -> tuple[str, bool, float] | None:
-    """What the machine compares of a lease: token, lost flag, remaining seconds."""
-    return None if lease is None else (lease.token, lease.lost, lease.remaining())
 
 
 def wrap(run: Callable[[], Any]) -> tuple[Any, ...]:
@@ -79,35 +76,17 @@ class SyncOwner:
         if op == "acquire":
             ok = obj.acquire()
             return ok, describe(obj.lease)
-        if op == "release":
-            obj.release()
-            return None
-        if op == "extend":
-            obj.extend(arg)
-            return None
-        if op == "owned":
-            owned = obj.owned()
-            return owned, describe(obj.lease)
-        if op == "probe":
-            return describe(obj.lease)
         if op == "holders":
             return obj.holders()
+        if (value := run_common(obj, op, arg)) is not NOT_COMMON:
+            return value
         raise ValueError(f"unknown command {op!r}")
 
     def reset(self) -> tuple[int, int]:
         """Release everything this owner holds through any object; (released, not owned)."""
-        released = failed = 0
-        for obj in [*self.objects.values(), *self.shared.values()]:
-            for _ in range(100):
-                if obj.lease is None:
-                    break
-                try:
-                    obj.release()
-                    released += 1
-                except LockError:
-                    failed += 1
+        released = release_everything([*self.objects.values(), *self.shared.values()])
         self.objects.clear()
-        return released, failed
+        return released
 
 
 def serve_thread(inbox: Any, outbox: Any, shared: dict[tuple[str, str, str], Any]) -> None:
