@@ -482,14 +482,23 @@ def run(steps: Steps[T], target: Executes) -> T:
             except StopIteration:
                 raise
             except BaseException:
-                if type(step) is Listen and reply is not None:
-                    reply.close(True)  # idempotent: the algorithm may have closed it too
+                if type(step) is Listen:
+                    # By token, not by reply: on Python 3.10 the interrupt can come as
+                    # execute returns, before ``reply`` is stored (review 5 r07). Idempotent:
+                    # the algorithm may have closed it too.
+                    _drop_registration(target, step.token)
                 raise
     except StopIteration as done:
         result: T = done.value
         return result
     finally:
         steps.close()
+
+
+def _drop_registration(target: Executes, token: str) -> None:
+    waiting = getattr(target, "waiting", None)  # only a single server's sync target listens
+    if waiting is not None:
+        waiting.drop(token)
 
 
 def acquire(claim: Claim, wait: float | None, started: float, target: Any) -> Acquired:

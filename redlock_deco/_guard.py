@@ -446,14 +446,18 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
 _held_lock = threading.Lock()  # one release per lease, when threads share an object
 
 
-def _pop_held(held: list[Lease]) -> Lease | None:
-    """The newest lease of this process in ``held``, taken out of it."""
+def _pop_held(held: list[Lease], into: list[Lease]) -> None:
+    """Move the newest lease of this process in ``held`` to ``into`` (the caller's), which
+    has it before ``held`` loses it: an interrupt as ``held.pop`` returned, or as this
+    function did (Python 3.10), lost a lease that stayed held and renewed while its object
+    said it held nothing (review 5 r08)."""
     pid = os.getpid()
     with _held_lock:
         for index in range(len(held) - 1, -1, -1):
             if held[index].pid == pid:
-                return held.pop(index)
-    return None
+                into.append(held[index])
+                del held[index]
+                return
 
 
 def _forget_held(held: list[Lease], lease: Lease) -> None:
@@ -465,17 +469,18 @@ def _forget_held(held: list[Lease], lease: Lease) -> None:
 def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:
     """Release the newest lease an object holds (``held``; ``taken()`` once it is out of
     it): None if it holds none, False if that lease had already ended."""
-    lease: Lease | None = None
+    popped: list[Lease] = []
     try:
-        lease = _pop_held(held)
-        if lease is None:
+        _pop_held(held, popped)
+        if not popped:
             return None
         taken()
-        return _give_back(lease)
+        return _give_back(popped[0])
     except RedisError:
         raise  # _give_back dealt with it (an unreachable server: released in the background)
     except BaseException as exc:
-        if lease is not None:
+        for lease in popped:
+            _forget_held(held, lease)  # an interrupt between _pop_held's two lines
             _abandon(lease, exc)
         raise
 
@@ -707,17 +712,18 @@ async def acquire_held_async(
 
 async def release_held_async(held: list[Lease], taken: Callable[[], None]) -> bool | None:
     """:func:`release_held` for asyncio."""
-    lease: Lease | None = None
+    popped: list[Lease] = []
     try:
-        lease = _pop_held(held)
-        if lease is None:
+        _pop_held(held, popped)
+        if not popped:
             return None
         taken()
-        return await _give_back_async(lease)
+        return await _give_back_async(popped[0])
     except (RedisError, asyncio.CancelledError):
         raise  # dealt with by _give_back_async
     except BaseException as exc:
-        if lease is not None:
+        for lease in popped:
+            _forget_held(held, lease)  # an interrupt between _pop_held's two lines
             await _abandon_async(lease, exc)
         raise
 

@@ -211,7 +211,11 @@ class SyncWaiting:
         self.client = client
         self._give_back = give_back  # runs a release step on this target
         self._lock = threading.Lock()  # the board
-        self._reading = threading.Lock()  # held by the one thread reading the subscription
+        # The registration whose thread reads the subscription now, or None. Recorded by
+        # identity under _lock, not as a Lock held: a KeyboardInterrupt as a lock's acquire
+        # returned (before the caller stored True) or as the leaving function started left
+        # a Lock held for good, and nobody in the process read grants again (review 5 r10).
+        self._reader: Handoff | None = None
         self._board = Board(counted)
         self._pubsub: Any = None  # touched only by the reader
         self._subscribed_event = threading.Event()
@@ -238,7 +242,7 @@ class SyncWaiting:
                 if remaining <= 0:
                     handoff.close()
                     return None
-                if self._reading.acquire(blocking=False):
+                if self._become_reader(handoff):
                     # In a function of its own: an interrupt on the inner `try` line (as a
                     # tracer raises it) skipped this function's handler, and the waiter
                     # stayed registered for good.
@@ -251,11 +255,12 @@ class SyncWaiting:
         except BaseException:
             # Interrupted before the caller got the registration, so nobody else can close
             # it: it would stay registered for good, and the subscriber never idle.
+            self._leave_reading(handoff)
             handoff.close()
             raise
 
     def _subscribe_reading(self, handoff: Handoff, deadline: float) -> None:
-        """Read the subscription until it is open, as the reading thread (``_reading`` held)."""
+        """Read the subscription until it is open, as the reading thread (the reader)."""
         try:
             self._read(handoff, deadline, until_subscribed=True)
         finally:
@@ -264,6 +269,15 @@ class SyncWaiting:
     def forget(self, handoff: Handoff, cut_short: bool) -> None:
         with self._lock:
             self._board.forget(handoff.token, handoff, cut_short)
+
+    def drop(self, token: str) -> None:
+        """Close ``token``'s registration, cut short, wherever it is: an interrupt lost it on
+        its way back to the algorithm (on Python 3.10 a signal is raised in the caller as a
+        function returns, before the caller stores what it returned: review 5 r07)."""
+        with self._lock:
+            handoff = self._board.waiting.get(token)
+            if handoff is not None:
+                self._board.forget(token, handoff, True)
 
     def wait(self, handoff: Handoff, timeout: float) -> float | None:
         deadline = time.monotonic() + timeout
@@ -276,7 +290,7 @@ class SyncWaiting:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                if self._reading.acquire(blocking=False):
+                if self._become_reader(handoff):
                     try:
                         self._read(handoff, deadline)
                     finally:
@@ -285,9 +299,10 @@ class SyncWaiting:
                     handoff._event.clear()  # nudged: the reader left; try to become it
         finally:
             handoff.inside = False
-            if not self._reading.locked():
-                # We may have been woken to take over reading and be leaving instead (our
-                # deadline came): pass it on, or grants go unread until a recheck.
+            # Still the reader if an interrupt cut in above: leave (and pass it on). Else, if
+            # nobody reads, we may have been woken to take over reading and be leaving
+            # instead (our deadline came): pass it on, or grants go unread until a recheck.
+            if not self._leave_reading(handoff) and self._reader is None:
                 self._pass_reading(handoff)
 
     def _read(self, handoff: Handoff, deadline: float, until_subscribed: bool = False) -> None:
@@ -324,13 +339,25 @@ class SyncWaiting:
                     except Exception as exc:  # the grant then lapses after its ttl
                         log.warning("redlock-deco: could not give back a grant: %r", exc)
 
-    def _leave_reading(self, handoff: Handoff) -> None:
-        """Pass the reading on to a waiter that is waiting now and has no grant yet: one that
-        was granted (or is between waits, confirming) would never read, and grants would go
+    def _become_reader(self, handoff: Handoff) -> bool:
+        """Take the reading if nobody reads; True when ``handoff``'s thread is the reader."""
+        with self._lock:
+            if self._reader is None:
+                self._reader = handoff
+        return self._reader is handoff
+
+    def _leave_reading(self, handoff: Handoff) -> bool:
+        """Stop reading if ``handoff``'s thread is the reader (idempotent), and pass the
+        reading on to a waiter that is waiting now and has no grant yet: one that was
+        granted (or is between waits, confirming) would never read, and grants would go
         unread until some waiter's recheck -- up to a second -- after every batch of readers
         admitted together."""
-        self._reading.release()
+        with self._lock:
+            if self._reader is not handoff:
+                return False
+            self._reader = None
         self._pass_reading(handoff)
+        return True
 
     def _pass_reading(self, handoff: Handoff) -> None:
         with self._lock:

@@ -24,9 +24,11 @@ covered by a scenario that takes that path.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
-import queue
+import functools
+import inspect
 import sys
 import threading
 import time
@@ -58,77 +60,108 @@ SKIPPED = tuple(
 CLEANUP = 1.5
 NAME = "intr"
 
-Line = tuple[str, int]
-
 
 def _ours(frame: FrameType) -> bool:
     name = frame.f_code.co_filename
     return name.startswith(PACKAGE) and not name.startswith(SKIPPED)
 
 
-# Where a signal can land as a function returns, before its caller stores the result: after
-# a C call inside Python code (CPython checks for signals there), so on the return of the
-# standard library's Python code around locks and queues that our code calls (the return of
-# Condition.__enter__ once left the renewer's lock held for good: review 4, r02), and of our
-# functions that hand a resource to their caller (a lane place, a pooled connection, a
-# lease: an interrupt there lost it for good, review 4). (Python 3.11+ checks for signals on
-# no other return; 3.10 on more, whose windows this test does not enumerate.)
-LIBRARIES = tuple(str(Path(module.__file__)) for module in (threading, queue))
-HANDING = frozenset({("_drivers.py", "checkout"), ("_drivers.py", "acquire"),
-                     ("_guard.py", "_take")})  # fmt: skip
+# Where a signal can land as a function returns, before its caller stores the result. Python
+# 3.11+ checks for signals after a C call inside Python code: so as a C function that *takes*
+# something returns to a line of ours (a lock's acquire: the reader's role left taken for good,
+# review 5 r10; a list's pop: a lease out of its object's list and in no variable, r08; the
+# standard library's lock and queue code, whose Condition.__enter__ once left the renewer's
+# lock held: review 4, r02). Python 3.10 also raises a pending signal as a Python function
+# returns, in the caller (review 5 r07): so as any function called from a line of ours
+# returns. A point is (our file, our line, what): "line", "return NAME" or "c NAME".
+TAKING = frozenset({"acquire", "pop", "popleft", "popitem", "get", "get_nowait", "__enter__"})
+GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+Point = tuple[str, int, str]
+
+
+@functools.cache
+def cleanup_lines(filename: str) -> frozenset[int]:
+    """The lines of ``filename`` inside an ``except`` or ``finally`` block: an interrupt that
+    lands there, inside the clean-up itself, may lose what that clean-up was giving back (as
+    in redis-py's own code) -- tolerated, and the check resets what it lost."""
+    tree = ast.parse(Path(filename).read_text())
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try):
+            for block in (node.finalbody, *(handler.body for handler in node.handlers)):
+                for statement in block:
+                    end = statement.end_lineno or statement.lineno
+                    lines.update(range(statement.lineno, end + 1))
+    return frozenset(lines)
+
+
+def _in_cleanup(frame: FrameType | None) -> bool:
+    """Is a frame of ours, ``frame`` or one that called it, on a clean-up line?"""
+    while frame is not None:
+        if _ours(frame) and frame.f_lineno in cleanup_lines(frame.f_code.co_filename):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Tracer:
-    """Lists the package's lines as first reached; or acts once at ``target``.
+    """Lists the package's interrupt points as first reached; or acts once at ``target``.
 
-    With ``returns``, the points include every return of a package function, and of a
-    function of ``LIBRARIES`` called from the package (a point ``(file, -line)``): an
-    interrupt raised there replaces the returned value, as a signal arriving just after the
-    call would -- before the caller could store what it got (a lane place, a pooled
-    connection, a lock taken: review 4, r02/r03).
+    With ``returns``, the points include every return into a line of the package: of a
+    Python function (not a generator: its 'return' event is a yield), and of a C function
+    that takes something (TAKING). An interrupt raised there replaces the returned value, as
+    a signal arriving just then would -- before the caller could store what it got.
     """
 
     def __init__(
         self,
-        target: Line | None = None,
+        target: Point | None = None,
         act: Callable[[], None] | None = None,
         returns: bool = False,
     ) -> None:
         self.target = target
         self.act = act
         self.returns = returns
-        self.seen: dict[Line, None] = {}
+        self.seen: dict[Point, None] = {}
         self.fired = False
+        self.in_cleanup = False  # when it fired: some frame of ours was in a clean-up block
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "call":
             if _ours(frame):
                 return self._local
             caller = frame.f_back
-            if (self.returns and caller is not None and _ours(caller)
-                    and frame.f_code.co_filename in LIBRARIES):  # fmt: skip
-                return self._local
+            if self.returns and caller is not None and _ours(caller):
+                return self._returning
         return None
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and _ours(frame):
-            self._point((frame.f_code.co_filename, frame.f_lineno))
-        elif (
-            event == "return"
-            and self.returns
-            and (
-                frame.f_code.co_filename in LIBRARIES
-                or (Path(frame.f_code.co_filename).name, frame.f_code.co_name) in HANDING
-            )
-        ):
-            self._point((frame.f_code.co_filename, -frame.f_lineno))
+            self._point((frame.f_code.co_filename, frame.f_lineno, "line"), frame)
+        elif event == "return":
+            self._returning(frame, event, arg)
         return self._local
 
-    def _point(self, point: Line) -> None:
+    def _returning(self, frame: FrameType, event: str, arg: Any) -> Any:
+        caller = frame.f_back
+        if (event == "return" and self.returns and caller is not None and _ours(caller)
+                and not frame.f_code.co_flags & GENERATOR_FLAGS):  # fmt: skip
+            self._point((caller.f_code.co_filename, caller.f_lineno,
+                         f"return {frame.f_code.co_name}"), caller)  # fmt: skip
+        return None  # no line events in a callee that is not ours
+
+    def profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        """sys.setprofile's function: a C function returning to a line of ours."""
+        if event == "c_return" and _ours(frame) and getattr(arg, "__name__", "") in TAKING:
+            self._point((frame.f_code.co_filename, frame.f_lineno, f"c {arg.__name__}"), frame)
+
+    def _point(self, point: Point, frame: FrameType) -> None:
         if self.target is None:
             self.seen.setdefault(point)
         elif point == self.target and not self.fired:
             self.fired = True
+            self.in_cleanup = _in_cleanup(frame)
             assert self.act is not None
             self.act()  # may raise: into the traced frame, and the tracer is unset
 
@@ -196,7 +229,13 @@ class _Bare:
         self.lock.release()
         self.phase = "done"
 
-    def settle(self, where: str) -> None:
+    def settle(self, where: str, point: Point) -> None:
+        if self.phase == "acquire" and point[2] == "return acquire_held":
+            # As acquire() returned to its caller (acquire_held is its last call): what it
+            # took is the object's, as when threading.Lock.acquire() returns into a line
+            # that is interrupted before it stores the answer. The caller's window, no
+            # library's; the object keeps track, and the caller releases.
+            self.phase = "extend"
         if self.phase in ("acquire", "done"):
             assert self.lock.lease is None, f"the object holds after {self.phase}, {where}"
         elif self.lock.lease is not None:
@@ -362,20 +401,41 @@ def _nothing_left(
     assert _until(lambda: r.dbsize() == 0, CLEANUP), f"keys left after {where}: {r.keys('*')}"
 
 
-def _lines(run: Callable[[], None], returns: bool = False) -> list[Line]:
-    tracer = Tracer(returns=returns)
+def _traced(tracer: Tracer, run: Callable[[], None]) -> None:
     sys.settrace(tracer)
+    if tracer.returns:
+        sys.setprofile(tracer.profile)
     try:
         run()
     finally:
+        sys.setprofile(None)
         sys.settrace(None)
+
+
+def _lines(run: Callable[[], None], returns: bool = False) -> list[Point]:
+    tracer = Tracer(returns=returns)
+    _traced(tracer, run)
     return list(tracer.seen)
 
 
-def _where(line: Line) -> str:
-    if line[1] < 0:
-        return f"the return at {Path(line[0]).name}:{-line[1]}"
-    return f"{Path(line[0]).name}:{line[1]}"
+def _where(point: Point) -> str:
+    where = f"{Path(point[0]).name}:{point[1]}"
+    return where if point[2] == "line" else f"the {point[2]} at {where}"
+
+
+# redis-py's pool hands a connection over by returning it (through its deprecation
+# wrapper): on Python 3.10 a signal raised just then, in checkout, loses that connection, and
+# nothing outside redis-py can tell which one it was (GUARANTEES.md names this limit). The
+# interrupt there is still checked for everything else.
+POOL_HANDOVER = ("_drivers.py", frozenset({"return wrapper", "return get_connection"}))
+
+
+def _strict(point: Point, tracer: Tracer) -> bool:
+    """An interrupt as a call returns, with no frame of ours in a clean-up block: what the
+    call handed over must not be lost (lanes, pool, registrations are checked)."""
+    if Path(point[0]).name == POOL_HANDOVER[0] and point[2] in POOL_HANDOVER[1]:
+        return False
+    return point[2] != "line" and not tracer.in_cleanup
 
 
 @pytest.fixture
@@ -393,26 +453,23 @@ def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
     kind = "semaphore" if scenario == "semaphore" else "lock"
     lines = _lines(make(r), returns=True)
     assert len(lines) > 20  # the tracer saw the package run
-    assert any(line[1] < 0 and line[0] in LIBRARIES for line in lines)  # and what it calls
+    assert any(line[2].startswith("c ") for line in lines)  # and the C calls that take
+    assert any(line[2].startswith("return ") for line in lines)  # and the returns
     _nothing_left(r, "the listing run", kind)
     missed = []
     for line in lines:
         tracer = Tracer(line, _interrupt, returns=True)
         run = make(r)
-        sys.settrace(tracer)
-        try:
-            run()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
+        with contextlib.suppress(KeyboardInterrupt):
+            _traced(tracer, run)
         if not tracer.fired:
             missed.append(line)  # not reached this time (a path that depends on timing)
         settle = getattr(run, "settle", None)
         if settle is not None:
-            settle(f"an interrupt at {_where(line)}")
-        _nothing_left(r, f"an interrupt at {_where(line)}", kind, returned=line[1] < 0,
-                      line=line[1] > 0)  # fmt: skip
+            settle(f"an interrupt at {_where(line)}", line)
+        strict = _strict(line, tracer)
+        _nothing_left(r, f"an interrupt at {_where(line)}", kind, returned=strict,
+                      line=not strict)  # fmt: skip
     assert len(missed) < len(lines) / 2, [_where(line) for line in missed]
 
 
