@@ -165,12 +165,16 @@ def _new_lease(
     return lease
 
 
-def _released(lease: Lease, answer: bool | None, was_lost: bool) -> bool:
+def _released(lease: Lease, answer: bool | None, was_lost: bool, resent: bool = False) -> bool:
     """Record the outermost release's answer; True if the lease was ours to the end.
 
     ``None`` (a quorum release nobody refused but too few confirmed in time) is decided by
-    the holder's own clock: a lease past its end by that clock was not ours to the end.
+    the holder's own clock: a lease past its end by that clock was not ours to the end. So
+    is a refusal of a release the client re-sent (``resent``): the first sending may have
+    run and released it (review 5, r01).
     """
+    if resent and answer is False:
+        answer = None
     released = answer if answer is not None else lease.remaining() > 0
     if released:
         lease._release()
@@ -310,6 +314,7 @@ def _give_back(lease: Lease) -> bool:
     renewal.renewer().remove(lease)
     was_lost = lease.lost
     lease._releasing()  # a renewal still in flight can no longer call it lost
+    before = providers.resent()
     try:
         answer = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
     except BaseException as exc:
@@ -317,7 +322,7 @@ def _give_back(lease: Lease) -> bool:
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
             renewal.renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
-    return _released(lease, answer, was_lost)
+    return _released(lease, answer, was_lost, providers.resent() != before)
 
 
 def _dropped(lease: Lease) -> None:
@@ -589,6 +594,7 @@ async def _give_back_async(lease: Lease) -> bool:
     was_lost = lease.lost
     lease._releasing()
     release = lease.target.algorithms.release
+    before = providers.resent()
     try:
         answer = await drivers.run_async(release(lease.claim), lease.target)
     except asyncio.CancelledError:
@@ -605,7 +611,7 @@ async def _give_back_async(lease: Lease) -> bool:
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
             renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
-    return _released(lease, answer, was_lost)
+    return _released(lease, answer, was_lost, providers.resent() != before)
 
 
 async def open_section_async(

@@ -603,8 +603,9 @@ class SingleNode:
 
         "Gone" counts as no longer ours: a server that restarted without its data lost the
         lease, and saying so matters more than the one false alarm it costs -- a release
-        re-sent by a client's retry policy after its reply was lost (clients built from
-        URLs do not retry for that reason; see providers.URL_RETRIES).
+        re-sent by a client's retry policy after its reply was lost. (Clients built from
+        URLs count what they re-send, and the guard judges such a release by the holder's
+        clock: see providers.CountedRetry.)
         """
         code = yield claim.release_step()
         return scripts.outcome("release", code) is Outcome.RELEASED

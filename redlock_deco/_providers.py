@@ -12,6 +12,7 @@ and asyncio clients per event loop beside it, without reshaping the registry.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -54,7 +55,9 @@ _sources: dict[str, object] = {}  # name -> what was registered
 # lost may have run, and re-sending a release that ran makes a clean release look like a
 # lost lease. A ConnectionError is retried URL_RETRIES times: on a pooled connection the
 # server closed while idle (its `timeout`, a proxy), the command never ran, and redis.asyncio
-# only finds out by failing it. A URL's own query parameters (``?socket_timeout=10``) win.
+# only finds out by failing it. (A reset after the command ran is a ConnectionError too: what
+# is re-sent is counted, see CountedRetry.) A URL's own query parameters
+# (``?socket_timeout=10``) win.
 SOCKET_TIMEOUT = 2.0
 URL_RETRIES = 1
 
@@ -177,12 +180,56 @@ def _client(name: str, value: object, flavour: str, *, node: bool = False) -> An
     )
 
 
+# How many commands this thread or task re-sent under a URL client's retry policy (a
+# ContextVar: each thread, and each asyncio task, counts its own). A release re-sent after a
+# connection reset that followed its run finds the lease gone -- it ran the first time -- and
+# its holder, told so, would report a LockLost for a call protected to its end (review 5,
+# r01); the guard then decides by the holder's own clock instead (see guard._released).
+_RESENT: contextvars.ContextVar[int] = contextvars.ContextVar("redlock_deco_resent", default=0)
+
+
+def resent() -> int:
+    return _RESENT.get()
+
+
+class CountedRetry(Retry):
+    """redis-py's Retry, counting each command it sends again (``resent()``)."""
+
+    def call_with_retry(self, do: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+        sent = 0
+
+        def counted() -> Any:
+            nonlocal sent
+            sent += 1
+            if sent > 1:
+                _RESENT.set(_RESENT.get() + 1)
+            return do()
+
+        return super().call_with_retry(counted, *args, **kwargs)
+
+
+class CountedAsyncRetry(AsyncRetry):
+    """CountedRetry for redis.asyncio."""
+
+    async def call_with_retry(self, do: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+        sent = 0
+
+        async def counted() -> Any:
+            nonlocal sent
+            sent += 1
+            if sent > 1:
+                _RESENT.set(_RESENT.get() + 1)
+            return await do()
+
+        return await super().call_with_retry(counted, *args, **kwargs)
+
+
 def url_client_options(flavour: str, *, node: bool = False) -> dict[str, Any]:
     """The keyword arguments of clients built from URLs (quorum masters: shorter, and no
     retry at all -- the quorum round is the retry)."""
     timeout = 1.0 if node else SOCKET_TIMEOUT
     retries = 0 if node else URL_RETRIES
-    retry_type = Retry if flavour == "sync" else AsyncRetry
+    retry_type = CountedRetry if flavour == "sync" else CountedAsyncRetry
     retry = retry_type(NoBackoff(), retries, supported_errors=(ConnectionError,))
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
 

@@ -346,3 +346,55 @@ def test_valid_leases_never_overlap_under_network_faults(
     # window after its last join (both before the workers stopped); 0.5 s of slack.
     within = max(TTL, HANDOFF_MS / 1000, QUEUE_WINDOW_MS / 1000) + 0.5
     print(f"every key gone {seconds_until_empty(r, within=within):.2f} s later")
+
+
+# -- a release whose reply a reset took ----------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_release_re_sent_after_it_ran_is_still_a_clean_release(
+    proxy: FaultProxy, r: redis.Redis, flavour: str
+) -> None:
+    """Review 5, r01: the release runs, the connection is reset before its reply arrives, and
+    the URL client's retry sends it again; the second sending finds the lease gone (the
+    first released it). That is a clean release, not a LockLost."""
+    import asyncio
+
+    import redlock_deco
+    import redlock_deco.asyncio
+
+    redlock_deco.register_provider("proxied", proxy.url)
+    with redlock_deco.Lock("warm", provider="proxied"):
+        pass  # the scripts loaded: a NOSCRIPT answer would be withheld too
+    name = f"resent-{flavour}"
+
+    def released_on_the_server() -> None:
+        deadline = time.monotonic() + 5
+        while r.exists(f"lock:{name}"):
+            assert time.monotonic() < deadline, "the withheld release never ran"
+            time.sleep(0.005)
+        proxy.resume()
+        proxy.drop()  # the reply was withheld: the client sees a reset, and retries
+
+    if flavour == "sync":
+        lock = redlock_deco.Lock(name, provider="proxied", ttl=30)
+        assert lock.acquire()
+        proxy.withhold_replies()
+        watcher = threading.Thread(target=released_on_the_server)
+        watcher.start()
+        try:
+            lock.release()  # raised LockNotOwned ("it had ended") before the fix
+        finally:
+            watcher.join(10)
+    else:
+
+        async def scenario() -> None:
+            async with redlock_deco.asyncio.Lock(name, provider="proxied", ttl=30):
+                proxy.withhold_replies()
+                watcher = asyncio.create_task(asyncio.to_thread(released_on_the_server))
+            # the block's exit raised LockLost before the fix
+            await watcher
+            await redlock_deco.aclose()
+
+        asyncio.run(scenario())
+    assert not r.exists(f"lock:{name}")
