@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 from redlock_deco import Lock, Semaphore, limited, locked, register_provider
 from redlock_deco._protocol import sibling
-from redlock_deco.acl import SCRIPT_COMMANDS, acl_rules, acl_setuser, glob_escape
+from redlock_deco.acl import acl_rules, acl_setuser
 from redlock_deco.testing import LocalCluster, RedisServer
 
 USER, PASSWORD = "locker", "locks-only"
@@ -167,24 +166,10 @@ def test_the_acl_refuses_everything_else(least: str, admin: redis.Redis) -> None
     admin.acl_log_reset()  # these refusals were the point: keep them out of the final check
 
 
-def test_scripts_run_exactly_the_granted_data_commands() -> None:
-    called: set[str] = set()
-    for script in resources.files("redlock_deco").joinpath("lua").iterdir():
-        calls = re.findall(r"redis\.p?call\('(\w+)'(?:, '(\w+)')?", script.read_text())
-        # A command with subcommands is granted only the one the scripts use (pubsub|numsub).
-        called |= {f"{c}|{sub}".lower() if c == "PUBSUB" else c.lower() for c, sub in calls}
-    # Missing: NOPERM inside a script. Extra: a grant nothing needs.
-    assert called == set(SCRIPT_COMMANDS)
-
-
 def test_guarantees_md_shows_the_rules() -> None:
     text = (Path(__file__).resolve().parents[2] / "GUARANTEES.md").read_text()
     block = re.search(r"```\s*\n\s*(ACL SETUSER .*?)```", text, re.DOTALL)
     assert block and " ".join(block[1].split()) == acl_setuser()
-
-
-def test_glob_specials_in_a_prefix_match_only_themselves() -> None:
-    assert glob_escape("a[1]*?\\:") == "a\\[1\\]\\*\\?\\\\:"
 
 
 ACL_CASES = settings(

@@ -4,7 +4,6 @@ a renewer task per loop, many tasks on one loop, and parity of the sync and asyn
 from __future__ import annotations
 
 import asyncio
-import inspect
 import sys
 import threading
 import time
@@ -25,41 +24,6 @@ async def wait_empty(r: redis.Redis, seconds: float = 5.0) -> int:
     while r.dbsize() and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     return int(r.dbsize())
-
-
-def test_public_api_parity_between_sync_and_async() -> None:
-    for sync_cls, async_cls in [(redlock_deco.Lock, Lock), (redlock_deco.Semaphore, Semaphore)]:
-
-        def public(cls: type) -> dict[str, inspect.Signature]:
-            return {
-                name: inspect.signature(member)
-                for name, member in inspect.getmembers(cls, callable)
-                if not name.startswith("_") or name == "__init__"
-            }
-
-        sync_api, async_api = public(sync_cls), public(async_cls)
-        assert sync_api.keys() == async_api.keys()
-        for name, signature in sync_api.items():
-            assert list(signature.parameters) == list(async_api[name].parameters), name
-            if name != "__init__":
-                assert inspect.iscoroutinefunction(getattr(async_cls, name)), name
-        assert hasattr(async_cls, "__aenter__") and hasattr(async_cls, "__aexit__")
-
-
-def test_decorated_coroutine_functions_stay_coroutine_functions() -> None:
-    class Svc:
-        @locked("m:{self}")
-        async def method(self) -> None: ...
-
-        @classmethod
-        @limited("c", limit=2)
-        async def klass(cls) -> None: ...
-
-    @locked
-    async def bare() -> None: ...
-
-    for fn in (Svc.method, Svc().method, Svc.klass, bare):
-        assert inspect.iscoroutinefunction(fn), fn
 
 
 def test_cancelled_while_waiting_leaves_nothing_held(r: redis.Redis) -> None:

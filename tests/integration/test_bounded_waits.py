@@ -23,6 +23,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError, TimeoutError
 from support import flavours
+from support.samples import wait_until
 
 from redlock_deco import LockNotAcquired, limited, locked, register_provider
 from redlock_deco import _renewal as renewal
@@ -89,15 +90,6 @@ async def timed_async(fn: Callable[[], Any]) -> tuple[object, float]:
 
 def ended_properly(outcome: object) -> bool:
     return outcome == "ran" or isinstance(outcome, ENDINGS)
-
-
-def wait_until(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.fixture

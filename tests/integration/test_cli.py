@@ -20,7 +20,6 @@ import pytest
 import redis
 
 from redlock_deco import Lock, LockError, LockNotOwned, Semaphore, register_provider
-from redlock_deco._cli import _watch_arguments
 from redlock_deco._waiting import channel
 from redlock_deco.testing import LocalCluster, RedisServer, find_redis_server, free_port
 
@@ -346,15 +345,6 @@ def test_inspect_watch_redraws_in_place_on_a_terminal(server: RedisServer) -> No
     assert watching.returncode == 0 and err == ""
     assert seen.startswith(b"\x1b[2J")  # cleared once, then redrawn from the top
     assert b"nothing is held\x1b[K" in seen
-
-
-def test_watch_takes_a_pattern_given_where_seconds_may_go() -> None:
-    assert _watch_arguments(None, None) == ("*", None)
-    assert _watch_arguments(None, "") == ("*", 2.0)
-    assert _watch_arguments("lock:*", "0.5") == ("lock:*", 0.5)
-    assert _watch_arguments(None, "lock:*") == ("lock:*", 2.0)  # `--watch 'lock:*'`
-    with pytest.raises(Exception, match="SECONDS"):
-        _watch_arguments("lock:*", "soon")
 
 
 def test_failures_are_one_line_without_a_traceback(server: RedisServer) -> None:

@@ -20,18 +20,9 @@ from typing import Any
 
 import pytest
 import redis
+from support.samples import traced
 
 from redlock_deco import Lock, limited, locked
-
-
-def traced(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Any ordinary decorator written with functools.wraps (logging, tracing, retries)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs)
-
-    return wrapper
 
 
 def hidden(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -95,26 +86,6 @@ def test_context_manager_functions_are_refused_at_decoration(decorator: Any, tar
         TypeError, match=r"cannot protect context-manager function .*with Lock\(\.\.\.\)"
     ):
         decorator(target)
-
-
-def test_a_wrapped_generator_method_is_refused_inside_and_outside_classmethod() -> None:
-    with pytest.raises(TypeError, match="cannot protect generator"):
-
-        class Inside:
-            @classmethod
-            @locked("g")
-            @traced
-            def items(cls) -> Iterator[int]:
-                yield 1
-
-    with pytest.raises(TypeError, match="cannot protect generator"):
-
-        class Outside:
-            @locked("g")
-            @classmethod
-            @traced
-            def items(cls) -> Iterator[int]:
-                yield 1
 
 
 # -- refused at the call, where decoration cannot see it ---------------------------------------

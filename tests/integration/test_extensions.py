@@ -11,8 +11,7 @@ import pytest
 import redis
 from support.flavours import Api
 
-from redlock_deco import Lock, LockError, LockLost, current_lease, limited, locked
-from redlock_deco.asyncio import Lock as AsyncLock
+from redlock_deco import LockError, LockLost, current_lease, limited, locked
 
 
 def test_current_lease_is_the_innermost_protected_call(api: Api, r: redis.Redis) -> None:
@@ -118,21 +117,6 @@ def test_on_lost_cancel_cancels_the_async_call(r: redis.Redis) -> None:
         return time.monotonic() - started
 
     assert asyncio.run(scenario()) < 0.5  # cancelled at the next renewal, not after 10 s
-
-
-def test_on_lost_cancel_is_refused_for_sync_code() -> None:
-    with pytest.raises(ValueError, match="async"):
-
-        @locked("x", on_lost="cancel")
-        def sync_job() -> None: ...
-
-    with pytest.raises(ValueError, match="asyncio"):
-        Lock("x", on_lost="cancel")
-    AsyncLock("x", on_lost="cancel")  # fine for the asyncio primitive
-    with pytest.raises(TypeError, match="on_lost"):
-        locked("x", on_lost=42)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_hold"):
-        locked("x", max_hold=0)
 
 
 def test_max_hold_stops_renewal_so_a_stuck_call_lets_go(api: Api, r: redis.Redis) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from redlock_deco import KeyTemplateError, Lock, LockError, LockLost, current_lease, locked
+from redlock_deco import Lock, LockError, LockLost, current_lease, locked
 
 
 def _stall_writes(r: redis.Redis, ms: int) -> None:
@@ -157,11 +157,6 @@ def test_lock_lease_is_public_after_acquire() -> None:
     assert lock.lease is None
 
 
-def test_a_primitive_name_holding_a_default_repr_is_refused() -> None:
-    with pytest.raises(KeyTemplateError, match="default repr"):
-        Lock(f"order:{object()}")
-
-
 @pytest.mark.slow
 def test_a_lease_known_lost_is_reported_lost_when_its_release_fails_too() -> None:
     from redis.backoff import NoBackoff
@@ -267,22 +262,3 @@ def test_a_shorter_extend_is_renewed_on_its_own_schedule(r: redis.Redis, flavour
         await alock.release()
 
     asyncio.run(main())
-
-
-def test_an_unconfirmed_quorum_release_is_judged_by_the_holders_clock() -> None:
-    """Nobody refused, too few confirmed in time: clean only if the lease had not run out."""
-    from support.core_helpers import make_claim
-
-    from redlock_deco._guard import _released
-    from redlock_deco._lifecycle import Lease
-
-    def make() -> Lease:
-        claim = make_claim("lock:q", ttl_ms=1000)
-        return Lease(claim, name="q", provider="q", target=None, started=time.monotonic(),
-                     io=None, alive=lambda: True)  # fmt: skip
-
-    fresh, stale = make(), make()
-    stale.expires_at = time.monotonic() - 1  # ran out (auto_renew=False, a long section)
-    fresh.expires_at = time.monotonic() + 10
-    assert _released(fresh, None, was_lost=False) is True and not fresh.lost
-    assert _released(stale, None, was_lost=False) is False and stale.lost

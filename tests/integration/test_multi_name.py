@@ -105,10 +105,3 @@ def test_several_names_through_a_quorum() -> None:
 
         assert transfer("2", "1") == [2, 2, 2]
         assert all(m.client().dbsize() == 0 for m in masters)
-
-
-def test_names_must_all_be_templates_or_callables() -> None:
-    with pytest.raises(TypeError, match="several lock names"):
-        locked("a", None)  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="once"):
-        locked("a", "b", name="c")

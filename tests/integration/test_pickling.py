@@ -3,7 +3,6 @@ Celery), and every exception of ours pickles with its type, message and attribut
 
 from __future__ import annotations
 
-import copy
 import json
 import multiprocessing
 import pickle
@@ -24,7 +23,6 @@ from redlock_deco import (
     ProviderError,
     ProviderNotFound,
     RedlockDecoError,
-    locked,
 )
 from redlock_deco.testing import RedisServer
 
@@ -35,15 +33,6 @@ def test_a_decorated_module_level_function_pickles_by_reference() -> None:
     assert method(pickled_workers.Account(), 5) == 5
     bound = pickle.loads(pickle.dumps(pickled_workers.Account().charge))
     assert bound(7) == 7
-
-
-def test_a_local_decorated_function_says_why_it_cannot_pickle() -> None:
-    @locked("local")
-    def local() -> None:
-        pass
-
-    with pytest.raises(pickle.PicklingError, match="module level"):
-        pickle.dumps(local)
 
 
 @pytest.mark.slow
@@ -94,22 +83,6 @@ def test_every_error_rebuilds_from_its_json_args(error: RedlockDecoError) -> Non
     again = type(error)(*json.loads(json.dumps(error.args)))
     assert type(again) is type(error) and str(again) == str(error)
     assert again.__dict__ == error.__dict__
-
-
-def test_decorated_callables_copy_as_plain_functions_and_methods_do() -> None:
-    assert copy.copy(pickled_workers.double) is pickled_workers.double
-    assert copy.deepcopy({"f": pickled_workers.double})["f"] is pickled_workers.double
-    account = pickled_workers.Account()
-    account.id = 7
-    bound = copy.deepcopy(account.charge)
-    assert bound.__self__ is not account and bound.__self__.id == 7  # type: ignore[attr-defined]
-    through_class = pickled_workers.Account.charge
-    assert copy.copy(through_class) is through_class
-
-
-def test_cloudpickle_pickles_an_importable_decorated_function_by_reference() -> None:
-    cloudpickle = pytest.importorskip("cloudpickle")
-    assert cloudpickle.loads(cloudpickle.dumps(pickled_workers.double)) is pickled_workers.double
 
 
 def test_pickling_a_decorated_main_function_by_value_is_refused() -> None:

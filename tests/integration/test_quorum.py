@@ -14,7 +14,7 @@ from support import workers
 from support.flavours import Api
 
 from redlock_deco import Lock, LockNotAcquired, Semaphore, locked, register_provider
-from redlock_deco._quorum import quorum, validity_ms
+from redlock_deco._quorum import validity_ms
 from redlock_deco.testing import RedisServer
 
 spawn = multiprocessing.get_context("spawn")
@@ -50,17 +50,6 @@ def masters(fleet: list[RedisServer]) -> Iterator[list[RedisServer]]:
 
 def on_masters(masters: list[RedisServer], key: str) -> list[bool]:
     return [bool(s.client().exists(key)) for s in masters if s.process is not None]
-
-
-def test_quorum_sizes_and_validity() -> None:
-    assert [quorum(3), quorum(5), quorum(7)] == [2, 3, 4]
-    # Semaphores: (L + 1) * Q > N * L, so L + 1 holders can never all hold a quorum.
-    assert [quorum(3, 2), quorum(5, 2), quorum(5, 3), quorum(7, 2)] == [3, 4, 4, 5]
-    for n in range(3, 10):
-        for limit in range(1, 6):
-            q = quorum(n, limit)
-            assert (limit + 1) * q > n * limit >= (limit + 1) * (q - 1)
-    assert validity_ms(10_000, 50) == pytest.approx(10_000 - 50 - 102)
 
 
 def test_lock_lives_on_every_master_in_both_flavours(api: Api, masters: list[RedisServer]) -> None:

@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ import redis
 from support import workers
 
 from redlock_deco import (
-    KeyTemplateError,
     LockNotAcquired,
     Semaphore,
     limited,
@@ -199,22 +197,3 @@ def test_templates_methods_and_callables(r: redis.Redis) -> None:
     assert Exporter.outer(r, 2) == [b"sem:outer:2"]
     assert Exporter.static(r, 3) == [b"sem:static:3"]
     assert r.dbsize() == 0
-
-
-def test_bad_input_at_decoration_time() -> None:
-    with pytest.raises(TypeError, match="limit"):
-        limited("x")
-    with pytest.raises(ValueError, match="limit"):
-        limited("x", limit=0)
-    with pytest.raises(ValueError, match="ttl"):
-        limited("x", limit=1, ttl=0)
-    with pytest.raises(KeyTemplateError, match="'nope' is not a parameter"):
-
-        @limited("x:{nope}", limit=1)
-        def f(a: int) -> None: ...
-
-    with pytest.raises(TypeError, match="generator"):
-
-        @limited("g", limit=1)
-        def gen() -> Iterator[int]:
-            yield 1

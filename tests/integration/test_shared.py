@@ -242,18 +242,6 @@ def test_redis_py_lock_interop(r: redis.Redis) -> None:
     assert r.dbsize() == 0
 
 
-def test_refusals_are_clear_and_early(server: RedisServer) -> None:
-    with pytest.raises(TypeError, match="shared must be True"):
-        Lock("x", shared="yes")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="shared must be True"):
-        locked("x", shared=1)  # type: ignore[call-overload]
-    with pytest.raises(ValueError, match="fencing"):
-        locked("x", shared=True, fencing=True)
-    with pytest.raises(ValueError, match="fencing"):
-        Lock("x", shared=True, fencing=True)
-    assert Lock("x", shared=True).shared and not Lock("x").shared
-
-
 @pytest.fixture
 def quorum() -> Iterator[str]:
     servers = [RedisServer() for _ in range(3)]

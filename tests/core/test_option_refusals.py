@@ -1,0 +1,165 @@
+"""Options that cannot work are refused at decoration or construction, without a server:
+bounds, types, combinations (shared with fencing, on_lost="cancel" for sync code), generators
+in disguise; and the asyncio API mirrors the sync one."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support.samples import FUZZ, every_constructor, traced
+
+import redlock_deco
+from redlock_deco import (
+    KeyTemplateError,
+    Lock,
+    limited,
+    locked,
+)
+from redlock_deco.asyncio import Lock as AsyncLock
+from redlock_deco.asyncio import Semaphore as AsyncSemaphore
+
+
+def test_generators_are_refused_at_decoration() -> None:
+    with pytest.raises(TypeError, match="generator"):
+
+        @locked("g")
+        def gen() -> Iterator[int]:
+            yield 1
+
+    with pytest.raises(TypeError, match="generator"):
+
+        @locked("g")
+        async def agen() -> Any:
+            yield 1
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    # Not called: a 10 ms lease on a loaded machine may end before a call returns.
+    for build in every_constructor():
+        build(ttl=0.01, wait=0, max_hold=1e-3)
+        build(ttl=1e9, wait=1e9, max_hold=1e9)
+
+
+@FUZZ
+@given(
+    ttl=st.one_of(st.floats(allow_nan=True), st.integers(), st.text(max_size=3), st.none()),
+    wait=st.one_of(st.floats(allow_nan=True), st.integers(), st.text(max_size=3), st.none()),
+)
+def test_bad_options_fail_at_decoration_time(ttl: Any, wait: Any) -> None:
+    try:
+        decorator = locked("x", ttl=ttl, wait=wait)
+    except (TypeError, ValueError):
+        return
+    assert isinstance(ttl, (int, float)) and math.isfinite(ttl) and ttl > 0
+    assert wait is None or (isinstance(wait, (int, float)) and wait >= 0)
+    assert callable(decorator)
+
+
+def test_bad_input_at_decoration_time() -> None:
+    with pytest.raises(TypeError, match="limit"):
+        limited("x")
+    with pytest.raises(ValueError, match="limit"):
+        limited("x", limit=0)
+    with pytest.raises(ValueError, match="ttl"):
+        limited("x", limit=1, ttl=0)
+    with pytest.raises(KeyTemplateError, match="'nope' is not a parameter"):
+
+        @limited("x:{nope}", limit=1)
+        def f(a: int) -> None: ...
+
+    with pytest.raises(TypeError, match="generator"):
+
+        @limited("g", limit=1)
+        def gen() -> Iterator[int]:
+            yield 1
+
+
+def test_refusals_are_clear_and_early() -> None:
+    with pytest.raises(TypeError, match="shared must be True"):
+        Lock("x", shared="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="shared must be True"):
+        locked("x", shared=1)  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="fencing"):
+        locked("x", shared=True, fencing=True)
+    with pytest.raises(ValueError, match="fencing"):
+        Lock("x", shared=True, fencing=True)
+    assert Lock("x", shared=True).shared and not Lock("x").shared
+
+
+def test_on_lost_cancel_is_refused_for_sync_code() -> None:
+    with pytest.raises(ValueError, match="async"):
+
+        @locked("x", on_lost="cancel")
+        def sync_job() -> None: ...
+
+    with pytest.raises(ValueError, match="asyncio"):
+        Lock("x", on_lost="cancel")
+    AsyncLock("x", on_lost="cancel")  # fine for the asyncio primitive
+    with pytest.raises(TypeError, match="on_lost"):
+        locked("x", on_lost=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_hold"):
+        locked("x", max_hold=0)
+
+
+def test_a_wrapped_generator_method_is_refused_inside_and_outside_classmethod() -> None:
+    with pytest.raises(TypeError, match="cannot protect generator"):
+
+        class Inside:
+            @classmethod
+            @locked("g")
+            @traced
+            def items(cls) -> Iterator[int]:
+                yield 1
+
+    with pytest.raises(TypeError, match="cannot protect generator"):
+
+        class Outside:
+            @locked("g")
+            @classmethod
+            @traced
+            def items(cls) -> Iterator[int]:
+                yield 1
+
+
+def test_public_api_parity_between_sync_and_async() -> None:
+    for sync_cls, async_cls in [
+        (redlock_deco.Lock, AsyncLock),
+        (redlock_deco.Semaphore, AsyncSemaphore),
+    ]:
+
+        def public(cls: type) -> dict[str, inspect.Signature]:
+            return {
+                name: inspect.signature(member)
+                for name, member in inspect.getmembers(cls, callable)
+                if not name.startswith("_") or name == "__init__"
+            }
+
+        sync_api, async_api = public(sync_cls), public(async_cls)
+        assert sync_api.keys() == async_api.keys()
+        for name, signature in sync_api.items():
+            assert list(signature.parameters) == list(async_api[name].parameters), name
+            if name != "__init__":
+                assert inspect.iscoroutinefunction(getattr(async_cls, name)), name
+        assert hasattr(async_cls, "__aenter__") and hasattr(async_cls, "__aexit__")
+
+
+def test_decorated_coroutine_functions_stay_coroutine_functions() -> None:
+    class Svc:
+        @locked("m:{self}")
+        async def method(self) -> None: ...
+
+        @classmethod
+        @limited("c", limit=2)
+        async def klass(cls) -> None: ...
+
+    @locked
+    async def bare() -> None: ...
+
+    for fn in (Svc.method, Svc().method, Svc.klass, bare):
+        assert inspect.iscoroutinefunction(fn), fn

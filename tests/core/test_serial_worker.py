@@ -1,0 +1,107 @@
+"""The SerialWorker (one background thread per purpose, started on demand and ended when
+idle) runs calls in order, survives their exceptions and ends promptly when retired: threads
+only, no server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+from support.samples import thread_of, wait_until
+
+from redlock_deco._worker import SerialWorker
+
+
+def test_serial_worker_runs_calls_one_at_a_time_in_order() -> None:
+    work = SerialWorker("test-serial", idle=1.0)
+    seen: list[int] = []
+    inside = threading.Semaphore(1)
+
+    def step(i: int) -> int:
+        assert inside.acquire(blocking=False), "two calls ran at once"
+        try:
+            time.sleep(0.001)
+            seen.append(i)
+            return i * i
+        finally:
+            inside.release()
+
+    futures = [work.submit(step, i) for i in range(100)]
+    assert [f.result(timeout=10) for f in futures] == [i * i for i in range(100)]
+    assert seen == list(range(100))
+    work.retire()
+
+
+def test_serial_worker_hands_exceptions_to_the_future_and_goes_on() -> None:
+    work = SerialWorker("test-serial", idle=1.0)
+
+    def fail() -> None:
+        raise KeyError("boom")
+
+    failed = work.submit(fail)
+    after = work.submit(lambda: "still running")
+    with pytest.raises(KeyError, match="boom"):
+        failed.result(timeout=5)
+    assert after.result(timeout=5) == "still running"
+    work.retire()
+
+
+def test_serial_worker_thread_ends_when_idle_and_starts_again() -> None:
+    work = SerialWorker("test-serial", idle=0.2)
+    first = thread_of(work)
+    assert first.name == "test-serial" and first.daemon
+    assert work.running
+    first.join(5)
+    assert not first.is_alive()
+    assert not work.running
+    second = thread_of(work)  # a submission after the thread ended starts a new one
+    assert second is not first
+    assert work.submit(lambda: 42).result(timeout=5) == 42
+    work.retire()
+    second.join(5)
+    assert not second.is_alive()
+
+
+def test_serial_worker_retire_ends_the_thread_promptly() -> None:
+    work = SerialWorker("test-serial", idle=60.0)
+    thread = thread_of(work)
+    started = time.monotonic()
+    work.retire()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 1.0
+    assert not work.running
+
+
+def test_serial_worker_retire_finishes_the_queued_work_first() -> None:
+    work = SerialWorker("test-serial", idle=60.0)
+    gate = threading.Event()
+    blocked = work.submit(gate.wait, 10)
+    queued: list[Future[int]] = [work.submit(lambda i=i: i) for i in range(5)]
+    work.retire()
+    gate.set()
+    assert blocked.result(timeout=5) is True
+    assert [f.result(timeout=5) for f in queued] == list(range(5))
+    assert wait_until(lambda: not work.running, 2.0)
+
+
+def test_a_retired_serial_worker_still_runs_later_submissions() -> None:
+    work = SerialWorker("test-serial", idle=60.0)
+    thread_of(work)
+    work.retire()
+    assert wait_until(lambda: not work.running, 2.0)
+    assert thread_of(work).name == "test-serial"
+    assert work.submit(lambda: "done").result(timeout=5) == "done"
+    assert wait_until(lambda: not work.running, 2.0)  # and ends again at once
+
+
+def test_serial_worker_survives_submissions_racing_its_idle_end() -> None:
+    """A submission landing just as the thread decides to end is never lost."""
+    work = SerialWorker("test-serial", idle=0.001)
+    for i in range(300):
+        assert work.submit(lambda i=i: i).result(timeout=5) == i
+        if i % 3 == 0:
+            time.sleep(0.001)  # now and then let the thread reach its idle end
+    work.retire()
