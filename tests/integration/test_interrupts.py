@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 import redis
+from support.samples import wait_until
 
 import redlock_deco
 from redlock_deco import Lock, Semaphore, current_lease, limited, locked
@@ -322,12 +323,7 @@ ASYNC = {
 
 
 def _until(condition: Callable[[], object], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
+    return wait_until(condition, within, every=0.005)
 
 
 def _primitive(kind: str) -> Any:

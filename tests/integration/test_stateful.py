@@ -608,16 +608,7 @@ class Semaphores(OwnersMachine):
         if not mine:
             raised(reply, "LockNotOwned", f"{what}, holding none")
             return
-        slot = mine[-1]
-        status = slot.status(t0, t1)
-        if reply[0] == "ok":
-            assert status != GONE, f"{what}: extended a slot that had ended"
-            slot.sent, slot.replied, slot.ttl = t0, t1, seconds
-        else:
-            raised(reply, "LockNotOwned", what)
-            assert status != ALIVE, f"{what}: refused although the slot is live"
-            slot.vanish()
-            slot.lost = True
+        mine[-1].judge_extend(reply, what, t0, t1, seconds)
 
     @rule(pick=PICK)
     def check_owned(self, pick: int) -> None:
@@ -629,14 +620,7 @@ class Semaphores(OwnersMachine):
         if not mine:
             assert owned is False and lease is None, f"{what}: {reply!r} but holds nothing"
         else:
-            slot = mine[-1]
-            assert lease is not None and lease[0] == slot.token, f"{what}: {lease!r}"
-            status = slot.status(t0, t1)
-            if status != MAYBE:
-                assert owned == (status == ALIVE), f"{what}: owned() {owned}, model {status}"
-            elif not owned:
-                slot.vanish()
-            slot.check_lost(lease[1], what, t0)
+            mine[-1].judge_owned(owned, lease, what, t0, t1)
         t0, reply, t1 = timed(lambda: self.call(owner, "holders", "sem", name, variant))
         holders = ok(reply, f"{owner} holders() of {name}")
         alive, maybe = self.counts(name, t0, t1)

