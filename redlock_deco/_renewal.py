@@ -44,6 +44,10 @@ Job = Lease | Cleanup
 MAX_CLEANUPS = 1000
 # A renewer with nothing to do ends after this long.
 IDLE = 5.0
+# The renewer's thread never sleeps longer than this (see Renewer._loop): what no notify
+# announced -- a finalizer's job left in the orphans' queue, an add an interrupt cut short --
+# waits that long at most.
+ORPHAN_POLL = 0.2
 UNREACHABLE = (ConnectionError, TimeoutError)  # redis-py's: worth retrying in the background
 # At a loop's shutdown, each pending clean-up gets one more try of at most this long.
 CLOSING_TIMEOUT = 1.0
@@ -244,8 +248,11 @@ class Renewer:
             )
             self._thread.start()
         if job.next_renew < self._next_wake:
-            self._next_wake = job.next_renew
+            # Notify first: an interrupt between the two lines then costs nothing. (The other
+            # order, interrupted in between, left _next_wake earlier than any later add, so no
+            # add woke the thread again until its own wake-up time.)
             self._wake.notify()
+            self._next_wake = job.next_renew
 
     def remove(self, job: Job) -> None:
         with self._lock:
@@ -256,8 +263,8 @@ class Renewer:
         or the renewer sleeps on to the old time while the lease runs out."""
         with self._lock:
             if lease.next_renew < self._next_wake:
+                self._wake.notify()  # first (see _add_locked)
                 self._next_wake = lease.next_renew
-                self._wake.notify()
 
     def __len__(self) -> int:
         """How many leases it keeps alive (pending clean-ups not counted)."""
@@ -268,6 +275,7 @@ class Renewer:
         return self._table.cleanups
 
     def _loop(self) -> None:
+        idle_since: float | None = None
         while True:
             with self._lock:
                 while not self._orphans.empty():
@@ -275,14 +283,25 @@ class Renewer:
                 now = time.monotonic()
                 ready, self._next_wake = due(self._table.jobs.values(), now)
                 lost = [job for job in overdue(self._table.jobs.values(), now) if job._lose()]
+                if self._table.jobs:
+                    idle_since = None
                 if not ready and not lost:
+                    # _next_wake is when this thread wakes up (an add due earlier notifies),
+                    # set right before it waits. It never sleeps longer than ORPHAN_POLL: a
+                    # finalizer's job left in the orphans' queue, or one whose add an
+                    # interrupt cut short before it could notify, waits that long at most (an
+                    # interrupted add once left this thread asleep for IDLE seconds, and a
+                    # dropped section's lease held that long). Idle for IDLE seconds, it ends.
                     if not self._table.jobs:
-                        if not self._wake.wait(IDLE) and not self._table.jobs:
+                        self._next_wake = math.inf
+                        idle_since = now if idle_since is None else idle_since
+                        if now - idle_since >= IDLE and self._orphans.empty():
                             self._thread = None  # under the lock: the next add starts one
                             return
+                        self._wake.wait(ORPHAN_POLL)
                         continue
-                    # inf: only rounds in flight, and each wakes us when it is done
-                    timeout = None if self._next_wake == math.inf else self._next_wake - now
+                    timeout = max(0.0, min(ORPHAN_POLL, self._next_wake - now))
+                    self._next_wake = now + timeout
                     self._wake.wait(timeout)
                     continue
                 for job in ready:
@@ -351,8 +370,8 @@ class AsyncRenewer:
         if self._task is None:
             self._task = background(self._loop(), name="redlock-deco-renewer")
         if job.next_renew < self._next_wake:
+            self._wake.set()  # first, as the sync renewer's add (see there)
             self._next_wake = job.next_renew
-            self._wake.set()
 
     def remove(self, job: Job) -> None:
         self._table.remove(job)
@@ -362,8 +381,8 @@ class AsyncRenewer:
     def reschedule(self, lease: Lease) -> None:
         """``lease`` became due earlier: wake the task so it does not sleep past it."""
         if lease.next_renew < self._next_wake:
+            self._wake.set()  # first (see Renewer._add_locked)
             self._next_wake = lease.next_renew
-            self._wake.set()
 
     def __len__(self) -> int:
         """How many leases it keeps alive (pending clean-ups not counted)."""
