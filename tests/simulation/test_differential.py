@@ -11,6 +11,7 @@ This is what lets the simulator run the Lua outside a real server.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -152,13 +153,19 @@ def command(rng: random.Random, now_ms: int) -> tuple[Any, ...]:
     return rng.choice(plain)
 
 
+SCRIPT_ERROR_6 = re.compile(r"^Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: ")
+
+
 def normal(reply: Any) -> Any:
     """A reply as compared: an error as the exception redis-py makes of it (class and
     message, less the script location Redis appends)."""
     if isinstance(reply, Error):
         reply = BaseParser.parse_error(reply.message)
     if isinstance(reply, redis.ResponseError):
-        return ("error", type(reply).__name__, str(reply).split(" script: ")[0])
+        # Redis 6.2 wraps a script's error: "Error running script (call to f_<sha>):
+        # @user_script:<line>: <the error>"; 7.0 appends " script: ..." instead.
+        message = SCRIPT_ERROR_6.sub("", str(reply)).split(" script: ")[0]
+        return ("error", type(reply).__name__, message)
     if isinstance(reply, list):
         return [normal(item) for item in reply]
     return reply
