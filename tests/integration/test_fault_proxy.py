@@ -387,14 +387,24 @@ def test_a_release_re_sent_after_it_ran_is_still_a_clean_release(
         finally:
             watcher.join(10)
     else:
+        # redis.asyncio before 6 retries only errors named in retry_on_error: there the
+        # reset reaches the caller as redis-py's ConnectionError, and never as LockLost.
+        retries = int(redis.__version__.split(".")[0]) >= 6
 
         async def scenario() -> None:
-            async with redlock_deco.asyncio.Lock(name, provider="proxied", ttl=30):
-                proxy.withhold_replies()
-                watcher = asyncio.create_task(asyncio.to_thread(released_on_the_server))
-            # the block's exit raised LockLost before the fix
-            await watcher
-            await redlock_deco.aclose()
+            watcher = None
+            try:
+                async with redlock_deco.asyncio.Lock(name, provider="proxied", ttl=30):
+                    proxy.withhold_replies()
+                    watcher = asyncio.create_task(asyncio.to_thread(released_on_the_server))
+                # the block's exit raised LockLost before the fix
+            except redis.ConnectionError:
+                if retries:
+                    raise
+            finally:
+                if watcher is not None:
+                    await watcher
+                await redlock_deco.aclose()
 
         asyncio.run(scenario())
     assert not r.exists(f"lock:{name}")
