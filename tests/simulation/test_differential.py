@@ -21,6 +21,7 @@ from redis._parsers.base import BaseParser
 
 from redlock_deco import _admin as admin
 from redlock_deco import _protocol as protocol
+from redlock_deco._drivers import checkout
 from redlock_deco.testing import RedisServer
 
 from .store import Error, Store
@@ -203,7 +204,7 @@ class Real:
     def __init__(self, client: redis.Redis) -> None:
         info = client.info("server")
         self.valkey = info.get("server_name") == "valkey" or "valkey_version" in info
-        self.conn = client.connection_pool.get_connection()
+        self.conn = checkout(client.connection_pool, [])  # as redis-py 5.0 to 8 want it asked
 
     def __call__(self, *args: Any) -> Any:
         self.conn.send_command(*args)
