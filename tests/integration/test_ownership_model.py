@@ -55,16 +55,21 @@ def foreign_thread(fn: Callable[[], Any]) -> tuple[int, Any]:
     its ident and result once it has ended."""
     done = threading.Event()
     out: list[Any] = []
+    failed: list[BaseException] = []
 
     def run() -> None:
         try:
             out.append((threading.get_ident(), fn()))
+        except BaseException as exc:  # (a ``_thread`` thread would only print it: re-raised)
+            failed.append(exc)
         finally:
             done.set()
 
     _thread.start_new_thread(run, ())
     assert done.wait(10)
     time.sleep(0.1)  # past its last line: the thread itself ends
+    if failed:
+        raise failed[0]
     ident, result = out[0]
     return ident, result
 
@@ -350,7 +355,10 @@ def test_a_thread_reusing_an_ended_threads_ident_owns_nothing_of_it(r: redis.Red
     kept: list[Lock] = []
 
     def enter_and_end() -> None:
-        lock = Lock("reused", ttl=5)
+        # A ttl longer than the search below: its renewal stops as the thread ends, and a
+        # lease that expired while threads were started (200 x 0.1 s on a loaded machine)
+        # would let the probe in for the wrong reason.
+        lock = Lock("reused", ttl=60)
         lock.__enter__()
         kept.append(lock)
 
