@@ -29,22 +29,6 @@ try:
 except _PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 
-# Our exceptions live in a private module; they name the public one, so tracebacks read
-# "redlock_deco.LockNotAcquired" and pickles (Celery's result backend) keep working whatever
-# the private layout becomes.
-for _error in (
-    KeyTemplateError,
-    LockError,
-    LockLost,
-    LockNotAcquired,
-    LockNotOwned,
-    LockNotReplicated,
-    ProviderError,
-    ProviderNotFound,
-    RedlockDecoError,
-):
-    _error.__module__ = __name__
-del _error
 
 __all__ = [
     "KeyTemplateError",
@@ -72,3 +56,12 @@ __all__ = [
     "remove_listener",
     "unregister_provider",
 ]
+
+# Our exceptions live in a private module; they name the public one, so tracebacks read
+# "redlock_deco.LockNotAcquired" and pickles (Celery's result backend) keep working whatever
+# the private layout becomes: every error exported above.
+for _name in __all__:
+    _exported = globals()[_name]
+    if isinstance(_exported, type) and issubclass(_exported, RedlockDecoError):
+        _exported.__module__ = __name__
+del _name, _exported

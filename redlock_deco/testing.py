@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import redis
 
@@ -276,7 +276,37 @@ class RedisServer:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class LocalCluster:
+_Group = TypeVar("_Group", bound="_ServerGroup")
+
+
+class _ServerGroup:
+    """Server processes started and stopped together: a start that fails part-way kills
+    the ones already running, and leaving the ``with`` block deletes every directory."""
+
+    servers: list[RedisServer]
+
+    def start(self: _Group) -> _Group:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """Hard stop (SIGKILL) of every process; idempotent."""
+        for server in self.servers:
+            server.kill()
+
+    def __enter__(self: _Group) -> _Group:
+        try:
+            return self.start()
+        except BaseException:
+            self.kill()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        """Kill every process and delete its directory."""
+        for server in self.servers:
+            server.__exit__(None, None, None)
+
+
+class LocalCluster(_ServerGroup):
     """A real Redis Cluster of ``masters`` server processes on loopback, no replicas.
 
     Built with CLUSTER commands through redis-py, so it works with any server binary.
@@ -351,25 +381,8 @@ class LocalCluster:
             for entry in known
         )
 
-    def kill(self) -> None:
-        """Hard stop (SIGKILL) of every node; idempotent."""
-        for server in self.servers:
-            server.kill()
 
-    def __enter__(self) -> LocalCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.kill()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        """Kill every node and delete its directory."""
-        for server in self.servers:
-            server.__exit__(None, None, None)
-
-
-class LocalSentinels:
+class LocalSentinels(_ServerGroup):
     """``count`` real sentinels on loopback watching ``primary`` under the name ``service``.
 
     Each sentinel starts from an empty configuration file (sentinels rewrite theirs with
@@ -480,23 +493,6 @@ class LocalSentinels:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{failure}: {state}")
                 time.sleep(0.05)
-
-    def kill(self) -> None:
-        """Hard stop (SIGKILL) of every sentinel; idempotent."""
-        for server in self.servers:
-            server.kill()
-
-    def __enter__(self) -> LocalSentinels:
-        try:
-            return self.start()
-        except BaseException:
-            self.kill()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        """Kill every sentinel and delete its directory."""
-        for server in self.servers:
-            server.__exit__(None, None, None)
 
 
 @contextlib.contextmanager
