@@ -194,22 +194,26 @@ class Lease:
         self.sections.discard(section)
         return not self.sections
 
-    def _renewed(self, started: float, ttl_ms: int) -> None:
+    def _renewed(self, started: float, ttl_ms: int, *, keep_length: bool = False) -> None:
         """The server set the lease to ``ttl_ms`` by a request sent at ``started``.
 
         ``ttl_ms`` is what that request carried, never the current setting: a reply records
-        what the server was told, so an ``extend(60)`` overtaken by a renewal to the old ttl
-        cannot leave the holder believing in 60 s the server never kept.
+        what the server was told, so an ``extend(to=60)`` overtaken by a renewal to the old
+        ttl cannot leave the holder believing in 60 s the server never kept. It becomes the
+        length of later renewals unless ``keep_length`` (``extend(by=...)``: this lease
+        only). The next renewal comes when the lease has as much left as a renewal's
+        length at its usual point: never one that would shorten what was just asked for.
         """
         if self.state is not State.HELD:
             return  # released or given up while the request was in flight: nothing to record
         if started < self.recorded_at:
             return  # older than what is recorded: that request was overtaken (io prevents it)
         self.recorded_at = started
-        self.ttl_ms = ttl_ms
-        ttl = held_for(self.target, ttl_ms)  # on a quorum, less the drift allowance
-        self.expires_at = started + ttl
-        self.next_renew = started + ttl * RENEW_FRACTION
+        if not keep_length:
+            self.ttl_ms = ttl_ms
+        self.expires_at = started + held_for(self.target, ttl_ms)  # a quorum's less drift
+        length = held_for(self.target, self.ttl_ms)
+        self.next_renew = self.expires_at - length * (1 - RENEW_FRACTION)
 
     def _renewal_failed(self, started: float) -> bool:
         """A renewal sent at ``started`` got no answer. True if the lease is now lost.

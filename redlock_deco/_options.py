@@ -12,13 +12,18 @@ public callables take it, how a value is checked and what the docs say of it. Re
   tests/core/test_options.py fails when either differs from a fresh rendering, and when a
   constructor (``Lock``, ``Semaphore`` and their asyncio twins) takes other parameters than
   its rows (it prints the lines to write).
+
+Why one module: the rows, the checks that read them and the arguments of calls (``acquire``'s
+wait, ``extend``'s to/by) share one set of bounds and one way of saying a value is wrong; split,
+an error message for the same bound would be written twice.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._events import Source
@@ -280,6 +285,9 @@ OPTIONS: tuple[Option, ...] = (
            none_means="the name or template"),
 )  # fmt: skip
 BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
+#: extend()'s arguments: to= is a ttl (its bounds); by= any positive number of seconds.
+_EXTEND_TO = replace(BY_NAME["ttl"], name="extend(to=...), the new ttl,")
+_EXTEND_BY = replace(BY_NAME["ttl"], name="extend(by=...)", low=None)
 
 
 def options_of(api: str) -> tuple[Option, ...]:
@@ -367,3 +375,42 @@ def acquire_wait(blocking: object, timeout: object, default: float | None) -> fl
             f"got {timeout!r}"
         )
     return check_wait(timeout)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What an ``extend()`` call asks for, checked: ``ms`` from now (``to=``), or ``ms`` more
+    than the lease has left (``by=``, ``additive``)."""
+
+    ms: int
+    additive: bool = False
+
+
+def extension(ttl: object, to: object, by: object, default_ms: int) -> Extension:
+    """``extend(ttl, to=, by=)`` as an :class:`Extension`; ``default_ms`` (the object's ttl)
+    when nothing is given.
+
+    ``extend(60)`` and ``extend(ttl=60)`` set the lease to 60 s from now, as they always did,
+    with a DeprecationWarning: redis-py's ``Lock.extend(60)`` *adds* 60 s, and a user moving
+    from it would shorten a long lease without noticing.
+    """
+    given = [name for name, value in (("ttl", ttl), ("to", to), ("by", by)) if value is not None]
+    if len(given) > 1:
+        raise TypeError(
+            f"extend() takes one of to= and by=, got {' and '.join(given)}: to=S sets the lease "
+            "to S seconds from now, by=S adds S seconds to what it has left"
+        )
+    if by is not None:
+        return Extension(to_ms(_seconds(_EXTEND_BY, by) or 0.0), additive=True)
+    if ttl is not None:
+        warnings.warn(
+            f"extend({ttl!r:.20}) sets the lease to {ttl!r:.20} s from now, where redis-py's "
+            "Lock.extend adds that much: write extend(to=...) for this, or extend(by=...) to "
+            "add; the positional and ttl= forms will go in version 1.0",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        to = ttl
+    if to is None:
+        return Extension(default_ms)
+    return Extension(to_ms(_seconds(_EXTEND_TO, to) or 0.0))

@@ -21,7 +21,7 @@ from . import _renewal as renewal
 from ._errors import KeyTemplateError, LockNotAcquired, LockNotOwned
 from ._lifecycle import Lease
 from ._naming import bounded, has_address
-from ._options import LeaseOptions, acquire_wait, check_seconds, check_wait, to_ms
+from ._options import LeaseOptions, acquire_wait, check_wait, extension, to_ms
 from ._protocol import Kind
 
 DEFAULT: Any = object()
@@ -162,9 +162,6 @@ class Base:
             )
         return check_wait(wait)
 
-    def _ttl_ms(self, ttl: float | None) -> int:
-        return self.options.ttl_ms if ttl is None else to_ms(check_seconds("ttl", ttl))
-
     def _not_acquired(self, started: float) -> LockNotAcquired:
         return LockNotAcquired(name=self.name, key=self.key, waited=time.monotonic() - started)
 
@@ -203,13 +200,20 @@ class Primitive(Base):
         if not kept:
             raise self._ended("release")
 
-    def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
-        ``ttl`` also becomes the length of later automatic renewals."""
-        ttl_ms = self._ttl_ms(ttl)
+    def extend(
+        self, ttl: float | None = None, *, to: float | None = None, by: float | None = None
+    ) -> None:
+        """Lengthen the lease: ``to=S`` sets it to S seconds from now, and S becomes the
+        length of later automatic renewals; ``by=S`` adds S seconds to what it has left (as
+        this holder reckons it, which errs short), for this lease only. With neither, it is
+        set to this object's ttl. (``extend(S)`` and ``extend(ttl=S)`` still mean ``to=S``,
+        with a DeprecationWarning: redis-py's ``extend(S)`` adds.) LockNotOwned if this
+        object holds nothing, or its lease had ended."""
+        asked = extension(ttl, to, by, self.options.ttl_ms)
         lease = self._owned_lease("extend")
         with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed
             started = time.monotonic()
+            ttl_ms = asked.ms + (to_ms(lease.remaining(started)) if asked.additive else 0)
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
             try:
                 extended = drivers.run(extend, lease.target)
@@ -220,7 +224,7 @@ class Primitive(Base):
             if not extended:
                 lease._lose()
                 raise self._ended("extend")
-            lease._renewed(started, ttl_ms)
+            lease._renewed(started, ttl_ms, keep_length=asked.additive)
         renewal.renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     def owned(self) -> bool:
@@ -292,13 +296,20 @@ class AsyncPrimitive(Base):
         if not kept:
             raise self._ended("release")
 
-    async def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to ``ttl`` seconds from now (default: this object's ttl); a new
-        ``ttl`` also becomes the length of later automatic renewals."""
-        ttl_ms = self._ttl_ms(ttl)
+    async def extend(
+        self, ttl: float | None = None, *, to: float | None = None, by: float | None = None
+    ) -> None:
+        """Lengthen the lease: ``to=S`` sets it to S seconds from now, and S becomes the
+        length of later automatic renewals; ``by=S`` adds S seconds to what it has left (as
+        this holder reckons it, which errs short), for this lease only. With neither, it is
+        set to this object's ttl. (``extend(S)`` and ``extend(ttl=S)`` still mean ``to=S``,
+        with a DeprecationWarning: redis-py's ``extend(S)`` adds.) LockNotOwned if this
+        object holds nothing, or its lease had ended."""
+        asked = extension(ttl, to, by, self.options.ttl_ms)
         lease = self._owned_lease("extend")
         async with lease.io:  # ordered with this lease's renewals
             started = time.monotonic()
+            ttl_ms = asked.ms + (to_ms(lease.remaining(started)) if asked.additive else 0)
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
             try:
                 extended = await drivers.run_async(extend, lease.target)
@@ -309,7 +320,7 @@ class AsyncPrimitive(Base):
             if not extended:
                 lease._lose()
                 raise self._ended("extend")
-            lease._renewed(started, ttl_ms)
+            lease._renewed(started, ttl_ms, keep_length=asked.additive)
         renewal.async_renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     async def owned(self) -> bool:

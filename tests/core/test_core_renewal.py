@@ -22,7 +22,7 @@ from redlock_deco import _renewal as renewal
 from redlock_deco._errors import LockLost
 from redlock_deco._lifecycle import RENEW_FRACTION, RETRY_DELAY, Cleanup, Lease, State
 from redlock_deco._protocol import Fanout
-from redlock_deco._quorum import Quorum
+from redlock_deco._quorum import Quorum, held_for
 from redlock_deco._renewal import FAILED, conclude, due, job_key, plan
 
 T0 = 100.0  # the injected "now" a lease was granted at
@@ -162,6 +162,28 @@ def test_due_hands_back_leases_to_drop_before_their_renewal_time(make: Any) -> N
 def test_due_keeps_a_lease_within_max_hold() -> None:
     lease = make_lease(max_hold=60)
     assert due([lease], T0 + 0.5) == ([], lease.next_renew)
+
+
+@pytest.mark.parametrize("target", [SINGLE, QUORUM], ids=repr)
+def test_an_added_extension_keeps_the_renewal_length_and_is_not_cut_short(target: Target) -> None:
+    """extend(by=...) lengthens this lease only: later renewals keep the ttl, and the next
+    one is due when as much is left as a renewal's usual point -- not so early that it sets
+    the lease back to the shorter ttl."""
+    lease = make_lease(target=target)
+    length = lease.ttl_ms
+    lease._renewed(T0 + 0.5, length + 20_000, keep_length=True)
+    assert lease.ttl_ms == length
+    left_at_renewal = lease.expires_at - lease.next_renew
+    assert left_at_renewal == pytest.approx(renewal_length(lease) * (1 - RENEW_FRACTION))
+    assert lease.next_renew > T0 + 0.5 + 20  # not before the added time has mostly passed
+    lease._renewed(T0 + 1.0, 7_000)  # extend(to=7): a new length
+    assert lease.ttl_ms == 7_000
+    assert lease.next_renew == pytest.approx(T0 + 1.0 + renewal_length(lease) * RENEW_FRACTION)
+
+
+def renewal_length(lease: Lease) -> float:
+    """The seconds a renewal's ttl is believed for (a quorum's less its drift allowance)."""
+    return held_for(lease.target, lease.ttl_ms)
 
 
 # -- plan ---------------------------------------------------------------------------------

@@ -163,3 +163,23 @@ def test_decorated_coroutine_functions_stay_coroutine_functions() -> None:
 
     for fn in (Svc.method, Svc().method, Svc.klass, bare):
         assert inspect.iscoroutinefunction(fn), fn
+
+
+def test_extend_arguments_say_set_or_add_and_the_old_form_warns() -> None:
+    from redlock_deco._options import Extension, extension
+
+    assert extension(None, None, None, 30_000) == Extension(30_000)
+    assert extension(None, 5, None, 1) == Extension(5_000)
+    assert extension(None, None, 2.5, 1) == Extension(2_500, additive=True)
+    with pytest.warns(DeprecationWarning, match=r"redis-py's Lock.extend adds"):
+        assert extension(60, None, None, 1) == Extension(60_000)
+    for args, error, says in [
+        ((None, 0.001, None), ValueError, r"extend\(to=\.\.\.\), the new ttl, must be"),
+        ((None, None, 0), ValueError, r"extend\(by=\.\.\.\) must be .* above 0"),
+        ((None, None, math.nan), ValueError, r"extend\(by=\.\.\.\)"),
+        ((None, "5", None), TypeError, "number of seconds"),
+        ((None, 1, 1), TypeError, "one of to= and by="),
+        ((1, None, 1), TypeError, "got ttl and by"),
+    ]:
+        with pytest.raises(error, match=says):
+            extension(*args, 1)

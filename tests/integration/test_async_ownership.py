@@ -36,14 +36,14 @@ def test_wait_for_and_shield_acquires_belong_to_the_awaiting_task(r: redis.Redis
         lock = Lock("wf", ttl=0.6)
         assert await asyncio.wait_for(lock.acquire(), timeout=5)
         assert await lock.owned()
-        await lock.extend(0.6)
+        await lock.extend(to=0.6)
         await asyncio.sleep(0.9)
         assert r.exists("lock:wf")
         await lock.release()
         shielded = Lock("shielded", ttl=0.6)
         assert await asyncio.shield(shielded.acquire())
         assert await shielded.owned()
-        await asyncio.wait_for(shielded.extend(0.6), 5)  # a helper task may use it too
+        await asyncio.wait_for(shielded.extend(to=0.6), 5)  # a helper task may use it too
         await asyncio.wait_for(shielded.release(), 5)
 
     asyncio.run(main())

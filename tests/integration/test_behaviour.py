@@ -28,12 +28,61 @@ def test_lock_object_cycle(api: Api, r: redis.Redis, decode: bool) -> None:
         assert await lock.acquire()
         assert await lock.owned() and await lock.locked() and await lock.holders() == 1
         assert 4000 < r.pttl("lock:order:7") <= 5000
-        await lock.extend(60)
+        await lock.extend(to=60)
         assert r.pttl("lock:order:7") > 59000
         await lock.release()
         assert not await lock.owned() and not await lock.locked()
         with pytest.raises(LockNotOwned):
             await lock.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_extend_to_sets_and_by_adds_and_the_old_form_warns(api: Api, r: redis.Redis) -> None:
+    """redis-py's ``extend(5)`` adds 5 s; ours set the lease to 5 s. ``to=`` and ``by=`` say
+    which; the old positional form still sets, with a DeprecationWarning. ``by=`` lengthens
+    this lease only: later renewals keep their length, and none comes early enough to
+    shorten what was just asked for."""
+
+    async def scenario(api: Api) -> None:
+        lock = api.Lock("ext-by", ttl=2, wait=0)
+        sem = api.Semaphore("ext-by", limit=2, ttl=2, wait=0)
+        assert await lock.acquire() and await sem.acquire()
+        await lock.extend(by=8)
+        await sem.extend(by=8)
+        assert 9_000 < r.pttl("lock:ext-by") <= 10_000
+        ((_, ends),) = r.zrange("sem:ext-by", 0, -1, withscores=True)
+        server_ms = int(r.time()[0]) * 1000 + int(r.time()[1]) // 1000
+        assert 9_000 < ends - server_ms <= 10_000
+        await lock.extend(to=3)
+        assert 2_000 < r.pttl("lock:ext-by") <= 3_000
+        with pytest.warns(DeprecationWarning, match=r"extend\(to=\.\.\.\)"):
+            await lock.extend(4)  # sets, as it always did
+        assert 3_000 < r.pttl("lock:ext-by") <= 4_000
+        with pytest.raises(TypeError, match="one of to= and by="):
+            await lock.extend(to=1, by=1)
+        with pytest.raises(ValueError, match=r"extend\(by=\.\.\.\)"):
+            await lock.extend(by=0)
+        await lock.release()
+        await sem.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_extend_by_is_not_undone_by_the_next_renewal(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        lock = api.Lock("ext-renewed", ttl=0.6, wait=0)  # renewed every 0.2 s
+        assert await lock.acquire()
+        await lock.extend(by=3)
+        await api.sleep(1.0)  # five renewal periods of the lock's own ttl
+        assert r.pttl("lock:ext-renewed") > 2_000  # not set back to 0.6 s
+        await api.sleep(3.0)  # past the lengthened lease's end (~3.55 s): renewed before it
+        assert 0 < r.pttl("lock:ext-renewed") <= 600  # held, at its own length again
+        lease = lock.lease
+        assert lease is not None and lease.ttl_ms == 600
+        await lock.release()
 
     api.run(scenario)
     assert r.dbsize() == 0
@@ -48,7 +97,7 @@ def test_semaphore_object_cycle(api: Api, r: redis.Redis, decode: bool) -> None:
         assert await sem.acquire() and await sem.acquire()  # not re-entrant: two slots
         assert not await sem.acquire()
         assert await sem.holders() == 2 and await sem.locked() and await sem.owned()
-        await sem.extend(60)
+        await sem.extend(to=60)
         await sem.release()
         assert await sem.holders() == 1 and not await sem.locked()
         await sem.release()

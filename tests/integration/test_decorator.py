@@ -156,9 +156,9 @@ def test_extend_checks_the_ttl_bounds_too(r: redis.Redis) -> None:
     with Lock("ext", ttl=5) as lock:
         for ttl in (0.001, 2e9):
             with pytest.raises(ValueError, match="ttl"):
-                lock.extend(ttl)
-        lock.extend(0.01)  # the bounds themselves are allowed
-        lock.extend(1e9)
+                lock.extend(to=ttl)
+        lock.extend(to=0.01)  # the bounds themselves are allowed
+        lock.extend(to=1e9)
         assert r.pttl("lock:ext") > 1e12 - 60_000
     assert r.dbsize() == 0
 

@@ -26,7 +26,7 @@ def test_extend_and_a_renewal_in_flight_are_ordered(r: redis.Redis) -> None:
     try:
         time.sleep(0.1)
         _stall_writes(r, 300)  # the renewal due at 0.2 s and extend(60) queue up together
-        lock.extend(60)
+        lock.extend(to=60)
         lease = lock.lease
         assert lease is not None
         time.sleep(1.0)  # past the old 0.6 s ttl
@@ -52,7 +52,7 @@ def test_a_reply_records_the_ttl_its_own_request_carried(r: redis.Redis) -> None
     try:
         for ttl in (0.5, 60.0, 0.5):
             _stall_writes(r, 100)
-            lock.extend(ttl)
+            lock.extend(to=ttl)
             lease = lock.lease
             assert lease is not None
             pttl = r.pttl("lock:carried") / 1000
@@ -220,7 +220,7 @@ def test_an_extend_cut_short_leaves_the_holder_believing_the_worse(r: redis.Redi
         assert me is not None
         timer = asyncio.get_running_loop().call_later(0.1, me.cancel)  # a timeout, by hand
         with pytest.raises(asyncio.CancelledError):
-            await lock.extend(1)
+            await lock.extend(to=1)
         timer.cancel()
         if hasattr(me, "uncancel"):
             me.uncancel()
@@ -245,7 +245,7 @@ def test_a_shorter_extend_is_renewed_on_its_own_schedule(r: redis.Redis, flavour
     if flavour == "sync":
         lock = Lock("shorter", ttl=30)
         lock.acquire()
-        lock.extend(1)
+        lock.extend(to=1)
         time.sleep(2.0)
         lease = lock.lease
         assert lease is not None and not lease.lost and r.pttl("lock:shorter") > 0
@@ -255,7 +255,7 @@ def test_a_shorter_extend_is_renewed_on_its_own_schedule(r: redis.Redis, flavour
     async def main() -> None:
         alock = AsyncLock("shorter", ttl=30)
         await alock.acquire()
-        await alock.extend(1)
+        await alock.extend(to=1)
         await asyncio.sleep(2.0)
         lease = alock.lease
         assert lease is not None and not lease.lost and r.pttl("lock:shorter") > 0

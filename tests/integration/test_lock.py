@@ -38,7 +38,7 @@ def enter_and_leave(lock: Lock) -> str:
 def test_extend_resets_the_lease_and_later_renewals_keep_it(r: redis.Redis) -> None:
     lock = Lock("e", ttl=2, auto_renew=False)
     lock.acquire()
-    lock.extend(60)
+    lock.extend(to=60)
     assert 59000 < r.pttl("lock:e") <= 60000
     lock.extend()
     assert 1000 < r.pttl("lock:e") <= 2000
@@ -46,7 +46,7 @@ def test_extend_resets_the_lease_and_later_renewals_keep_it(r: redis.Redis) -> N
     with pytest.raises(LockNotOwned):
         lock.extend()
     with pytest.raises(ValueError, match="ttl"):
-        lock.extend(0)
+        lock.extend(to=0)
 
 
 def test_release_after_expiry_is_not_owned_and_spares_the_new_holder(r: redis.Redis) -> None:

@@ -181,7 +181,7 @@ def test_an_acquired_lock_excludes_every_other_object_even_in_its_thread(
         async def elsewhere() -> bool:
             lease = a.lease
             assert lease is not None and await a.owned()  # seen from any thread or task
-            await a.extend(7)
+            await a.extend(to=7)
             await a.release()
             return bool(await b.acquire(blocking=False))
 

@@ -96,7 +96,7 @@ def test_remaining_on_a_quorum_is_redlock_validity(api: Api, masters: list[Redis
         seen = []
         async with api.Lock("v", provider="q", ttl=100, auto_renew=False) as lock:
             seen.append(lock.lease.remaining())
-            await lock.extend(50)
+            await lock.extend(to=50)
             seen.append(lock.lease.remaining())
         async with api.Lock("v", ttl=100, auto_renew=False) as single:
             seen.append(single.lease.remaining())

@@ -405,7 +405,7 @@ def test_a_dead_writer_in_the_queue_does_not_keep_readers_out(r: redis.Redis) ->
 def test_a_shorter_extend_shortens_the_lock_key(r: redis.Redis) -> None:
     lock = Lock("doc:12", shared=True, ttl=30)
     assert lock.acquire()
-    lock.extend(1)
+    lock.extend(to=1)
     assert 0 < r.pttl("lock:doc:12") <= 1000  # the key lives as long as its longest reader
     assert 0 < r.pttl("{lock:doc:12}:readers") <= 1000
     lock.release()

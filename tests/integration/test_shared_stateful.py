@@ -465,7 +465,7 @@ def test_a_shorter_extend_keeps_the_key_alive_for_the_longest_reader(r: redis.Re
     try:
         short = Lock(workers.NAME, shared=True, ttl=3, wait=0, auto_renew=False)
         assert short.acquire()
-        short.extend(0.2)
+        short.extend(to=0.2)
         longest = max(score for _, score in r.zrange(READERS, 0, -1, withscores=True))
         # The server's clock read *after* PTTL: the key had at least that much left then (a
         # clock read before it, taken in two TIME calls, was off by the time between them).

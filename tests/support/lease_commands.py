@@ -25,7 +25,7 @@ def run_common(obj: Any, op: str, arg: Any) -> Any:
     if op == "release":
         return obj.release()
     if op == "extend":
-        return obj.extend(arg)
+        return obj.extend(to=arg)
     if op == "owned":
         return obj.owned(), describe(obj.lease)
     if op == "probe":
@@ -38,7 +38,7 @@ async def run_common_async(obj: Any, op: str, arg: Any) -> Any:
     if op == "release":
         return await obj.release()
     if op == "extend":
-        return await obj.extend(arg)
+        return await obj.extend(to=arg)
     if op == "owned":
         return await obj.owned(), describe(obj.lease)
     if op == "probe":
