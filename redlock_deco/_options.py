@@ -157,15 +157,19 @@ def _seconds(option: Option, value: object) -> float | None:
 
 
 def _wait(option: Option, value: object) -> float | None:
-    """``None`` (or infinity) waits forever, ``0`` tries once, a positive number bounds it."""
-    if value is None or value == math.inf:
+    """``None``, ``-1`` or infinity wait forever, ``0`` tries once, a positive number bounds
+    it. (``-1`` is threading's "forever", which ``acquire(timeout=-1)`` takes: every way of
+    saying how long to wait takes the same values.)"""
+    if isinstance(value, bool):
+        raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
+    if value is None or value == math.inf or value == -1:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)):
         raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
     if not 0 <= value <= MAX_SECONDS:  # NaN fails the comparison too
         raise ValueError(
-            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or None to wait "
-            f"forever, got {value!r:.40}"
+            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or None (or -1) "
+            f"to wait forever, got {value!r:.40}"
         )
     return float(value)
 
@@ -250,7 +254,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("ttl", "float", 30.0, _ALL, _seconds,
            "lease length; if the holder dies, it frees within `ttl`", low=MIN_TTL, high=_S),
     Option("wait", "float | None", 10.0, _ALL, _wait,
-           "how long to wait for it", low=0, high=_S, values="`0`: try once",
+           "how long to wait for it", low=0, high=_S, values="`0`: try once; `-1` as `None`",
            none_means="wait forever"),
     Option("auto_renew", "bool", True, _ALL, _flag,
            "extend the lease in the background while it is held", values=_FLAG),

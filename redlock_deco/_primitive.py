@@ -65,6 +65,7 @@ class Base:
     """
 
     kind: Kind
+    api_name: str  # how its user writes it: "Lock", "redlock_deco.asyncio.Lock"
     noun = "lock"
     is_async = False
 
@@ -93,14 +94,23 @@ class Base:
         self._alive: Callable[[], bool] = lambda: ref() is not None
 
     def __repr__(self) -> str:
-        return f"<{type(self).__module__}.{type(self).__name__} {self.key!r}>"
+        """Name, kind, key, and whether this object holds it for the caller (no I/O: what
+        this process knows)."""
+        return f"<{self._describe()} held={self.lease is not None}>"
+
+    def _describe(self) -> str:
+        public = self.api_name if "." in self.api_name else f"redlock_deco.{self.api_name}"
+        limit = f" limit={self.limit}" if self.kind.redis_type == "zset" else ""
+        return f"{public} name={self.name!r} kind={self.kind.name!r}{limit} key={self.key!r}"
 
     def _watch(self) -> None:
         """Say so if this object is collected while holding what ``acquire()`` took. Only
         while it holds: an object holding nothing runs no code of ours when it goes.
         (Renewal stops on its own: it is kept only while the object exists.)"""
         if self._watcher is None or not self._watcher.alive:
-            self._watcher = weakref.finalize(self, _collected_holding, self._held, repr(self))
+            self._watcher = weakref.finalize(
+                self, _collected_holding, self._held, f"<{self._describe()}>"
+            )
             self._watcher.atexit = False  # at exit, as for files: nothing to say
 
     def _unwatch(self) -> None:

@@ -183,3 +183,20 @@ def test_extend_arguments_say_set_or_add_and_the_old_form_warns() -> None:
     ]:
         with pytest.raises(error, match=says):
             extension(*args, 1)
+
+
+def test_every_way_of_saying_how_long_to_wait_takes_the_same_values() -> None:
+    """wait= once refused -1 while acquire(timeout=-1) waited forever."""
+    from redlock_deco._options import acquire_wait, check_wait
+
+    for forever in (-1, math.inf):
+        assert check_wait(forever) is None
+        assert acquire_wait(True, forever, 10.0) is None
+        assert Lock("x", wait=forever).options.wait is None
+        locked("x", wait=forever)
+    assert check_wait(None) is None and acquire_wait(True, None, 10.0) == 10.0  # not given
+    for bad in (-2, -0.5, math.nan):
+        with pytest.raises(ValueError, match="wait must be"):
+            check_wait(bad)
+        with pytest.raises(ValueError, match=r"(timeout|wait) must be"):
+            acquire_wait(True, bad, 10.0)

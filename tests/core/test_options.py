@@ -164,7 +164,7 @@ def _builders() -> dict[str, list[Callable[..., object]]]:
 BAD = {  # one value of the wrong type for each option, and one out of its bounds where any
     "limit": ("3", 0),
     "ttl": ("5", 0.001),
-    "wait": ("5", -1),
+    "wait": ("5", -2),  # (-1 waits forever, as acquire(timeout=-1))
     "auto_renew": ("yes", None),
     "on_busy": (5, "retry"),
     "provider": (5, None),  # "" is a TypeError too (test_lock)

@@ -134,3 +134,32 @@ def test_ownership_is_per_object_as_well_as_per_thread(r: redis.Redis) -> None:
     assert r.exists("lock:mine")  # b deleted nothing
     a.release()
     assert r.dbsize() == 0
+
+
+def test_repr_shows_name_kind_key_and_whether_this_object_holds_it(r: redis.Redis) -> None:
+    from redlock_deco import Semaphore
+
+    lock = Lock("order:7", wait=0)
+    assert (
+        repr(lock) == "<redlock_deco.Lock name='order:7' kind='lock' key='lock:order:7' held=False>"
+    )
+    assert lock.acquire()
+    assert repr(lock).endswith("held=True>")
+    assert in_thread(lambda: repr(lock).endswith("held=True>"))  # the object's, any thread
+    lock.release()
+    assert repr(lock).endswith("held=False>")
+    with Lock("order:7", shared=True) as reader:
+        assert repr(reader) == (
+            "<redlock_deco.Lock name='order:7' kind='shared' key='lock:order:7' held=True>"
+        )
+        assert in_thread(lambda: repr(reader).endswith("held=False>"))  # this thread's block
+    with Semaphore("api", limit=3) as sem:
+        assert repr(sem) == (
+            "<redlock_deco.Semaphore name='api' kind='semaphore' limit=3 key='sem:api' held=True>"
+        )
+    import redlock_deco.asyncio
+
+    assert repr(redlock_deco.asyncio.Semaphore("api", limit=2)) == (
+        "<redlock_deco.asyncio.Semaphore name='api' kind='semaphore' limit=2 key='sem:api' "
+        "held=False>"
+    )
