@@ -448,6 +448,62 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
         raise
 
 
+def _adopted(kind: Kind, options: LeaseOptions, key: str, token: object, target: Any) -> Claim:
+    """The claim of the lease ``token`` holds on ``key`` (taken elsewhere), or why not."""
+    if isinstance(token, bytes):
+        token = token.decode("utf-8", "replace")
+    if not isinstance(token, str) or not token:
+        raise TypeError(
+            f"adopt() takes the token of a lease taken elsewhere (its lease.token, a str), "
+            f"got {token!r:.60}"
+        )
+    if options.fencing:
+        # The fencing token is not in the lease token, and reading the fence counter after
+        # the fact could read a later holder's number: two holders with one fencing token.
+        raise ValueError(
+            "adopt() cannot recover a fenced lease's fencing token; send lease.fencing_token "
+            "with the lease token and check it yourself, or adopt with fencing=False"
+        )
+    keys = Keys.for_key(key, kind)
+    counted = getattr(target, "counted", True)
+    return Claim(kind, keys, token, options.ttl_ms, options.limit, options.replicas, False,
+                 counted)  # fmt: skip
+
+
+def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, key: str,
+               token: object, alive: Callable[[], bool],
+               kept: Callable[[], None]) -> bool:  # fmt: skip
+    """``adopt(token)``: bind the object whose leases are ``held`` to the lease ``token``
+    holds on ``key`` now (taken by another object, in this process or another), set to this
+    object's ttl in the same step, as a bare ``acquire()`` would have taken it; False (and
+    nothing changed) if ``token`` holds nothing there. An interruption before the lease is
+    recorded leaves it as it was: held by the token, not renewed here."""
+    target = providers.sync_target(options.provider)
+    _check_target(kind, options, target)
+    claim = _adopted(kind, options, key, token, target)
+    started = time.monotonic()
+    if not drivers.run(target.algorithms.extend(claim, options.ttl_ms), target):
+        return False
+    taken: list[Lease] = []
+    try:
+        on_lost = options.on_lost if callable(options.on_lost) else None
+        lease = _new_lease(claim, name, options, target, started, Granted(), threading.Lock(),
+                           alive, on_lost)  # fmt: skip
+        taken.append(lease)
+        if options.auto_renew:
+            renewal.renewer().add(lease)
+        if not target.checked:
+            eviction.start_check(target)
+        held.append(lease)
+        kept()
+        return lease is not None  # (not a constant: see acquire_held)
+    except BaseException:
+        for lease in taken:
+            _forget_held(held, lease)
+            _stop(lease)
+        raise
+
+
 _held_lock = threading.Lock()  # one release per lease, when threads share an object
 
 
@@ -486,6 +542,28 @@ def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:
     except BaseException as exc:
         for lease in popped:
             _forget_held(held, lease)  # an interrupt between _pop_held's two lines
+            _abandon(lease, exc)
+        raise
+
+
+def hand_over_held(
+    held: list[Lease], taken: Callable[[], None], not_held: Callable[[], Exception]
+) -> str:
+    """Take the newest lease an object holds out of it without releasing it, and return its
+    token for another object to :func:`adopt_held`; raise ``not_held()`` if it holds none.
+    No longer renewed here. Interrupted before the caller has the token, it is given back:
+    held by nobody who knows its token, it would block its name for a whole ttl."""
+    popped: list[Lease] = []
+    try:
+        _pop_held(held, popped)
+        if not popped:
+            raise not_held()
+        taken()
+        _stop(popped[0])
+        return popped[0].token
+    except BaseException as exc:
+        for lease in popped:
+            _forget_held(held, lease)
             _abandon(lease, exc)
         raise
 
@@ -716,6 +794,50 @@ async def acquire_held_async(
         raise
 
 
+async def adopt_held_async(
+    held: list[Lease],
+    kind: Kind,
+    options: LeaseOptions,
+    name: str,
+    key: str,
+    token: object,
+    alive: Callable[[], bool],
+    kept: Callable[[], None],
+) -> bool:
+    """:func:`adopt_held` for asyncio."""
+    task = _current_task()
+    before = _cancels(task)
+    target = providers.async_target(options.provider)
+    _check_target(kind, options, target)
+    if not target.checked:
+        await eviction.check_async_once(target)
+        _raise_if_cancelled(task, before)
+    claim = _adopted(kind, options, key, token, target)
+    started = time.monotonic()
+    if not await drivers.run_async(target.algorithms.extend(claim, options.ttl_ms), target):
+        return False
+    _raise_if_cancelled(task, before)  # (left as it was: held by the token)
+    taken: list[Lease] = []
+    try:
+        on_lost = options.on_lost if callable(options.on_lost) else None
+        if options.on_lost == "cancel":
+            on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
+        lease = _new_lease(claim, name, options, target, started, Granted(), asyncio.Lock(),
+                           alive, on_lost)  # fmt: skip
+        taken.append(lease)
+        process.loop_state().leases.add(lease)  # released at the loop's shutdown if held
+        if options.auto_renew:
+            renewal.async_renewer().add(lease)
+        held.append(lease)
+        kept()
+        return lease is not None
+    except BaseException:
+        for lease in taken:
+            _forget_held(held, lease)
+            _stop_async(lease)
+        raise
+
+
 async def release_held_async(held: list[Lease], taken: Callable[[], None]) -> bool | None:
     """:func:`release_held` for asyncio."""
     popped: list[Lease] = []
@@ -730,6 +852,25 @@ async def release_held_async(held: list[Lease], taken: Callable[[], None]) -> bo
     except BaseException as exc:
         for lease in popped:
             _forget_held(held, lease)  # an interrupt between _pop_held's two lines
+            await _abandon_async(lease, exc)
+        raise
+
+
+async def hand_over_held_async(
+    held: list[Lease], taken: Callable[[], None], not_held: Callable[[], Exception]
+) -> str:
+    """:func:`hand_over_held` for asyncio."""
+    popped: list[Lease] = []
+    try:
+        _pop_held(held, popped)
+        if not popped:
+            raise not_held()
+        taken()
+        _stop_async(popped[0])
+        return popped[0].token
+    except BaseException as exc:
+        for lease in popped:
+            _forget_held(held, lease)
             await _abandon_async(lease, exc)
         raise
 

@@ -1,7 +1,12 @@
 """What every primitive shares: ownership bookkeeping, errors, and the explicit
 acquire/release/extend/owned/holders/locked API with the context-manager protocol -- as a sync
 class and its asyncio twin, side by side; tests/core/test_twins.py compares every method of the
-two, normalised, and fails on any difference tests/support/twins.txt does not record and explain."""
+two, normalised, and fails on any difference tests/support/twins.txt does not record and explain.
+
+Why one module: the sync class and its asyncio twin must stay side by side to be read (and
+compared) together, and both stand on one base that keeps an object's bookkeeping; every
+method is a thin shell over ``_guard``, where the decisions are.
+"""
 
 from __future__ import annotations
 
@@ -143,14 +148,17 @@ class Base:
             )
         return lease
 
-    def _not_held(self) -> LockNotOwned:
+    def _not_held(self, action: str = "release") -> LockNotOwned:
         in_block = self.lease is not None
         return LockNotOwned(
-            f"cannot release {self.key!r}: this object holds nothing taken by acquire()"
+            f"cannot {action} {self.key!r}: this object holds nothing taken by acquire()"
             + (" (a `with` block holds it, and gives it back at its exit)" if in_block else ""),
             name=self.name,
             key=self.key,
         )
+
+    def _cannot_hand_over(self) -> LockNotOwned:
+        return self._not_held("hand over")
 
     def _ended(self, action: str) -> LockNotOwned:
         return LockNotOwned(
@@ -200,6 +208,28 @@ class Primitive(Base):
         wait = self._wait(blocking, timeout, wait)
         return guard.acquire_held(self._held, self.kind, self.options, self.name, self.key,
                                   wait, self._alive, self._watch)  # fmt: skip
+
+    def hand_over(self) -> str:
+        """Let go of what ``acquire()`` took (the newest, for a semaphore) without releasing
+        it, and return its token for :meth:`adopt` elsewhere (another process, a job): this
+        object stops renewing it, no longer holds it, and says nothing when it is collected.
+        The lease then lasts the ttl it has left unless an adopter takes it over. LockNotOwned
+        if this object holds nothing so taken."""
+        return guard.hand_over_held(self._held, self._unwatch, self._cannot_hand_over)
+
+    def adopt(self, token: str | bytes) -> bool:
+        """Take over the lease ``token`` holds on this name now -- taken by another object,
+        most often in another process (a web request acquires, the worker that finishes the
+        job releases): pass it the holder's ``lease.token``. True when the token holds it:
+        the lease is then this object's, as if its ``acquire()`` had taken it (``release()``,
+        ``extend()``, ``owned()`` work here; renewed while this object lives, if
+        ``auto_renew``), and it is set to this object's ttl in the same step. False, and
+        nothing changed, when the token holds nothing here (ended, released, or another
+        kind's). The holder that gave the token away should stop using it: its own object
+        still believes it holds the lease (drop it without releasing, or let it end).
+        Refused for ``fencing=True``: the fencing token is not part of the lease token."""
+        return guard.adopt_held(self._held, self.kind, self.options, self.name, self.key,
+                                token, self._alive, self._watch)  # fmt: skip
 
     def release(self) -> None:
         """Give back what ``acquire()`` took (the newest, for a semaphore), from any thread;
@@ -296,6 +326,15 @@ class AsyncPrimitive(Base):
         wait = self._wait(blocking, timeout, wait)
         return await guard.acquire_held_async(self._held, self.kind, self.options, self.name,
                                               self.key, wait, self._alive, self._watch)  # fmt: skip
+
+    async def hand_over(self) -> str:
+        """:meth:`Primitive.hand_over` for asyncio."""
+        return await guard.hand_over_held_async(self._held, self._unwatch, self._cannot_hand_over)
+
+    async def adopt(self, token: str | bytes) -> bool:
+        """:meth:`Primitive.adopt` for asyncio."""
+        return await guard.adopt_held_async(self._held, self.kind, self.options, self.name,
+                                            self.key, token, self._alive, self._watch)  # fmt: skip
 
     async def release(self) -> None:
         """Give back what ``acquire()`` took (the newest, for a semaphore), from any task;

@@ -5,30 +5,26 @@
   run that finds the day busy does not tie up a worker slot waiting: it retries itself later
   (``self.retry(countdown=...)``).
 - De-duplication at enqueue time (celery-singleton's feature): ``enqueue_report(day)`` sends
-  the task only if none it sent is queued or running for that day. It sets a marker key for
-  the day whose value is the id of the task it sends (chosen before sending), and names the
-  marker in a message header. Only that task removes it: when it is done for good (succeeded
-  or failed; a retry keeps its id and its headers, and is not done), or when it is revoked
-  (``task_revoked``, in the worker: a queued task that never runs, or a running one ended
-  with ``terminate=True``). Any other run of ``build_report`` -- a plain ``.delay()``, a beat
-  schedule -- carries no marker and removes none.
+  the task only if none it sent is queued or running for that day. It takes a marker for the
+  day -- a ``Lock`` that is not renewed, so it lasts ``MARKER_TTL`` at most -- hands its lease
+  over (``hand_over()``: not released, no longer this process's) and puts the lease's token in
+  a message header. Only that task releases it, by adopting the lease with that token
+  (``adopt()``): when it is done for good (succeeded or failed; a retry keeps its headers, and
+  is not done), or when it is revoked (``task_revoked``, in the worker: a queued task that
+  never runs, or a running one ended with ``terminate=True``). Any other run of
+  ``build_report`` -- a plain ``.delay()``, a beat schedule -- carries no token and releases
+  nothing, and a token whose marker has ended adopts nothing.
 - A killed worker: with ``task_acks_late`` and ``task_reject_on_worker_lost``, a worker process
   that dies mid-run (OOM killer, SIGKILL) leaves its message to be delivered again. Its lease on
   ``report:{day}`` is no longer renewed and ends within ``LEASE`` seconds; until then the new
-  delivery finds the day busy and retries. The marker stays meanwhile (the delivery keeps the
-  task id), so nobody enqueues a duplicate.
-
-Why a plain key and not a one-slot ``Semaphore``: a ``Semaphore`` object releases only its own
-lease, and the only release from another process, ``Semaphore.force_release``, removes every
-holder -- so any run could clear a marker taken for another. A plain ``SET key <task id> NX
-EX`` and a compare-and-delete by that id (``UNMARK``) release exactly the marker a run stands
-for.
+  delivery finds the day busy and retries. The marker stays meanwhile (the delivery keeps its
+  headers), so nobody enqueues a duplicate.
 
 The marker's ttl, ``MARKER_TTL`` (ten minutes), bounds the damage when nothing ever ends the
 task: a lost message, no worker to take it, or a revoke sent while no worker ran (workers keep
 revoked ids in memory only). Then ``enqueue_report`` refuses that day for at most
 ``MARKER_TTL`` seconds. A report that waits and runs longer than that may be enqueued once more
-meanwhile (its marker expired; its own removal, by id, cannot touch the newer marker), so
+meanwhile (its marker expired; its token cannot adopt the newer marker), so
 de-duplication is best effort: the lock on ``report:{day}`` is what guarantees one run at a
 time. Run a worker with ``REDIS_URL=redis://localhost:6379/0 celery -A celery_recipe worker``
 in this folder, or ``python examples/recipes/celery_recipe.py`` for a self-contained
@@ -41,29 +37,21 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import redis
 from celery import Celery, Task
 from celery.result import AsyncResult
 from celery.signals import task_revoked
 
-from redlock_deco import LockNotAcquired, locked, register_provider
+from redlock_deco import Lock, LockNotAcquired, locked, register_provider
 from redlock_deco.testing import redis_url
 
 LEASE = 5.0  # seconds a dead worker's lock outlives it (a live worker keeps renewing it)
 RETRY_SECONDS = 1.0  # when a run that found its day busy tries again
 MARKER_TTL = 600  # longest enqueue_report refuses a day whose task never ends (see above)
-MARKER_HEADER = "dedup_marker"  # the header that names a task's marker key
+MARKER_DAY, MARKER_TOKEN = "dedup_day", "dedup_token"  # the headers that name a task's marker
 WORK_SECONDS = 1.0  # what writing a report takes in this demonstration
-
-# KEYS[1] marker key; ARGV[1] the task id it was set for; returns 1 removed | 0 not this task's
-UNMARK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 app = Celery("celery_recipe")
 app.conf.update(
@@ -74,31 +62,30 @@ app.conf.update(
     # (the Redis broker's default); keep it above every retry countdown.
     broker_transport_options={"visibility_timeout": 3600},
 )
-markers: redis.Redis  # where the markers live: set by use_redis
 
 
 def use_redis(url: str) -> None:
     """Keep the locks, the markers, the broker and the result backend on ``url``."""
-    global markers
     register_provider("default", url)
     app.conf.update(broker_url=url, result_backend=url)
-    markers = redis.Redis.from_url(url)
 
 
 use_redis(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
 
 
-def queued_marker(day: str) -> str:
-    """The key that says a report for ``day`` is queued or running."""
-    return f"queued:report:{day}"
+def marker(day: str) -> Lock:
+    """The marker that says a report for ``day`` is queued or running: a lease nobody renews."""
+    return Lock(f"queued:report:{day}", ttl=MARKER_TTL, auto_renew=False, wait=0)
 
 
 def release_marker(request: Any) -> None:
-    """Remove the marker ``request``'s task was enqueued with, if it still stands for it."""
+    """Release the marker ``request``'s task was enqueued with, if it still stands for it."""
     headers: dict[str, Any] = request.headers or {}
-    marker: str | None = headers.get(MARKER_HEADER)  # None: not sent by enqueue_report
-    if marker:
-        markers.eval(UNMARK, 1, marker, request.id)
+    day, token = headers.get(MARKER_DAY), headers.get(MARKER_TOKEN)  # None: not enqueued here
+    if day and token:
+        mine = marker(day)
+        if mine.adopt(token):  # False: it ended, and perhaps stands for another task now
+            mine.release()
 
 
 def unmark(
@@ -136,15 +123,17 @@ def build_report(self: Task[Any, Any], day: str) -> dict[str, Any]:
 
 def enqueue_report(day: str) -> AsyncResult[Any] | None:
     """Send ``build_report(day)`` unless one sent here is queued or running for that day."""
-    marker, task_id = queued_marker(day), str(uuid.uuid4())
-    if not markers.set(marker, task_id, nx=True, ex=MARKER_TTL):
+    taken = marker(day)
+    if not taken.acquire():
         return None
+    token = taken.hand_over()  # from now on the task's to release, by this token
     try:
         return build_report.apply_async(
-            kwargs={"day": day}, task_id=task_id, headers={MARKER_HEADER: marker}
+            kwargs={"day": day}, headers={MARKER_DAY: day, MARKER_TOKEN: token}
         )
     except BaseException:
-        markers.eval(UNMARK, 1, marker, task_id)  # never sent: nothing else will remove it
+        if taken.adopt(token):  # never sent: nothing else will release it
+            taken.release()
         raise
 
 

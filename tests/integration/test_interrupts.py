@@ -248,6 +248,43 @@ def _bare_acquire_release(_: redis.Redis) -> Callable[[], None]:
     return _Bare()
 
 
+class _Adopted:
+    """A lease handed over by token: one object acquires and hands it over, another adopts
+    and releases it. An interrupted ``hand_over()`` leaves the lease with the giver, or gives
+    it back; an interrupted ``adopt()`` leaves it with the adopter, or as it was: held by the
+    token, which the caller has (and adopts again). Never held with nobody knowing -- but
+    for the caller's own window, as ``hand_over()`` returned the token into a line that was
+    interrupted before it stored it (``acquire()`` has the same one); settled here by reading
+    the token back from the server."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+        self.giver = Lock(NAME, ttl=5, wait=2, auto_renew=False)
+        self.taker = Lock(NAME, ttl=5, wait=2)
+        self.token: str | None = None
+
+    def __call__(self) -> None:
+        assert self.giver.acquire()
+        self.token = self.giver.hand_over()
+        assert self.taker.adopt(self.token)
+        self.taker.release()
+
+    def settle(self, where: str, point: Point) -> None:
+        if self.token is None and point[2] == "return hand_over_held":
+            held = self.r.get("lock:" + NAME)  # the caller's window (see above)
+            self.token = None if held is None else held.decode()
+        for holder in (self.taker, self.giver):  # whoever still holds lets go
+            if holder.lease is not None:
+                with contextlib.suppress(redlock_deco.LockError):  # (ended: released already)
+                    holder.release()
+        if self.token is not None and self.taker.adopt(self.token):  # interrupted in adopt
+            self.taker.release()
+
+
+def _adopted(r: redis.Redis) -> Callable[[], None]:
+    return _Adopted(r)
+
+
 def _semaphore(_: redis.Redis) -> Callable[[], None]:
     @limited(NAME, limit=1, ttl=5, wait=2)
     def protected() -> int:
@@ -277,6 +314,7 @@ SYNC = {
     "bare-acquire": _bare_acquire_release,
     "semaphore": _semaphore,
     "hand-off": _handed_off,
+    "adopted": _adopted,
 }
 
 

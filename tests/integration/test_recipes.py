@@ -317,11 +317,12 @@ def test_celery_enqueue_is_deduplicated_until_the_task_ends(
 ) -> None:
     monkeypatch.setattr(celery_recipe, "WORK_SECONDS", 0.01)  # three runs in-process
     day = unique_day()
-    marker = celery_recipe.queued_marker(day)
+    marker = celery_recipe.marker(day).key
     client = celery_server.client()
     before = client.llen("celery")
     sent = celery_recipe.enqueue_report(day)
-    assert sent is not None and client.get(marker) == sent.id.encode()
+    token = client.get(marker)
+    assert sent is not None and token is not None
     assert 0 < client.ttl(marker) <= celery_recipe.MARKER_TTL
     assert celery_recipe.enqueue_report(day) is None  # the same thread, again: still refused
     assert client.llen("celery") == before + 1  # one message, not two
@@ -329,15 +330,18 @@ def test_celery_enqueue_is_deduplicated_until_the_task_ends(
     # Runs that were not enqueued with this marker -- a plain .delay() or a beat schedule, or
     # a task whose own marker expired and was taken again since -- leave it alone.
     plain = celery_recipe.build_report.apply(kwargs={"day": day})
+    stale_token = "somehost:1:00000000:" + "0" * 32
     stale = celery_recipe.build_report.apply(
-        kwargs={"day": day}, headers={celery_recipe.MARKER_HEADER: marker}
+        kwargs={"day": day},
+        headers={celery_recipe.MARKER_DAY: day, celery_recipe.MARKER_TOKEN: stale_token},
     )
     assert plain.get()["day"] == stale.get()["day"] == day
-    assert client.get(marker) == sent.id.encode() and celery_recipe.enqueue_report(day) is None
+    assert client.get(marker) == token and celery_recipe.enqueue_report(day) is None
     done = celery_recipe.build_report.apply(  # the enqueued message, as a worker runs it
-        kwargs={"day": day}, task_id=sent.id, headers={celery_recipe.MARKER_HEADER: marker}
+        kwargs={"day": day},
+        headers={celery_recipe.MARKER_DAY: day, celery_recipe.MARKER_TOKEN: token.decode()},
     )
-    assert done.get()["day"] == day and not client.exists(marker)  # done for good: unmarked
+    assert done.get()["day"] == day and not client.exists(marker)  # done for good: released
     assert celery_recipe.enqueue_report(day) is not None
     client.delete("celery", marker)
 
@@ -383,7 +387,7 @@ def test_celery_worker_runs_one_report_per_day_at_a_time(
                      key=lambda report: report["started"])  # fmt: skip
     assert reports[0]["finished"] <= reports[1]["started"], reports  # never overlapping
     assert reports[1]["retries"] >= 1  # it found the day busy and retried
-    marker = celery_recipe.queued_marker(day)
+    marker = celery_recipe.marker(day).key
     wait_until(lambda: not celery_server.client().exists(marker), "the enqueued run unmarks")
     again = celery_recipe.enqueue_report(day)  # done for good: the day may be enqueued again
     assert again is not None and again.get(timeout=DEADLINE)["retries"] == 0
@@ -416,7 +420,7 @@ def test_celery_plain_run_leaves_an_enqueued_runs_marker(
     assert refused >= 10  # about a second's worth of tries after the plain run ended
     if again is not None:
         again.get(timeout=DEADLINE)
-    wait_until(lambda: not client.exists(celery_recipe.queued_marker(day)), "its run unmarks")
+    wait_until(lambda: not client.exists(celery_recipe.marker(day).key), "its run unmarks")
 
 
 def all_workers_busy(celery_recipe: ModuleType, client: redis.Redis) -> list[Any]:
@@ -434,7 +438,7 @@ def test_celery_revoked_queued_task_removes_its_marker(
     celery_recipe: ModuleType, celery_worker: int, celery_server: RedisServer
 ) -> None:
     day, client = unique_day(), celery_server.client()
-    marker = celery_recipe.queued_marker(day)
+    marker = celery_recipe.marker(day).key
     busy = all_workers_busy(celery_recipe, client)
     sent = celery_recipe.enqueue_report(day)  # queued behind them
     assert sent is not None
@@ -455,7 +459,7 @@ def test_celery_terminated_running_task_removes_its_marker(
     celery_recipe: ModuleType, celery_worker: int, celery_server: RedisServer
 ) -> None:
     day, client = unique_day(), celery_server.client()
-    marker = celery_recipe.queued_marker(day)
+    marker = celery_recipe.marker(day).key
     sent = celery_recipe.enqueue_report(day)
     assert sent is not None
     wait_until(lambda: client.exists(f"lock:report:{day}"), "a worker process runs the report")
@@ -498,7 +502,7 @@ def test_celery_killed_worker_process_frees_the_lock_within_its_lease(
     report = sent.get(timeout=DEADLINE)
     assert report["pid"] != holder
     assert min(report["started"], rerun["started"]) >= freed_at - 0.25  # not before it ended
-    marker = celery_recipe.queued_marker(day)
+    marker = celery_recipe.marker(day).key
     wait_until(lambda: not client.exists(marker), "the redelivered run unmarks")
 
 

@@ -1,0 +1,160 @@
+"""``adopt(token)``: a lease taken in one process, given back in another (a web request
+acquires, the worker that finishes the job releases), as redis-py's ``token=`` and
+python-redis-lock's ``id=`` allow. Locks, semaphore slots and readers, sync and asyncio."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import multiprocessing.connection
+import os
+import time
+
+import pytest
+import redis
+from support.flavours import Api
+
+import redlock_deco
+from redlock_deco import Lock, LockNotOwned
+from redlock_deco.testing import RedisServer
+
+
+def take_and_leave(url: str, kind: str, pipe: multiprocessing.connection.Connection) -> None:
+    """Another process: acquire, send the token, end without releasing (as a request
+    handler that handed its lease over to a job would)."""
+    redlock_deco.register_provider("default", url)
+    primitive = (
+        Lock("job", ttl=60, shared=kind == "shared")
+        if kind != "semaphore"
+        else redlock_deco.Semaphore("job", limit=2, ttl=60)
+    )
+    assert primitive.acquire(blocking=False)
+    lease = primitive.lease
+    assert lease is not None
+    pipe.send(lease.token)
+    pipe.close()
+    os._exit(0)  # nothing released, nothing renewed: the lease now waits for its adopter
+
+
+@pytest.mark.parametrize("kind", ["lock", "shared", "semaphore"])
+def test_a_lease_taken_in_one_process_is_released_in_another(
+    r: redis.Redis, server: RedisServer, kind: str
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=take_and_leave, args=(server.url, kind, send))
+    child.start()
+    assert receive.poll(30)
+    token = receive.recv()
+    child.join(30)
+    assert child.exitcode == 0
+
+    ours = (
+        Lock("job", ttl=5, shared=kind == "shared")
+        if kind != "semaphore"
+        else redlock_deco.Semaphore("job", limit=2, ttl=5)
+    )
+    assert ours.holders() == 1
+    assert ours.adopt(token)
+    assert ours.owned() and ours.holders() == 1
+    lease = ours.lease
+    assert lease is not None and lease.token == token and lease.remaining() > 4
+    key = "sem:job" if kind == "semaphore" else "lock:job"
+    if kind == "lock":
+        assert 4_000 < r.pttl(key) <= 5_000  # set to the adopter's ttl in the same step
+    ours.release()
+    assert r.dbsize() == 0
+    assert not ours.adopt(token)  # released: the token holds nothing any more
+    assert r.dbsize() == 0
+
+
+def test_adopt_is_false_and_changes_nothing_for_a_token_that_holds_nothing(
+    api: Api, r: redis.Redis
+) -> None:
+    async def scenario(api: Api) -> None:
+        holder = api.Lock("held", ttl=30, wait=0)
+        assert await holder.acquire()
+        pttl = r.pttl("lock:held")
+        other = api.Lock("held", ttl=5)
+        assert not await other.adopt("somehost:1:00000000:" + "0" * 32)
+        assert not await other.adopt(b"not-a-token")
+        assert other.lease is None
+        with pytest.raises(LockNotOwned):
+            await other.release()
+        assert pttl - 100 <= r.pttl("lock:held") <= pttl  # untouched
+        reader = api.Lock("held", shared=True)
+        lease = holder.lease
+        assert lease is not None
+        assert not await reader.adopt(lease.token)  # a writer's token is no reader's
+        assert await holder.owned()
+        await holder.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_a_lease_handed_over_in_process_is_renewed_by_its_adopter(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        giver = api.Lock("handed", ttl=30, wait=0)
+        assert await giver.acquire()
+        token = await giver.hand_over()
+        assert giver.lease is None  # the giver holds nothing, and renews nothing
+        with pytest.raises(LockNotOwned, match="cannot hand over"):
+            await giver.hand_over()
+        with pytest.raises(LockNotOwned):
+            await giver.release()
+        assert 29_000 < r.pttl("lock:handed") <= 30_000  # not released: it waits for its adopter
+        taker = api.Lock("handed", ttl=0.6)  # renewed every 0.2 s while it lives
+        assert await taker.adopt(token)
+        await api.sleep(1.5)
+        assert await taker.owned() and 0 < r.pttl("lock:handed") <= 600
+        await taker.release()
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def test_a_handed_over_lease_nobody_adopts_ends_within_its_ttl(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        sem = api.Semaphore("unadopted", limit=2, ttl=0.5, wait=0)
+        assert await sem.acquire()
+        await sem.hand_over()  # dropped afterwards without a ResourceWarning (it holds nothing)
+        await api.sleep(0.8)
+        assert await sem.holders() == 0
+
+    api.run(scenario)
+
+
+def test_adopt_refuses_what_it_cannot_do(api: Api, r: redis.Redis) -> None:
+    async def scenario(api: Api) -> None:
+        with pytest.raises(TypeError, match=r"lease\.token"):
+            await api.Lock("x").adopt(None)
+        with pytest.raises(TypeError, match=r"lease\.token"):
+            await api.Lock("x").adopt("")
+        with pytest.raises(ValueError, match="fencing token"):
+            await api.Lock("x", fencing=True).adopt("host:1:00000000:" + "0" * 32)
+
+    api.run(scenario)
+    assert r.dbsize() == 0
+
+
+def drop(objects: list[Lock]) -> None:
+    objects.clear()
+    gc.collect()
+
+
+def test_an_adopting_object_collected_unreleased_warns_and_stops_renewing(
+    r: redis.Redis,
+) -> None:
+    giver = Lock("dropped", ttl=30, auto_renew=False)
+    assert giver.acquire()
+    lease = giver.lease
+    assert lease is not None
+    takers = [Lock("dropped", ttl=0.5)]
+    assert takers[0].adopt(lease.token)
+    with pytest.warns(ResourceWarning, match="garbage-collected while holding"):
+        drop(takers)
+    time.sleep(0.8)
+    assert not r.exists("lock:dropped")  # expired within the adopter's ttl
+    with pytest.raises(LockNotOwned, match="already ended"):
+        giver.release()
