@@ -253,3 +253,27 @@ def test_more_calls_than_a_paused_master_may_owe_leave_no_lease_on_it(
     while paused.keys("lock:many:*") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert paused.keys("lock:many:*") == []
+
+
+def test_a_lease_handed_over_is_adopted_on_every_master(
+    api: Api, masters: list[RedisServer]
+) -> None:
+    async def scenario(api: Api) -> None:
+        giver = api.Lock("adopted", provider="q", ttl=30, wait=0)
+        assert await giver.acquire()
+        token = await giver.hand_over()
+        masters[2].pause()  # a minority away: the quorum still answers
+        try:
+            taker = api.Lock("adopted", provider="q", ttl=5)
+            assert await taker.adopt(token)
+            assert [0 < s.client().pttl("lock:adopted") <= 5_000 for s in masters[:2]] == [
+                True,
+                True,
+            ]
+            assert not await api.Lock("adopted", provider="q").adopt(token + "x")
+            await taker.release()
+        finally:
+            masters[2].resume()
+        assert on_masters(masters, "lock:adopted")[:2] == [False, False]
+
+    api.run(scenario)
