@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import queue
 import time
+from types import FunctionType
 from typing import Any, Protocol, TypeVar
 
 import redis
@@ -252,6 +254,36 @@ def direct_pool(client: Any) -> Any:
     return pool if encoding.replace("-", "").lower() == "utf8" else None
 
 
+_seen: tuple[object, bool] = (None, False)  # redis.Redis.execute_command last seen, and traced?
+
+
+def _is_redis_pys_own(method: object) -> bool:
+    """True for redis-py's own ``Redis.execute_command``: a plain function whose code is in
+    redis/client.py. A wrapt proxy (OpenTelemetry, ddtrace) is no plain function, and a
+    replacement (Sentry's), even one made with ``functools.wraps``, has code of its own."""
+    if type(method) is not FunctionType:  # (isinstance: a wrapt proxy passes for its function)
+        return False
+    code = method.__code__
+    return code.co_name == "execute_command" and code.co_filename.endswith(_REDIS_CLIENT_FILE)
+
+
+_REDIS_CLIENT_FILE = os.path.join("redis", "client.py")
+
+
+def traced(client: Any) -> bool:
+    """True when something wraps this client's ``execute_command`` -- OpenTelemetry's,
+    ddtrace's or Sentry's redis integration, or one of the application's own -- on its class
+    or on the client itself. Its commands then go through it, so that tracing sees them as it
+    sees any other; only a client nobody wraps is written to directly (direct_pool). Checked
+    on every command (a class lookup and an identity test, ~0.1 us): instrumentation is often
+    switched on after the client was made, and can be switched off again."""
+    global _seen
+    method = vars(redis.Redis).get("execute_command")
+    if method is not _seen[0]:
+        _seen = (method, not _is_redis_pys_own(method))
+    return _seen[1] or "execute_command" in vars(client)
+
+
 class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
@@ -304,7 +336,7 @@ class SyncTarget:
         if type(step) is Call and step.route is not None:
             return self.client.execute_command(*step.args, **routing(self.client, step))
         try:
-            if self.direct is not None:
+            if self.direct is not None and not traced(self.client):
                 return self._send_direct(step)
             return self.client.execute_command(*command(step))
         except NoScriptError:
@@ -334,7 +366,7 @@ class SyncTarget:
     def _send_replicated(self, step: Replicated) -> Any:
         """The attempt, then (if it took the lease) WAIT, on one connection."""
         attempt = step.step
-        if self.direct is not None:
+        if self.direct is not None and not traced(self.client):
             pool = self.direct
             out: list[Any] = []  # the connection taken, if any (see checkout)
             try:
