@@ -47,6 +47,7 @@ Servers: TypeAlias = "Server | list[Server] | tuple[Server, ...]"
 Provider: TypeAlias = "Servers | Callable[[], Servers]"
 
 _sources: dict[str, object] = {}  # name -> what was registered
+_async_sources: dict[str, object] = {}  # name -> what async code runs on, if registered apart
 
 # Clients built from URLs: a stalled server must not make a call with wait=W last as long as
 # the stall (redis-py 5 sets no socket timeout at all; 8 sets 5 s and retries 3 times). A
@@ -104,16 +105,29 @@ def _check_source(name: str, value: object) -> None:
         )
 
 
-def register_provider(name: str, provider: Provider) -> None:
+def register_provider(name: str, provider: Provider, *, asyncio: Provider | None = None) -> None:
     """Register ``provider`` (client, URL, or zero-argument factory) under ``name``.
+
+    ``asyncio``: what async code of this name runs on instead, when ``provider`` is a sync
+    client (or a factory of one) -- an application's ready-made pair, or fakeredis's
+    ``FakeRedis`` and ``FakeAsyncRedis`` on one ``FakeServer``. A factory is called once per
+    event loop (an asyncio client belongs to its loop). Without it, a URL serves both.
 
     Replacing a registration drops whatever was built from the old one in this process.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"provider name must be a non-empty str, got {name!r}")
     _check_source(name, provider)
+    if asyncio is not None:
+        _check_source(name, asyncio)
+        if isinstance(asyncio, _SYNC_CLIENTS):
+            raise _wrong_kind(name, asyncio, "async")
     with process.registry_lock:
         _sources[name] = provider
+        if asyncio is None:
+            _async_sources.pop(name, None)
+        else:
+            _async_sources[name] = asyncio
         _forget(name)
 
 
@@ -121,6 +135,7 @@ def unregister_provider(name: str) -> None:
     """Forget the provider ``name`` (no error if it was not registered)."""
     with process.registry_lock:
         _sources.pop(name, None)
+        _async_sources.pop(name, None)
         _forget(name)
 
 
@@ -151,10 +166,15 @@ def _wrong_kind(name: str, value: object, needed: str) -> ProviderError:
         else "redis.asyncio.Redis / redis.asyncio.RedisCluster"
     )
     user = "a sync function or primitive" if needed == "sync" else "async code"
+    pair = (
+        "; or give async code its own: register_provider(name, sync_client, asyncio=...)"
+        if needed == "async"
+        else ""
+    )
     return ProviderError(
         f"provider {name!r} gives {given} client ({type(value).__name__}), but {user} needs "
         f"{'a sync' if needed == 'sync' else 'an asyncio'} client: register a {register}, "
-        "a factory returning one, or a URL (URLs serve both sync and async code)",
+        f"a factory returning one, or a URL (URLs serve both sync and async code){pair}",
         provider=name,
     )
 
@@ -301,5 +321,8 @@ def async_target(name: str) -> AsyncTarget | QuorumAsyncTarget:
     state = process.loop_state()
     target: AsyncTarget | QuorumAsyncTarget | None = state.targets.get(name)
     if target is None:
-        target = state.targets[name] = _async_target(name, _source(name))
+        source = _async_sources.get(name)
+        if source is None:
+            source = _source(name)
+        target = state.targets[name] = _async_target(name, source)
     return target

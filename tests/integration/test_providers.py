@@ -43,6 +43,41 @@ def test_url_instance_and_factory_sources(server: RedisServer) -> None:
     assert calls == [1]  # called once per process, lazily
 
 
+def test_a_sync_client_and_an_asyncio_one_serve_one_name(server: RedisServer) -> None:
+    """An application's ready-made pair: the sync client for sync code, the asyncio factory
+    (called once per event loop) for async code, under one name."""
+    import asyncio
+
+    import redlock_deco.asyncio
+
+    made: list[redis.asyncio.Redis] = []
+
+    def async_client() -> redis.asyncio.Redis:
+        made.append(redis.asyncio.Redis(port=server.port))
+        return made[-1]
+
+    sync_client = server.client()
+    register_provider("pair", sync_client, asyncio=async_client)
+    assert sync_target("pair").client is sync_client
+
+    async def use() -> bool:
+        async with redlock_deco.asyncio.Lock("pair", provider="pair", wait=0) as lock:
+            owned = await lock.owned()
+        await redlock_deco.aclose()
+        for client in made:  # (a factory's clients are the application's to close)
+            await client.aclose()
+        return owned
+
+    assert asyncio.run(use()) and asyncio.run(use())
+    assert len(made) == 2  # one client per loop
+    with pytest.raises(ProviderError, match=r"asyncio=\.\.\."):
+        register_provider("pair", sync_client, asyncio=server.client())  # a sync one: refused
+    register_provider("pair", sync_client)  # registered again without it: sync only
+    with pytest.raises(ProviderError, match="needs an asyncio client"):
+        asyncio.run(use())
+    unregister_provider("pair")
+
+
 def test_factory_may_return_a_url(server: RedisServer) -> None:
     register_provider("late", lambda: server.url)
     with Lock("x", provider="late", wait=0) as lock:
