@@ -7,6 +7,10 @@ them. Each implementation takes its options as ``**given`` and checks them again
 table; ``public_signature`` gives it the signature the table declares at run time (for
 ``help()``, ``inspect.signature`` and the explanation of a call that cannot bind). What a
 decorated call does is in ``_decorators.py``.
+
+Why one module: it is two public functions and the overloads type checkers read for them,
+most of it generated; split, the overloads would sit away from the implementation they
+describe.
 """
 
 from __future__ import annotations
@@ -16,7 +20,17 @@ from typing import Any, Literal, TypeVar, overload
 
 from . import _decorators as decorators
 from ._options import REQUIRED, OnBusy, OnLost
-from ._signatures import AsyncBusyDecorator, BusyDecorator, F, NameArg, public_signature
+from ._signatures import (
+    KP,
+    AsyncBusyDecorator,
+    BusyDecorator,
+    F,
+    KeyedAsyncBusyDecorator,
+    KeyedBusyDecorator,
+    KeyedDecorator,
+    NameArg,
+    public_signature,
+)
 
 #: What an ``on_busy`` fallback returns (awaited first if it is awaitable, on the async path).
 B = TypeVar("B")
@@ -25,6 +39,82 @@ B = TypeVar("B")
 # <generated: locked overloads, from _options.OPTIONS by tests/support/options_table.py>
 @overload
 def locked(func: F, /) -> F: ...  # bare @locked: a def function in the name slot is decorated
+
+
+@overload
+def locked(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+    shared: bool = False,
+    label: str | None = None,
+) -> KeyedDecorator[KP]: ...
+
+
+@overload
+def locked(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+    shared: bool = False,
+    label: str | None = None,
+) -> KeyedBusyDecorator[KP, None]: ...
+
+
+@overload
+def locked(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    *,
+    name: Callable[KP, str],
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+    shared: bool = False,
+    label: str | None = None,
+) -> KeyedAsyncBusyDecorator[KP, B]: ...
+
+
+@overload
+def locked(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "lock:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    fencing: bool = False,
+    shared: bool = False,
+    label: str | None = None,
+) -> KeyedBusyDecorator[KP, B]: ...
 
 
 @overload
@@ -170,6 +260,78 @@ def locked(*templates: Any, name: Any = decorators.UNSET, **given: Any) -> Any:
 
 
 # <generated: limited overloads, from _options.OPTIONS by tests/support/options_table.py>
+@overload
+def limited(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    label: str | None = None,
+) -> KeyedDecorator[KP]: ...
+
+
+@overload
+def limited(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    label: str | None = None,
+) -> KeyedBusyDecorator[KP, None]: ...
+
+
+@overload
+def limited(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    *,
+    name: Callable[KP, str],
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    label: str | None = None,
+) -> KeyedAsyncBusyDecorator[KP, B]: ...
+
+
+@overload
+def limited(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    limit: int,
+    ttl: float = 30.0,
+    wait: float | None = 10.0,
+    auto_renew: bool = True,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "sem:",
+    replicas: int = 0,
+    on_lost: OnLost = None,
+    max_hold: float | None = None,
+    label: str | None = None,
+) -> KeyedBusyDecorator[KP, B]: ...
+
+
 @overload
 def limited(
     name: NameArg,

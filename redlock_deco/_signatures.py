@@ -84,6 +84,44 @@ class AsyncBusyDecorator(Protocol[B_co]):
     ) -> Callable[P, Coroutine[Any, Any, R | B_co]]: ...
 
 
+# A key function's parameters, fixed by ``name=`` before the decorated function is seen.
+KP = ParamSpec("KP")
+
+
+class KeyedDecorator(Protocol[KP]):
+    """``@locked(name=key_function)``: decorates only a function whose parameters are the key
+    function's (the same names and types), so a renamed or retyped parameter is a type error
+    where it is written, not a TypeError on the first call. Write the key function as a
+    ``def`` with annotations: a lambda's parameters have no types for a checker to compare."""
+
+    @overload
+    def __call__(
+        self, func: Callable[KP, Coroutine[Any, Any, R]], /
+    ) -> Callable[KP, Coroutine[Any, Any, R]]: ...
+    @overload
+    def __call__(self, func: Callable[KP, R], /) -> Callable[KP, R]: ...
+
+
+class KeyedBusyDecorator(Protocol[KP, B_co]):
+    """:class:`KeyedDecorator` with an ``on_busy`` that does not raise: a busy call returns
+    ``B_co`` (see :class:`BusyDecorator`)."""
+
+    @overload
+    def __call__(
+        self, func: Callable[KP, Coroutine[Any, Any, R]], /
+    ) -> Callable[KP, Coroutine[Any, Any, R | B_co]]: ...
+    @overload
+    def __call__(self, func: Callable[KP, R], /) -> Callable[KP, R | B_co]: ...
+
+
+class KeyedAsyncBusyDecorator(Protocol[KP, B_co]):
+    """:class:`KeyedDecorator` with an async fallback: async functions only."""
+
+    def __call__(
+        self, func: Callable[KP, Coroutine[Any, Any, R]], /
+    ) -> Callable[KP, Coroutine[Any, Any, R | B_co]]: ...
+
+
 # What users of other lock libraries reach for, and what it is called here.
 _ALIASES = {
     "timeout": "ttl= for the lease length (redis-py's Lock calls it timeout) or wait= for how "

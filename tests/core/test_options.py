@@ -80,7 +80,8 @@ def test_every_overload_takes_every_option_of_its_callable() -> None:
             assert default is not None and ast.literal_eval(default) == option.default_for(
                 node.name
             ), (node.lineno, option.name)
-    assert seen == 4 + 8  # locked: one per kind of on_busy; limited: two shapes of each
+    assert seen == 8 + 12  # locked: one per kind of on_busy, keyed and not; limited: a keyed
+    # one per kind, and two shapes of each (the name positional or by keyword)
 
 
 @pytest.mark.parametrize("api", ["locked", "limited"])

@@ -36,13 +36,29 @@ SKIP = ("OnBusy", "BusyDecorator[None]")
 ASYNC_FALLBACK = ("Callable[..., Awaitable[B]]", "AsyncBusyDecorator[B]")
 FALLBACK = ("Callable[..., B]", "BusyDecorator[B]")
 OVERLAP = "  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited"
+KEYED_OVERLAP = (
+    "  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters"
+)
 # limited's two shapes: limited(name, limit) positionally, or by keyword with name left out.
 POSITIONAL = ("name: NameArg", "limit: int", "*")
 KEYWORD = ("*", "name: NameArg = None", "limit: int")
+# A typed key function (name=def) first: the decorated function must take its parameters.
+RAISE_K = ('Literal["raise"] = "raise"', "KeyedDecorator[KP]")
+SKIP_K = ("OnBusy", "KeyedBusyDecorator[KP, None]")
+ASYNC_FALLBACK_K = ("Callable[..., Awaitable[B]]", "KeyedAsyncBusyDecorator[KP, B]")
+FALLBACK_K = ("Callable[..., B]", "KeyedBusyDecorator[KP, B]")
+KEYED = {
+    "locked": ("*", "name: Callable[KP, str]"),
+    "limited": ("*", "name: Callable[KP, str]", "limit: int"),
+}
 SHAPES = {
-    "locked": [(("*templates: NameArg", "name: NameArg = None"), kind)
-               for kind in (RAISE, SKIP, ASYNC_FALLBACK, FALLBACK)],
-    "limited": [(POSITIONAL, RAISE), (KEYWORD, RAISE), (POSITIONAL, SKIP), (KEYWORD, SKIP),
+    "locked": [*((KEYED["locked"], kind) for kind in (RAISE_K, SKIP_K, ASYNC_FALLBACK_K,
+                                                      FALLBACK_K)),
+               *((("*templates: NameArg", "name: NameArg = None"), kind)
+                 for kind in (RAISE, SKIP, ASYNC_FALLBACK, FALLBACK))],
+    "limited": [*((KEYED["limited"], kind) for kind in (RAISE_K, SKIP_K, ASYNC_FALLBACK_K,
+                                                        FALLBACK_K)),
+                (POSITIONAL, RAISE), (KEYWORD, RAISE), (POSITIONAL, SKIP), (KEYWORD, SKIP),
                 (POSITIONAL, ASYNC_FALLBACK), (POSITIONAL, FALLBACK),
                 (KEYWORD, ASYNC_FALLBACK), (KEYWORD, FALLBACK)],
 }  # fmt: skip
@@ -65,7 +81,8 @@ def overload(api: str, head: tuple[str, ...], kind: tuple[str, str]) -> str:
     on_busy, returns = kind
     params = [*head, *(parameter(o, api, on_busy) for o in options_of(api) if o.name != "limit")]
     lines = "".join(f"    {one},\n" for one in params)
-    ignore = OVERLAP if kind is ASYNC_FALLBACK else ""
+    ignore = (OVERLAP if kind in (ASYNC_FALLBACK, ASYNC_FALLBACK_K)
+              else KEYED_OVERLAP if kind in (RAISE_K, SKIP_K, FALLBACK_K) else "")  # fmt: skip
     return f"@overload\ndef {api}({ignore}\n{lines}) -> {returns}: ...\n"
 
 

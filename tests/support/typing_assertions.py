@@ -118,6 +118,35 @@ class Account:
         return day
 
 
+def order_key(order_id: int, amount: float = 1.0) -> str:
+    """A typed key function: the decorated function must take exactly these parameters."""
+    return f"order:{order_id}"
+
+
+@locked(name=order_key)
+def keyed_charge(order_id: int, amount: float = 1.0) -> str:
+    return f"{order_id}:{amount}"
+
+
+@locked(name=order_key, wait=0, on_busy="skip")
+async def keyed_charge_or_skip(order_id: int, amount: float = 1.0) -> str:
+    return f"{order_id}:{amount}"
+
+
+@limited(name=order_key, limit=2)
+def keyed_export(order_id: int, amount: float = 1.0) -> bytes:
+    return b""
+
+
+class Crawler:
+    def host_key(self, url: str) -> str:
+        return url.split("/")[2]
+
+    @locked(name=host_key)
+    def fetch(self, url: str) -> int:
+        return len(url)
+
+
 async def results() -> None:
     # on_busy="raise" (the default, or said): the result type is unchanged.
     assert_type(charge(7), str)
@@ -142,6 +171,11 @@ async def results() -> None:
     assert_type(charge_or_cached(7), int | str)
     assert_type(await run_or_later("x"), int | bytes)
     assert_type(await call_api_or_zero("acme"), bytes | float)
+    # name=<typed def>: the key function's parameters are the function's; types unchanged.
+    assert_type(keyed_charge(7), str)
+    assert_type(await keyed_charge_or_skip(7, 2.0), str | None)
+    assert_type(keyed_export(7), bytes)
+    assert_type(Crawler().fetch("https://example.com/a"), int)
     # Inside a protected call the lease is always there (outside, current_lease() raises).
     assert_type(current_lease(), Lease)
     assert_type(current_lease(None), Lease | None)
@@ -196,3 +230,14 @@ def rejected() -> None:
     locked("x", label=len)  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
     # Semaphore has no default limit either.
     Semaphore("api")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    # A function whose parameters are not its key function's: a type error where written.
+    locked(name=order_key)(renamed)  # type: ignore[arg-type]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    limited(name=order_key, limit=2)(retyped)  # type: ignore[arg-type]  # pyright: ignore[reportCallIssue, reportArgumentType]
+
+
+def renamed(order: int, amount: float = 1.0) -> str:
+    return str(order)
+
+
+def retyped(order_id: str, amount: float = 1.0) -> str:
+    return order_id
