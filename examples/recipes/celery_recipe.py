@@ -47,6 +47,7 @@ from celery.signals import task_revoked
 from redlock_deco import Lock, LockNotAcquired, locked, register_provider
 from redlock_deco.testing import redis_url
 
+REPORT = "report:{day}"  # one run per day at a time; the marker's name comes from it too
 LEASE = 5.0  # seconds a dead worker's lock outlives it (a live worker keeps renewing it)
 RETRY_SECONDS = 1.0  # when a run that found its day busy tries again
 MARKER_TTL = 600  # longest enqueue_report refuses a day whose task never ends (see above)
@@ -75,7 +76,8 @@ use_redis(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
 
 def marker(day: str) -> Lock:
     """The marker that says a report for ``day`` is queued or running: a lease nobody renews."""
-    return Lock(f"queued:report:{day}", ttl=MARKER_TTL, auto_renew=False, wait=0)
+    # The lock's own template, rendered for the day: one name per run, queued or running.
+    return Lock("queued:" + REPORT.format(day=day), ttl=MARKER_TTL, auto_renew=False, wait=0)
 
 
 def release_marker(request: Any) -> None:
@@ -104,7 +106,7 @@ def unmark_revoked(sender: Any = None, request: Any = None, **details: Any) -> N
         release_marker(request)
 
 
-@locked("report:{day}", ttl=LEASE, wait=0)
+@locked(REPORT, ttl=LEASE, wait=0)
 def write_report(day: str) -> dict[str, Any]:
     started = time.time()
     time.sleep(WORK_SECONDS)  # the work: query, render, upload...
