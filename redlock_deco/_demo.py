@@ -5,6 +5,12 @@ overlap would lose an update) and a gauge under ``@limited`` (any over-admission
 it past the limit), and records how long each hand-off of the lock took. The summary checks
 both invariants and the exit status says whether they held.
 
+The clock starts when every worker is ready: spawning a process and importing redis-py and
+this package takes seconds on a busy machine, and workers that each started their own clock
+as they came up ran staggered, with a "5 s" run showing nothing for its first 3 s. Each
+worker says it is ready (a counter) and waits for the start (a list the parent pushes one
+item per worker to, once all are ready); the progress line counts them meanwhile.
+
 The demo may run on a user's own server, so it leaves nothing behind: every key it writes
 expires ``KEEP_AFTER`` seconds after its last write (a hard kill cannot leave immortal keys),
 and a Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops the workers
@@ -35,6 +41,8 @@ from ._providers import redact, register_provider
 from .testing import find_redis_server, redis_url
 
 KEEP_AFTER = 300  # seconds each demo key outlives its last write, whatever ends the demo
+# How long a ready worker waits for the start before giving up (its parent is gone or stuck).
+START_TIMEOUT = 120
 
 
 def _ignore_sigint() -> None:
@@ -113,6 +121,12 @@ def worker(url: str, ns: str, seconds: float, limit: int) -> dict[str, Any]:
         time.sleep(0.002)
         _count(client, (f"{ns}:inside", -1), (f"{ns}:limited", 1))
 
+    # Ready (imported, connected): wait for the start, so that every worker runs the same
+    # `seconds` from the same moment, the moment the parent's clock starts.
+    _count(client, (f"{ns}:ready", 1))
+    if client.blpop([f"{ns}:start"], timeout=START_TIMEOUT) is None:
+        client.close()
+        raise RuntimeError(f"the demo did not start within {START_TIMEOUT}s of this worker")
     locked_calls = limited_calls = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -185,10 +199,28 @@ def _run_workers(
     limit: int,
     progress: Progress,
 ) -> list[dict[str, Any]]:
-    started = time.monotonic()
+    spawned = time.monotonic()
+    started: float | None = None  # when every worker was ready and the start was given
     with _worker_pool(workers) as pool:
         pending = pool.starmap_async(worker, [(url, ns, seconds, limit)] * workers)
         while not pending.ready():
+            if started is None:
+                ready = int(client.get(f"{ns}:ready") or 0)
+                if ready < workers:
+                    if progress.tty:  # a log gets one line, once they are all ready
+                        progress.show(
+                            f"  starting {workers} worker processes: {ready} ready "
+                            f"({time.monotonic() - spawned:.1f}s)"
+                        )
+                    pending.wait(0.05)
+                    continue
+                _start(client, ns, workers)
+                started = time.monotonic()
+                progress.show(
+                    f"  {workers} workers ready after {started - spawned:.1f}s: "
+                    f"the {seconds:g}s run starts now",
+                    final=True,
+                )
             pending.wait(0.2)
             progress.show(
                 f"  {time.monotonic() - started:5.1f}s  "
@@ -197,6 +229,15 @@ def _run_workers(
             )
         results: list[dict[str, Any]] = pending.get()
     return results
+
+
+def _start(client: redis.Redis, ns: str, workers: int) -> None:
+    """Release every waiting worker at once: one item each, pushed with the list's expiry in
+    one transaction (no interruption may leave the list immortal)."""
+    with client.pipeline() as step:
+        step.rpush(f"{ns}:start", *["go"] * workers)
+        step.expire(f"{ns}:start", KEEP_AFTER)
+        step.execute()
 
 
 def _remove_keys(client: redis.Redis, ns: str) -> None:
