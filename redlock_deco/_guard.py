@@ -448,14 +448,15 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
         raise
 
 
-def _adopted(kind: Kind, options: LeaseOptions, key: str, token: object, target: Any) -> Claim:
-    """The claim of the lease ``token`` holds on ``key`` (taken elsewhere), or why not."""
-    if isinstance(token, bytes):
-        token = token.decode("utf-8", "replace")
-    if not isinstance(token, str) or not token:
+def _adopted(options: LeaseOptions, name: str, key: str, held_by: object,
+             held: list[Lease]) -> str:  # fmt: skip
+    """The token to adopt, checked: ``adopt(held_by)``'s argument, a lease token."""
+    if isinstance(held_by, bytes):
+        held_by = held_by.decode("utf-8", "replace")
+    if not isinstance(held_by, str) or not held_by:
         raise TypeError(
-            f"adopt() takes the token of a lease taken elsewhere (its lease.token, a str), "
-            f"got {token!r:.60}"
+            f"adopt() takes the token of a lease taken elsewhere (what hand_over() returned, "
+            f"or lease.token), got {held_by!r:.60}"
         )
     if options.fencing:
         # The fencing token is not in the lease token, and reading the fence counter after
@@ -464,28 +465,33 @@ def _adopted(kind: Kind, options: LeaseOptions, key: str, token: object, target:
             "adopt() cannot recover a fenced lease's fencing token; send lease.fencing_token "
             "with the lease token and check it yourself, or adopt with fencing=False"
         )
-    keys = Keys.for_key(key, kind)
-    counted = getattr(target, "counted", True)
-    return Claim(kind, keys, token, options.ttl_ms, options.limit, options.replicas, False,
-                 counted)  # fmt: skip
+    if any(lease.token == held_by for lease in held):
+        raise LockError(
+            f"this object already holds the lease of that token on {key!r}: nothing to adopt",
+            name=name,
+            key=key,
+        )
+    return held_by
 
 
 def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, key: str,
-               token: object, alive: Callable[[], bool],
+               held_by: object, alive: Callable[[], bool],
                kept: Callable[[], None]) -> bool:  # fmt: skip
-    """``adopt(token)``: bind the object whose leases are ``held`` to the lease ``token``
-    holds on ``key`` now (taken by another object, in this process or another), set to this
-    object's ttl in the same step, as a bare ``acquire()`` would have taken it; False (and
-    nothing changed) if ``token`` holds nothing there. An interruption before the lease is
-    recorded leaves it as it was: held by the token, not renewed here."""
+    """``adopt(token)``: take over the lease ``held_by`` holds on ``key`` now (taken by
+    another object, in this process or another) for the object whose leases are ``held``,
+    under a new token of its own and its ttl, in one step: whatever the old token's holder
+    still sends (a renewal in flight, a late release) then touches nothing, and the token
+    cannot be adopted twice. False, nothing changed, if ``held_by`` holds nothing there. Cut
+    short after the swap may have landed, the lease is given back, as an acquire's is."""
     target = providers.sync_target(options.provider)
     _check_target(kind, options, target)
-    claim = _adopted(kind, options, key, token, target)
+    held_by = _adopted(options, name, key, held_by, held)
+    claim = _claim(kind, options, key, target)
     started = time.monotonic()
-    if not drivers.run(target.algorithms.extend(claim, options.ttl_ms), target):
-        return False
     taken: list[Lease] = []
     try:
+        if not drivers.run(target.algorithms.adopt(claim, held_by), target):
+            return False
         on_lost = options.on_lost if callable(options.on_lost) else None
         lease = _new_lease(claim, name, options, target, started, Granted(), threading.Lock(),
                            alive, on_lost)  # fmt: skip
@@ -497,10 +503,11 @@ def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, 
         held.append(lease)
         kept()
         return lease is not None  # (not a constant: see acquire_held)
-    except BaseException:
-        for lease in taken:
-            _forget_held(held, lease)
-            _stop(lease)
+    except BaseException as exc:
+        for one in taken:
+            _forget_held(held, one)
+            _stop(one)
+        _cut_short(claim, target, exc)
         raise
 
 
@@ -546,6 +553,14 @@ def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:
         raise
 
 
+def _handed_over(lease: Lease) -> None:
+    """This process's hold ends with a hand-over: its events close with "released" (its
+    adopter's open with "acquired"), as every lease's do."""
+    if events.listeners:
+        held = time.monotonic() - lease.acquired_at
+        events.emit("released", lease.name, lease.key, held, lease.source)
+
+
 def hand_over_held(
     held: list[Lease], taken: Callable[[], None], not_held: Callable[[], Exception]
 ) -> str:
@@ -560,6 +575,7 @@ def hand_over_held(
             raise not_held()
         taken()
         _stop(popped[0])
+        _handed_over(popped[0])
         return popped[0].token
     except BaseException as exc:
         for lease in popped:
@@ -800,7 +816,7 @@ async def adopt_held_async(
     options: LeaseOptions,
     name: str,
     key: str,
-    token: object,
+    held_by: object,
     alive: Callable[[], bool],
     kept: Callable[[], None],
 ) -> bool:
@@ -809,16 +825,17 @@ async def adopt_held_async(
     before = _cancels(task)
     target = providers.async_target(options.provider)
     _check_target(kind, options, target)
+    held_by = _adopted(options, name, key, held_by, held)
     if not target.checked:
         await eviction.check_async_once(target)
         _raise_if_cancelled(task, before)
-    claim = _adopted(kind, options, key, token, target)
+    claim = _claim(kind, options, key, target)
     started = time.monotonic()
-    if not await drivers.run_async(target.algorithms.extend(claim, options.ttl_ms), target):
-        return False
-    _raise_if_cancelled(task, before)  # (left as it was: held by the token)
     taken: list[Lease] = []
     try:
+        if not await drivers.run_async(target.algorithms.adopt(claim, held_by), target):
+            return False
+        _raise_if_cancelled(task, before)
         on_lost = options.on_lost if callable(options.on_lost) else None
         if options.on_lost == "cancel":
             on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
@@ -831,10 +848,11 @@ async def adopt_held_async(
         held.append(lease)
         kept()
         return lease is not None
-    except BaseException:
-        for lease in taken:
-            _forget_held(held, lease)
-            _stop_async(lease)
+    except BaseException as exc:
+        for one in taken:
+            _forget_held(held, one)
+            _stop_async(one)
+        await _cut_short_async(claim, target, exc)
         raise
 
 
@@ -867,6 +885,7 @@ async def hand_over_held_async(
             raise not_held()
         taken()
         _stop_async(popped[0])
+        _handed_over(popped[0])
         return popped[0].token
     except BaseException as exc:
         for lease in popped:

@@ -81,6 +81,7 @@ class Lease:
         "recorded_at",
         "renewing",
         "sections",
+        "set_ms",
         "state",
         "target",
         "ttl_ms",
@@ -124,6 +125,7 @@ class Lease:
         self.sections: set[object] = set()
         self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms: int = claim.ttl_ms
+        self.set_ms: int = claim.ttl_ms  # what the request behind the recorded expiry set
         self.recorded_at: float = started  # when the request behind the recorded expiry was sent
         # A hand-off grants the waiter its own ttl (queue entries carry it), so every lease
         # starts as long as the ttl.
@@ -168,6 +170,16 @@ class Lease:
             return 0.0
         return max(0.0, self.expires_at - (time.monotonic() if now is None else now))
 
+    def _server_left(self, now: float) -> float:
+        """Seconds the server keeps the lease at the least, as this holder can tell: what
+        :meth:`remaining` says, without a quorum's drift allowance (that allowance guards
+        the holder's belief, not the server's count: ``extend(by=S)`` measured from
+        ``remaining()`` shortened a quorum lease whenever S was under 1% of it)."""
+        left = self.remaining(now)
+        if left == 0:
+            return 0.0
+        return left + self.set_ms / 1000 - held_for(self.target, self.set_ms)
+
     # -- transitions --------------------------------------------------------------------
 
     def _enter(self, section: object) -> None:
@@ -209,6 +221,7 @@ class Lease:
         if started < self.recorded_at:
             return  # older than what is recorded: that request was overtaken (io prevents it)
         self.recorded_at = started
+        self.set_ms = ttl_ms
         if not keep_length:
             self.ttl_ms = ttl_ms
         self.expires_at = started + held_for(self.target, ttl_ms)  # a quorum's less drift

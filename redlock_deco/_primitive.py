@@ -100,8 +100,10 @@ class Base:
 
     def __repr__(self) -> str:
         """Name, kind, key, and whether this object holds it for the caller (no I/O: what
-        this process knows)."""
-        return f"<{self._describe()} held={self.lease is not None}>"
+        this process knows; a lease known to have ended is not held)."""
+        lease = self.lease
+        held = lease is not None and not lease.lost and lease.remaining() > 0
+        return f"<{self._describe()} held={held}>"
 
     def _describe(self) -> str:
         public = self.api_name if "." in self.api_name else f"redlock_deco.{self.api_name}"
@@ -219,15 +221,18 @@ class Primitive(Base):
 
     def adopt(self, token: str | bytes) -> bool:
         """Take over the lease ``token`` holds on this name now -- taken by another object,
-        most often in another process (a web request acquires, the worker that finishes the
-        job releases): pass it the holder's ``lease.token``. True when the token holds it:
-        the lease is then this object's, as if its ``acquire()`` had taken it (``release()``,
-        ``extend()``, ``owned()`` work here; renewed while this object lives, if
-        ``auto_renew``), and it is set to this object's ttl in the same step. False, and
-        nothing changed, when the token holds nothing here (ended, released, or another
-        kind's). The holder that gave the token away should stop using it: its own object
-        still believes it holds the lease (drop it without releasing, or let it end).
-        Refused for ``fencing=True``: the fencing token is not part of the lease token."""
+        most often in another process (a web request acquires and hands it over, the worker
+        that finishes the job adopts and releases it): pass what ``hand_over()`` returned
+        (or the holder's ``lease.token``). True when the token holds it: in one step the
+        lease becomes this object's, under a new token of its own and this object's ttl, as
+        if its ``acquire()`` had taken it (``release()``, ``extend()``, ``owned()`` work
+        here; renewed while this object lives, if ``auto_renew``). The old token is retired:
+        whatever its holder still sends (a renewal in flight, a late release) touches
+        nothing, and a second ``adopt()`` of it returns False. False, and nothing changed,
+        when the token holds nothing here (ended, released, adopted already, or another
+        kind's). An adopt cut short (a timeout, an interrupt) gives back what it may have
+        taken, as an acquire does. Refused for ``fencing=True``: the fencing token is not
+        part of the lease token."""
         return guard.adopt_held(self._held, self.kind, self.options, self.name, self.key,
                                 token, self._alive, self._watch)  # fmt: skip
 
@@ -253,7 +258,7 @@ class Primitive(Base):
         lease = self._owned_lease("extend")
         with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed
             started = time.monotonic()
-            ttl_ms = asked.ms + (to_ms(lease.remaining(started)) if asked.additive else 0)
+            ttl_ms = asked.ms + (to_ms(lease._server_left(started)) if asked.additive else 0)
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
             try:
                 extended = drivers.run(extend, lease.target)
@@ -358,7 +363,7 @@ class AsyncPrimitive(Base):
         lease = self._owned_lease("extend")
         async with lease.io:  # ordered with this lease's renewals
             started = time.monotonic()
-            ttl_ms = asked.ms + (to_ms(lease.remaining(started)) if asked.additive else 0)
+            ttl_ms = asked.ms + (to_ms(lease._server_left(started)) if asked.additive else 0)
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
             try:
                 extended = await drivers.run_async(extend, lease.target)

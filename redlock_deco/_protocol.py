@@ -255,6 +255,7 @@ class Kind:
     extend_script: Script
     owned_script: Script
     count_script: Script
+    adopt_script: Script
     reentrant: bool
     shared: bool = False  # a reader of a token lock (see lua/waiters.lua)
     # The first attempt may be one plain SET NX PX, no script (see Claim.plain_step).
@@ -279,6 +280,7 @@ LOCK = Kind(
     scripts.LOCK_EXTEND,
     scripts.LOCK_OWNED,
     scripts.LOCK_COUNT,
+    scripts.LOCK_ADOPT,
     reentrant=True,
     plain_first=True,
 )
@@ -294,6 +296,7 @@ SHARED = Kind(
     scripts.SHARED_EXTEND,
     scripts.SHARED_OWNED,
     scripts.LOCK_COUNT,
+    scripts.SHARED_ADOPT,
     reentrant=True,
     shared=True,
 )
@@ -307,6 +310,7 @@ SEMAPHORE = Kind(
     scripts.SEM_EXTEND,
     scripts.SEM_OWNED,
     scripts.SEM_COUNT,
+    scripts.SEM_ADOPT,
     reentrant=False,  # each acquisition takes another slot
 )
 #: Every primitive kind; the operator tools, the ACL helper and ``inspect`` read this.
@@ -368,6 +372,11 @@ class Claim:
 
     def owned_step(self) -> Eval:
         return Eval(self.kind.owned_script, (self.keys.key, *self.keys.extra()), (self.token,))
+
+    def adopt_step(self, held_by: str) -> Eval:
+        """Take over the lease ``held_by`` holds, under this claim's token and ttl."""
+        keys = (self.keys.key, *self.keys.extra())
+        return Eval(self.kind.adopt_script, keys, (held_by, self.token, self.ttl_ms))
 
 
 #: Each kind's acquire script, to undo an attempt from its step alone (see undo_step).
@@ -474,6 +483,7 @@ class Algorithms(Protocol):
     def fast_try(self, claim: Claim, wait: float | None, listening: bool) -> Call | None: ...
     def release(self, claim: Claim) -> Steps[bool | None]: ...
     def extend(self, claim: Claim, ttl_ms: int) -> Steps[bool]: ...
+    def adopt(self, claim: Claim, held_by: str) -> Steps[bool]: ...
     def owned(self, claim: Claim) -> Steps[bool]: ...
     def holders(self, kind: Kind, key: str, limit: int = 1) -> Steps[int]: ...
     def abandon(self, claim: Claim) -> Steps[None]: ...
@@ -614,6 +624,12 @@ class SingleNode:
         """Reset the lease to ``ttl_ms``; False if it was no longer ours."""
         code = yield claim.extend_step(ttl_ms)
         return scripts.outcome("extend", code) is Outcome.EXTENDED
+
+    def adopt(self, claim: Claim, held_by: str) -> Steps[bool]:
+        """Take over the lease the token ``held_by`` holds now, as ``claim``; False if it
+        holds none."""
+        code = yield claim.adopt_step(held_by)
+        return scripts.outcome("adopt", code) is Outcome.ADOPTED
 
     def owned(self, claim: Claim) -> Steps[bool]:
         """Does this claim still hold its lease? Read-only."""

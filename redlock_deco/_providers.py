@@ -323,6 +323,14 @@ def async_target(name: str) -> AsyncTarget | QuorumAsyncTarget:
     if target is None:
         source = _async_sources.get(name)
         if source is None:
-            source = _source(name)
-        target = state.targets[name] = _async_target(name, source)
+            target = state.targets[name] = _async_target(name, _source(name))
+            return target
+        try:
+            target = state.targets[name] = _async_target(name, source)
+        except ProviderError as exc:
+            raise ProviderError(
+                f"provider {name!r}: its asyncio= side must give asyncio clients "
+                f"(redis.asyncio.Redis, fakeredis.FakeAsyncRedis...): {exc}",
+                provider=name,
+            ) from exc
     return target

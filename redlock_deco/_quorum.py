@@ -138,6 +138,23 @@ class Quorum:
         extended = _granted(replies, "extend", Outcome.EXTENDED)
         return extended >= quorum(self.masters, claim.limit) and validity_ms(ttl_ms, elapsed_ms) > 0
 
+    def adopt(
+        self, claim: Claim, held_by: str, clock: Callable[[], float] = time.monotonic
+    ) -> Steps[bool]:
+        """Take over the lease ``held_by`` holds on every master, as ``claim``; it is ours only
+        if a quorum swapped it in time. Short of that, what did swap is given back: the
+        token then holds too few masters for anyone to adopt or keep."""
+        started = clock()
+        replies = yield Fanout(claim.adopt_step(held_by))
+        elapsed_ms = (clock() - started) * 1000
+        adopted = _granted(replies, "adopt", Outcome.ADOPTED)
+        in_time = validity_ms(claim.ttl_ms, elapsed_ms) > 0
+        if adopted >= quorum(self.masters, claim.limit) and in_time:
+            return True
+        if adopted:
+            yield Fanout(claim.release_step())
+        return False
+
     def owned(self, claim: Claim) -> Steps[bool]:
         replies = yield Fanout(claim.owned_step())
         return _granted(replies, "owned", Outcome.OWNER) >= quorum(self.masters, claim.limit)

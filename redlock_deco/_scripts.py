@@ -42,15 +42,18 @@ LOCK_ACQUIRE = load("lock_acquire", waiting=True)
 LOCK_RELEASE = load("lock_release")
 LOCK_EXTEND = load("lock_extend")
 LOCK_OWNED = load("lock_owned")
+LOCK_ADOPT = load("lock_adopt")
 LOCK_COUNT = load("lock_count")
 SHARED_ACQUIRE = load("shared_acquire", waiting=True)
 SHARED_RELEASE = load("shared_release")
 SHARED_EXTEND = load("shared_extend")
 SHARED_OWNED = load("shared_owned")
+SHARED_ADOPT = load("shared_adopt")
 SEM_ACQUIRE = load("sem_acquire", waiting=True)
 SEM_RELEASE = load("sem_release")
 SEM_EXTEND = load("sem_extend")
 SEM_OWNED = load("sem_owned")
+SEM_ADOPT = load("sem_adopt")
 SEM_COUNT = load("sem_count")
 FORCE_RELEASE = load("force_release")  # an operator's: see _admin.py
 
@@ -60,6 +63,7 @@ class Outcome(enum.Enum):
     BUSY = "busy"
     RELEASED = "released"
     EXTENDED = "extended"
+    ADOPTED = "adopted"
     OWNER = "owner"
     NOT_OWNER = "not owner"
     GONE = "gone"  # released: the lease was not there any more (ended, or released already)
@@ -82,6 +86,8 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("release", 2): Outcome.GONE,
     ("extend", 1): Outcome.EXTENDED,
     ("extend", 0): Outcome.NOT_OWNER,
+    ("adopt", 1): Outcome.ADOPTED,
+    ("adopt", 0): Outcome.NOT_OWNER,
     ("owned", 1): Outcome.OWNER,
     ("owned", 0): Outcome.NOT_OWNER,
     ("force_release", 1): Outcome.RELEASED,

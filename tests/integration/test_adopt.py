@@ -16,7 +16,7 @@ from support.flavours import Api
 
 import redlock_deco
 from redlock_deco import Lock, LockNotOwned
-from redlock_deco.testing import RedisServer
+from redlock_deco.testing import FaultProxy, RedisServer
 
 
 def take_and_leave(url: str, kind: str, pipe: multiprocessing.connection.Connection) -> None:
@@ -58,10 +58,11 @@ def test_a_lease_taken_in_one_process_is_released_in_another(
     assert ours.adopt(token)
     assert ours.owned() and ours.holders() == 1
     lease = ours.lease
-    assert lease is not None and lease.token == token and lease.remaining() > 4
+    assert lease is not None and lease.token != token and lease.remaining() > 4  # its own token
     key = "sem:job" if kind == "semaphore" else "lock:job"
     if kind == "lock":
         assert 4_000 < r.pttl(key) <= 5_000  # set to the adopter's ttl in the same step
+    assert not redlock_deco.Lock("job", shared=kind == "shared").adopt(token)  # retired
     ours.release()
     assert r.dbsize() == 0
     assert not ours.adopt(token)  # released: the token holds nothing any more
@@ -158,3 +159,86 @@ def test_an_adopting_object_collected_unreleased_warns_and_stops_renewing(
     assert not r.exists("lock:dropped")  # expired within the adopter's ttl
     with pytest.raises(LockNotOwned, match="already ended"):
         giver.release()
+
+
+def test_a_renewal_of_the_giver_landing_after_the_adoption_touches_nothing(
+    r: redis.Redis, server: RedisServer
+) -> None:
+    """Review 6, F1: a giver's renewal in flight (here stuck behind a stalled network) as it
+    handed the lease over landed after the adoption and set the lease back to the giver's
+    1 s: a third holder got in while the adopter believed it held for 30 s. The adoption
+    retires the old token, so the late renewal finds nothing of its own."""
+    with FaultProxy(server.port) as proxy:
+        redlock_deco.register_provider("slow", proxy.url + "?socket_timeout=10")
+        giver = Lock("stale", ttl=1.0, provider="slow")  # renewed every ~0.33 s
+        assert giver.acquire()
+        time.sleep(0.2)
+        proxy.stall()  # the next renewal is sent, and stuck
+        time.sleep(0.3)
+        token = giver.hand_over()
+        taker = Lock("stale", ttl=30)
+        assert taker.adopt(token)
+        proxy.resume()  # the stuck renewal lands now
+        time.sleep(1.3)  # past the giver's ttl
+        assert r.pttl("lock:stale") > 25_000
+        assert not Lock("stale", wait=0).acquire()  # nobody else gets in
+        assert taker.owned()
+        taker.release()
+        redlock_deco.unregister_provider("slow")
+    assert r.dbsize() == 0
+
+
+def test_the_readers_marker_is_no_token_to_adopt(r: redis.Redis) -> None:
+    """Review 6, F2: while readers hold a name its key holds a marker, which an exclusive
+    Lock's adopt() took for a holder's token: its release then deleted the key under live
+    readers, and a writer got in beside them."""
+    with Lock("doc", shared=True) as reader:
+        marker = r.get("lock:doc")
+        assert marker is not None
+        writer = Lock("doc", wait=0)
+        assert not writer.adopt(marker)
+        assert reader.owned() and not Lock("doc", wait=0).acquire()
+    assert r.dbsize() == 0
+
+
+def test_an_object_cannot_adopt_what_it_holds_and_a_token_adopts_once(r: redis.Redis) -> None:
+    lock = Lock("once", ttl=5)
+    assert lock.acquire()
+    lease = lock.lease
+    assert lease is not None
+    with pytest.raises(redlock_deco.LockError, match="already holds"):
+        lock.adopt(lease.token)
+    token = lock.hand_over()
+    first, second = Lock("once", ttl=5), Lock("once", ttl=5)
+    assert first.adopt(token)
+    assert not second.adopt(token)  # a redelivered job: the token was retired
+    first.release()
+    assert r.dbsize() == 0
+
+
+def test_events_close_the_givers_hold_and_open_the_adopters(r: redis.Redis) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def listen(event: redlock_deco.LockEvent) -> None:
+        seen.append((event.kind, event.key))
+
+    redlock_deco.add_listener(listen)
+    try:
+        giver = Lock("evented", ttl=5)
+        assert giver.acquire()
+        taker = Lock("evented", ttl=5)
+        assert taker.adopt(giver.hand_over())
+        taker.release()
+    finally:
+        redlock_deco.remove_listener(listen)
+    assert [kind for kind, _ in seen] == ["acquired", "released", "acquired", "released"]
+
+
+def test_repr_says_a_lease_known_to_have_ended_is_not_held(r: redis.Redis) -> None:
+    lock = Lock("ended", ttl=0.2, auto_renew=False)
+    assert lock.acquire()
+    assert repr(lock).endswith("held=True>")
+    time.sleep(0.3)
+    assert repr(lock).endswith("held=False>")  # expired, by this process's reckoning
+    with pytest.raises(LockNotOwned):
+        lock.release()

@@ -72,6 +72,9 @@ def test_a_sync_client_and_an_asyncio_one_serve_one_name(server: RedisServer) ->
     assert len(made) == 2  # one client per loop
     with pytest.raises(ProviderError, match=r"asyncio=\.\.\."):
         register_provider("pair", sync_client, asyncio=server.client())  # a sync one: refused
+    register_provider("pair", sync_client, asyncio=server.client)  # a factory of sync ones
+    with pytest.raises(ProviderError, match="its asyncio= side must give asyncio clients"):
+        asyncio.run(use())
     register_provider("pair", sync_client)  # registered again without it: sync only
     with pytest.raises(ProviderError, match="needs an asyncio client"):
         asyncio.run(use())

@@ -277,3 +277,18 @@ def test_a_lease_handed_over_is_adopted_on_every_master(
         assert on_masters(masters, "lock:adopted")[:2] == [False, False]
 
     api.run(scenario)
+
+
+def test_extend_by_adds_on_a_quorum_even_when_small(masters: list[RedisServer]) -> None:
+    """Review 6, F3: extend(by=S) measured what was left by the holder's drift-reduced
+    reckoning, so on a quorum it shortened the lease whenever S was under 1% of it."""
+    lock = Lock("by-q", provider="q", ttl=600, auto_renew=False)
+    assert lock.acquire()
+    try:
+        for _ in range(3):
+            before = min(s.client().pttl("lock:by-q") for s in masters)
+            lock.extend(by=1)
+            after = min(s.client().pttl("lock:by-q") for s in masters)
+            assert 800 < after - before <= 1_100, (before, after)
+    finally:
+        lock.release()

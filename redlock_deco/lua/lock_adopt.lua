@@ -1,0 +1,12 @@
+-- Take over a token lock's lease under a new token if, and only if, the old token holds it
+-- now: whatever the old token's holder still sends afterwards (a renewal in flight, a late
+-- release) finds another token and touches nothing.
+-- include: waiters
+-- KEYS[1] lock key
+-- ARGV[1] the token holding it; ARGV[2] the adopter's new token; ARGV[3] new lease ttl in ms
+-- returns 1 adopted | 0 not held by that token (nothing was touched)
+if ARGV[1] == SHARED or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0  -- (the readers' marker is no holder's token)
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
