@@ -5,7 +5,7 @@ otherwise (issue 23: options declared once; ``unasync --check`` for signatures):
   its ``# <generated: ...>`` markers (what type checkers see: one overload per kind of
   ``on_busy``, and for ``limited`` two shapes, since a required ``limit`` cannot follow a
   ``name`` with a default);
-- the options table of README.md and docs/locked.md, between
+- the options table of docs/locked.md (README.md links to it), between
   ``<!-- options table: ... -->`` and ``<!-- /options table -->``.
 
 tests/core/test_options.py fails when a file differs from this rendering.
@@ -24,7 +24,7 @@ from redlock_deco._options import APIS, OPTIONS, REQUIRED, Option, options_of
 
 ROOT = Path(__file__).resolve().parents[2]
 API_MODULE = ROOT / "redlock_deco" / "_decorator_api.py"
-DOCS_TABLES = (ROOT / "README.md", ROOT / "docs" / "locked.md")
+DOCS_TABLES = (ROOT / "docs" / "locked.md",)
 UPDATE = "python -m tests.support.options_table --update"
 
 # on_busy's kinds, in the order type checkers must try them: "raise" keeps the function's
