@@ -293,11 +293,16 @@ class Renewer:
                     # interrupted add once left this thread asleep for IDLE seconds, and a
                     # dropped section's lease held that long). Idle for IDLE seconds, it ends.
                     if not self._table.jobs:
-                        self._next_wake = math.inf
                         idle_since = now if idle_since is None else idle_since
                         if now - idle_since >= IDLE and self._orphans.empty():
+                            self._next_wake = math.inf
                             self._thread = None  # under the lock: the next add starts one
                             return
+                        # Its real wake-up time, not "never": with "never", every add
+                        # notified, and a thread woken after each short lease had gone found
+                        # none again -- one thread wake-up per lock cycle, +14% client CPU
+                        # uncontended (found by issue 23's same-run benchmark).
+                        self._next_wake = now + ORPHAN_POLL
                         self._wake.wait(ORPHAN_POLL)
                         continue
                     timeout = max(0.0, min(ORPHAN_POLL, self._next_wake - now))
