@@ -50,7 +50,7 @@ class _LockOptions(Base):
 class Lock(_LockOptions, Primitive):
     """A distributed lock, as a context manager or an explicit object.
 
-    Who owns it (the README's "Who owns a lock"):
+    Who owns it (docs/concepts.md, "Owners and re-entrancy"):
 
     - A ``with`` block (like a ``@locked`` call) belongs to the asyncio task running it, else
       to its thread. A nested block or call of the same owner on the same name re-enters it
@@ -74,8 +74,7 @@ class Lock(_LockOptions, Primitive):
     neither side starves. An owner holding it shared may take it shared again; holding it
     exclusively, it may take it shared too (the hold stays exclusive); asking for it
     exclusively while holding it shared raises LockError at once (an upgrade would deadlock
-    two upgraders). Not on a quorum provider (ProviderError). See the README's "Readers and
-    writers".
+    two upgraders). Not on a quorum provider (ProviderError). See docs/readers-writers.md.
     """
 
     api_name = "Lock"

@@ -7,8 +7,8 @@ public callables take it, how a value is checked and what the docs say of it. Re
   decoration or construction, so a typo such as ``ttl=0`` fails at import time rather than on
   the first production call;
 - the run-time signatures of ``locked``/``limited`` (``_signatures.public_signature``);
-- their overloads, rendered into ``_decorator_api.py``, and the docs' option tables (README,
-  docs/locked.md), by ``python -m tests.support.options_table --update``;
+- their overloads, rendered into ``_decorator_api.py``, and the docs' option table
+  (docs/locked.md), by ``python -m tests.support.options_table --update``;
   tests/core/test_options.py fails when either differs from a fresh rendering, and when a
   constructor (``Lock``, ``Semaphore`` and their asyncio twins) takes other parameters than
   its rows (it prints the lines to write).

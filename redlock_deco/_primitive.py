@@ -54,7 +54,7 @@ def _collected_holding(held: list[Lease], what: str) -> None:
 class Base:
     """Name, options, what this object holds, and the ``with`` blocks open through it.
 
-    Two kinds of holding (the README's ownership table):
+    Two kinds of holding (docs/concepts.md's ownership table):
 
     - ``with``/``async with`` blocks are *sections*, owned by the task running them (else the
       thread): they re-enter the lease of an open section of the same owner, are left by

