@@ -23,6 +23,7 @@ both drivers that send it, read side by side so the sync and asyncio targets can
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import os
 import queue
@@ -32,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 from redis.exceptions import NoScriptError, ResponseError
+from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._protocol import (
@@ -222,17 +224,50 @@ def one_connection(client: Any, key: str) -> Any:
     return client.client()
 
 
+# How many commands this thread or task re-sent under a client's retry policy (a ContextVar:
+# each thread, and each asyncio task, counts its own). A release re-sent after a connection
+# reset that followed its run finds the lease gone -- it ran the first time -- and its holder,
+# told so, would report a LockLost for a call protected to its end (review 5, r01); the guard
+# then decides by the holder's own clock instead (see guard._released). URL clients count
+# through their retry policy (providers.CountedRetry), the direct path below by itself.
+_RESENT: contextvars.ContextVar[int] = contextvars.ContextVar("redlock_deco_resent", default=0)
+
+
+def resent() -> int:
+    return _RESENT.get()
+
+
+def count_resent() -> None:
+    _RESENT.set(_RESENT.get() + 1)
+
+
 def roundtrip(conn: Any, args: Args) -> Any:
     """One command on ``conn``, written and read directly, retried as the connection's own
     retry policy says (a pooled connection a proxy dropped silently fails on first use, and
-    a URL client retries that once)."""
+    a URL client retries that once), each re-sending counted (``resent()``)."""
     packed = [pack(args)]
 
     def attempt() -> Any:
         conn.send_packed_command(packed)
         return conn.read_response()
 
-    return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+    def failed(_error: BaseException) -> None:
+        count_resent()  # sent again next (or, out of retries, the caller gets the error)
+        conn.disconnect()
+
+    policy = conn.retry
+    kind = type(policy)
+    plain = _RETRY_KINDS.get(kind)
+    if plain is None:  # (Retry is an abstract class's: isinstance is slow, and asked once)
+        plain = _RETRY_KINDS[kind] = isinstance(policy, Retry)
+    if plain:
+        # redis-py's own loop, without a counting wrapper's (providers.CountedRetry) closure
+        # and frame on every command: this path is the uncontended lock's.
+        return Retry.call_with_retry(policy, attempt, failed)
+    return policy.call_with_retry(attempt, failed)
+
+
+_RETRY_KINDS: dict[type, bool] = {}  # retry policy class -> a redis.retry.Retry?
 
 
 def direct_pool(client: Any) -> Any:

@@ -314,7 +314,7 @@ def _give_back(lease: Lease) -> bool:
     renewal.renewer().remove(lease)
     was_lost = lease.lost
     lease._releasing()  # a renewal still in flight can no longer call it lost
-    before = providers.resent()
+    before = drivers.resent()
     try:
         answer = drivers.run(lease.target.algorithms.release(lease.claim), lease.target)
     except BaseException as exc:
@@ -322,7 +322,7 @@ def _give_back(lease: Lease) -> bool:
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
             renewal.renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
-    return _released(lease, answer, was_lost, providers.resent() != before)
+    return _released(lease, answer, was_lost, drivers.resent() != before)
 
 
 def _dropped(lease: Lease) -> None:
@@ -688,7 +688,7 @@ async def _give_back_async(lease: Lease) -> bool:
     was_lost = lease.lost
     lease._releasing()
     release = lease.target.algorithms.release
-    before = providers.resent()
+    before = drivers.resent()
     try:
         answer = await drivers.run_async(release(lease.claim), lease.target)
     except asyncio.CancelledError:
@@ -705,7 +705,7 @@ async def _give_back_async(lease: Lease) -> bool:
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
             renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
         raise
-    return _released(lease, answer, was_lost, providers.resent() != before)
+    return _released(lease, answer, was_lost, drivers.resent() != before)
 
 
 async def open_section_async(

@@ -12,7 +12,6 @@ and asyncio clients per event loop beside it, without reshaping the registry.
 
 from __future__ import annotations
 
-import contextvars
 import os
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -26,7 +25,7 @@ from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
 from . import _process as process
-from ._drivers import AsyncTarget, SyncTarget
+from ._drivers import AsyncTarget, SyncTarget, count_resent
 from ._errors import ProviderError, ProviderNotFound
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 
@@ -200,18 +199,6 @@ def _client(name: str, value: object, flavour: str, *, node: bool = False) -> An
     )
 
 
-# How many commands this thread or task re-sent under a URL client's retry policy (a
-# ContextVar: each thread, and each asyncio task, counts its own). A release re-sent after a
-# connection reset that followed its run finds the lease gone -- it ran the first time -- and
-# its holder, told so, would report a LockLost for a call protected to its end (review 5,
-# r01); the guard then decides by the holder's own clock instead (see guard._released).
-_RESENT: contextvars.ContextVar[int] = contextvars.ContextVar("redlock_deco_resent", default=0)
-
-
-def resent() -> int:
-    return _RESENT.get()
-
-
 class CountedRetry(Retry):
     """redis-py's Retry, counting each command it sends again (``resent()``)."""
 
@@ -222,7 +209,7 @@ class CountedRetry(Retry):
             nonlocal sent
             sent += 1
             if sent > 1:
-                _RESENT.set(_RESENT.get() + 1)
+                count_resent()
             return do()
 
         return super().call_with_retry(counted, *args, **kwargs)
@@ -238,7 +225,7 @@ class CountedAsyncRetry(AsyncRetry):
             nonlocal sent
             sent += 1
             if sent > 1:
-                _RESENT.set(_RESENT.get() + 1)
+                count_resent()
             return await do()
 
         return await super().call_with_retry(counted, *args, **kwargs)
