@@ -168,8 +168,8 @@ def _wait(option: Option, value: object) -> float | None:
         raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
     if not 0 <= value <= MAX_SECONDS:  # NaN fails the comparison too
         raise ValueError(
-            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or None (or -1) "
-            f"to wait forever, got {value!r:.40}"
+            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or -1 or None to "
+            f"wait forever, got {value!r:.40}"
         )
     return float(value)
 

@@ -95,7 +95,7 @@ def test_metadata_and_signature_are_preserved() -> None:
     ("kwargs", "error", "fragment"),
     [
         ({"ttl": 0}, ValueError, "ttl"),
-        ({"wait": -1}, ValueError, "wait"),
+        ({"wait": -2}, ValueError, "wait"),  # (-1 waits forever, as acquire(timeout=-1))
         ({"on_busy": "ignore"}, ValueError, "on_busy"),
         ({"ttl": None}, TypeError, "ttl"),
         ({"prefix": 3}, TypeError, "prefix"),
