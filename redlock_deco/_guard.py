@@ -233,6 +233,21 @@ def _release_failed(lease: Lease, error: BaseException | None, exc: RedisError) 
 # held and renewed while its thread lived, and that thread's later calls walked into it.
 
 
+def _kept(claim: Claim, name: str, options: LeaseOptions, target: Any, started: float,
+          granted: Granted, alive: Callable[[], bool], taken: list[Lease]) -> Lease:  # fmt: skip
+    """The lease a granted acquire (or an adoption) took, in ``taken`` as soon as it exists,
+    renewed if ``auto_renew``; the target's eviction check started on first use."""
+    on_lost = options.on_lost if callable(options.on_lost) else None
+    lease = _new_lease(claim, name, options, target, started, granted, threading.Lock(), alive,
+                       on_lost)  # fmt: skip
+    taken.append(lease)
+    if options.auto_renew:
+        renewal.renewer().add(lease)
+    if not target.checked:
+        eviction.start_check(target)
+    return lease
+
+
 def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | None,
           alive: Callable[[], bool], taken: list[Lease]) -> Lease | None:  # fmt: skip
     """A lease on ``key``, renewed while ``alive()``; None if ``wait`` ran out. The lease is
@@ -247,14 +262,7 @@ def _take(kind: Kind, options: LeaseOptions, name: str, key: str, wait: float | 
     try:
         result = drivers.acquire(claim, wait, started, target)
         if type(result) is Granted:
-            on_lost = options.on_lost if callable(options.on_lost) else None
-            lease = _new_lease(claim, name, options, target, started, result, threading.Lock(),
-                               alive, on_lost)  # fmt: skip
-            taken.append(lease)
-            if options.auto_renew:
-                renewal.renewer().add(lease)
-            if not target.checked:
-                eviction.start_check(target)
+            lease = _kept(claim, name, options, target, started, result, alive, taken)
             return lease
     except BaseException as exc:
         if lease is not None:
@@ -492,14 +500,7 @@ def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, 
     try:
         if not drivers.run(target.algorithms.adopt(claim, held_by), target):
             return False
-        on_lost = options.on_lost if callable(options.on_lost) else None
-        lease = _new_lease(claim, name, options, target, started, Granted(), threading.Lock(),
-                           alive, on_lost)  # fmt: skip
-        taken.append(lease)
-        if options.auto_renew:
-            renewal.renewer().add(lease)
-        if not target.checked:
-            eviction.start_check(target)
+        lease = _kept(claim, name, options, target, started, Granted(), alive, taken)
         held.append(lease)
         kept()
         return lease is not None  # (not a constant: see acquire_held)
@@ -603,6 +604,23 @@ def _raise_if_cancelled(task: asyncio.Task[Any], before: int) -> None:
         raise asyncio.CancelledError
 
 
+def _kept_async(claim: Claim, name: str, options: LeaseOptions, target: Any, started: float,
+                granted: Granted, alive: Callable[[], bool], taken: list[Lease],
+                task: asyncio.Task[Any]) -> Lease:  # fmt: skip
+    """:func:`_kept` for asyncio (no I/O: the caller checked the eviction policy first);
+    ``on_lost="cancel"`` cancels ``task``."""
+    on_lost = options.on_lost if callable(options.on_lost) else None
+    if options.on_lost == "cancel":
+        on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
+    lease = _new_lease(claim, name, options, target, started, granted, asyncio.Lock(), alive,
+                       on_lost)  # fmt: skip
+    taken.append(lease)
+    process.loop_state().leases.add(lease)  # released at the loop's shutdown if held
+    if options.auto_renew:
+        renewal.async_renewer().add(lease)
+    return lease
+
+
 async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
                       wait: float | None, alive: Callable[[], bool],
                       taken: list[Lease]) -> Lease | None:  # fmt: skip
@@ -621,15 +639,7 @@ async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
         result = await drivers.acquire_async(claim, wait, started, target)
         _raise_if_cancelled(task, before)
         if type(result) is Granted:
-            on_lost = options.on_lost if callable(options.on_lost) else None
-            if options.on_lost == "cancel":
-                on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
-            lease = _new_lease(claim, name, options, target, started, result, asyncio.Lock(),
-                               alive, on_lost)  # fmt: skip
-            taken.append(lease)
-            process.loop_state().leases.add(lease)  # released at the loop's shutdown if held
-            if options.auto_renew:
-                renewal.async_renewer().add(lease)
+            lease = _kept_async(claim, name, options, target, started, result, alive, taken, task)
             return lease
     except BaseException as exc:
         if lease is not None:
@@ -836,15 +846,7 @@ async def adopt_held_async(
         if not await drivers.run_async(target.algorithms.adopt(claim, held_by), target):
             return False
         _raise_if_cancelled(task, before)
-        on_lost = options.on_lost if callable(options.on_lost) else None
-        if options.on_lost == "cancel":
-            on_lost = lambda _lease: task.cancel()  # noqa: E731  # runs in this loop's renewer
-        lease = _new_lease(claim, name, options, target, started, Granted(), asyncio.Lock(),
-                           alive, on_lost)  # fmt: skip
-        taken.append(lease)
-        process.loop_state().leases.add(lease)  # released at the loop's shutdown if held
-        if options.auto_renew:
-            renewal.async_renewer().add(lease)
+        lease = _kept_async(claim, name, options, target, started, Granted(), alive, taken, task)
         held.append(lease)
         kept()
         return lease is not None
