@@ -249,8 +249,8 @@ class Primitive(Base):
         self, ttl: float | None = None, *, to: float | None = None, by: float | None = None
     ) -> None:
         """Lengthen the lease: ``to=S`` sets it to S seconds from now, and S becomes the
-        length of later automatic renewals; ``by=S`` adds S seconds to what it has left (as
-        this holder reckons it, which errs short), for this lease only. With neither, it is
+        length of later automatic renewals; ``by=S`` adds S seconds to what the server keeps
+        (as this holder can tell, which errs short), for this lease only. With neither, it is
         set to this object's ttl. (``extend(S)`` and ``extend(ttl=S)`` still mean ``to=S``,
         with a DeprecationWarning: redis-py's ``extend(S)`` adds.) LockNotOwned if this
         object holds nothing, or its lease had ended."""
@@ -353,12 +353,7 @@ class AsyncPrimitive(Base):
     async def extend(
         self, ttl: float | None = None, *, to: float | None = None, by: float | None = None
     ) -> None:
-        """Lengthen the lease: ``to=S`` sets it to S seconds from now, and S becomes the
-        length of later automatic renewals; ``by=S`` adds S seconds to what it has left (as
-        this holder reckons it, which errs short), for this lease only. With neither, it is
-        set to this object's ttl. (``extend(S)`` and ``extend(ttl=S)`` still mean ``to=S``,
-        with a DeprecationWarning: redis-py's ``extend(S)`` adds.) LockNotOwned if this
-        object holds nothing, or its lease had ended."""
+        """:meth:`Primitive.extend` for asyncio."""
         asked = extension(ttl, to, by, self.options.ttl_ms)
         lease = self._owned_lease("extend")
         async with lease.io:  # ordered with this lease's renewals
