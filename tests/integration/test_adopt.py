@@ -12,6 +12,7 @@ import time
 
 import pytest
 import redis
+from support.dropped import warns_dropped
 from support.flavours import Api
 
 import redlock_deco
@@ -153,7 +154,7 @@ def test_an_adopting_object_collected_unreleased_warns_and_stops_renewing(
     assert lease is not None
     takers = [Lock("dropped", ttl=0.5)]
     assert takers[0].adopt(lease.token)
-    with pytest.warns(ResourceWarning, match="garbage-collected while holding"):
+    with warns_dropped():
         drop(takers)
     time.sleep(0.8)
     assert not r.exists("lock:dropped")  # expired within the adopter's ttl

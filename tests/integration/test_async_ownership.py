@@ -12,6 +12,7 @@ import gc
 
 import pytest
 import redis
+from support.dropped import warns_dropped
 
 from redlock_deco import LockNotOwned
 from redlock_deco.asyncio import Lock, Semaphore
@@ -109,7 +110,7 @@ def test_a_helper_acquired_lease_is_renewed_only_while_its_object_lives(
     async def main() -> None:
         locks = [Lock("dropped", ttl=0.5)]
         await asyncio.gather(locks[0].acquire())
-        with pytest.warns(ResourceWarning, match="garbage-collected while holding"):
+        with warns_dropped():
             dropped(locks)
         await asyncio.sleep(1.2)
         assert not r.exists("lock:dropped")

@@ -22,12 +22,11 @@ from typing import Any
 
 import pytest
 import redis
+from support.dropped import warns_dropped
 from support.flavours import Api
 
 import redlock_deco.asyncio
 from redlock_deco import Lock, LockError, LockNotAcquired, LockNotOwned, Semaphore, locked
-
-DROPPED = "garbage-collected while holding"
 
 
 def in_thread(fn: Callable[[], Any]) -> Any:
@@ -272,7 +271,7 @@ def test_a_dropped_unreleased_lock_warns_and_stops_renewing(api: Api, r: redis.R
             assert await api.Lock("nightly", ttl=0.5).acquire()  # the object is dropped
             gc.collect()
 
-        with pytest.warns(ResourceWarning, match=DROPPED):
+        with warns_dropped():
             await leaky_job()
         await api.sleep(1.2)  # more than 2 ttls: renewed, it would still be there
         assert not r.exists("lock:nightly")
@@ -306,7 +305,7 @@ def test_an_ended_lease_never_poisons_its_name_in_its_thread(api: Api, r: redis.
             await leaky_job()
             gc.collect()
 
-        with pytest.warns(ResourceWarning, match=DROPPED):
+        with warns_dropped():
             await run_and_collect()
         await api.sleep(0.5)  # its lease has expired
         for _ in range(2):

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from support.dropped import warns_dropped
 
 import redlock_deco
 import redlock_deco._process
@@ -51,11 +52,6 @@ async def hold_renewed(entered: asyncio.Event) -> None:
     """Renewed every 0.1 s: a renewal may be in flight when the loop ends."""
     entered.set()
     await asyncio.sleep(3600)
-
-
-# A lock acquired by hand and never released is dropped (with a ResourceWarning) when its task
-# ends, before the loop's clean-up releases it: the tests that start one expect the warning.
-DROPPED = "garbage-collected while holding"
 
 
 async def hold_explicitly(entered: asyncio.Event) -> None:
@@ -97,7 +93,7 @@ async def return_while_holding(
 def test_asyncio_run_releases_what_its_cancelled_tasks_held(r: redis.Redis) -> None:
     for trial in range(TRIALS):
         tasks: list[asyncio.Task[None]] = []
-        with pytest.warns(ResourceWarning, match=DROPPED):
+        with warns_dropped():
             asyncio.run(return_while_holding(r, tasks, linger=trial % 6 * 0.02))
         left = sorted(r.keys("*"))
         assert left == [], f"trial {trial}: left after asyncio.run returned: {left}"
@@ -274,7 +270,7 @@ def test_aclose_releases_what_a_hand_managed_loop_holds_and_closes_its_clients(
     before = client_ids(r)
     loop = asyncio.new_event_loop()
     try:
-        with pytest.warns(ResourceWarning, match=DROPPED):
+        with warns_dropped():
             tasks = run_collected(loop, start_holders())
         for task in tasks:  # the holders end without releasing
             task.cancel()
@@ -284,7 +280,7 @@ def test_aclose_releases_what_a_hand_managed_loop_holds_and_closes_its_clients(
             assert await redlock_deco.asyncio.Lock("more", ttl=TTL).acquire(wait=0)
             assert await redlock_deco.asyncio.Semaphore("more", limit=2, ttl=TTL).acquire(wait=0)
 
-        with pytest.warns(ResourceWarning, match=DROPPED):
+        with warns_dropped():
             run_collected(loop, hold_more())
         assert r.exists("lock:more")
         assert client_ids(r) - before  # the loop's client is connected
@@ -393,7 +389,7 @@ def test_shutdown_on_a_stalled_server_is_bounded() -> None:
 
         started = time.monotonic()
         try:
-            with pytest.warns(ResourceWarning, match=DROPPED):
+            with warns_dropped():
                 asyncio.run(main())
         finally:
             own.resume()
