@@ -27,6 +27,8 @@ import contextvars
 import inspect
 import os
 import queue
+import select
+import threading
 import time
 from types import FunctionType
 from typing import Any, Protocol, TypeVar
@@ -201,6 +203,81 @@ def checkout(pool: Any, into: list[Any]) -> Any:
 _NAMED: dict[type, bool] = {}  # pool class -> its get_connection requires a command name
 
 
+# How many idle connections a direct pool keeps out of redis-py's pool between commands.
+SPARES = 2
+
+
+class Spares:
+    """A few connections of one pool, each in a slot of its own, reused by direct commands
+    without going through the pool.
+
+    redis-py's checkout and return cost about as much client CPU as the round trip itself
+    (redis-py 8: a health read with two timeout changes, connection-count metrics and an
+    event dispatch, each way), and a contended critical section pays them twice. A slot's
+    connection is checked out once, on first use, and kept: a thread claims the slot (a
+    non-blocking lock), looks at the socket with one ``select`` instead of the pool's health
+    read -- anything to read (the server closed it, or a push came) and it is disconnected,
+    as the pool's checkout does, for the command to connect it again -- and frees the slot.
+    A thread that finds every slot busy uses the pool as before.
+
+    Slots, not a stack of idle connections: a connection never moves between two lists, so
+    an interrupt can never leave it in neither (the interrupt-at-every-line test found that
+    window between a ``pop`` and an ``append``). An interrupt as a slot's lock is taken
+    loses that slot: a bounded loss, never more than ``keep`` connections. They are taken
+    out of our own lanes (see SyncTarget), so the pool's limit is never exceeded because of
+    them; a forked child starts with empty slots (the parent's are its parent's sockets).
+    """
+
+    __slots__ = ("_locks", "_pid", "_slots", "pool")
+
+    def __init__(self, pool: Any, keep: int) -> None:
+        self.pool = pool
+        self._empty(keep)
+
+    def _empty(self, keep: int) -> None:
+        self._locks = [threading.Lock() for _ in range(keep)]
+        self._slots: list[list[Any]] = [[] for _ in range(keep)]  # each: [] or [connection]
+        self._pid = os.getpid()
+
+    def claim(self, into: list[int]) -> int:
+        """The index of a slot claimed for this thread, also appended to ``into`` (for the
+        caller's ``finally``, whatever interrupts it); -1 if every slot is busy."""
+        if self._pid != os.getpid():
+            self._empty(len(self._locks))
+        for index, lock in enumerate(self._locks):
+            if lock.acquire(blocking=False):
+                into.append(index)
+                return index
+        return -1
+
+    def connection(self, index: int) -> Any:
+        """The connection of the claimed slot ``index``, ready for a command."""
+        slot = self._slots[index]
+        if not slot:
+            return checkout(self.pool, slot)  # kept in the slot from the moment it is out
+        conn = slot[0]
+        sock = conn._sock
+        if sock is not None and select.select((sock,), (), (), 0)[0]:
+            conn.disconnect()  # as the pool's checkout would; the command reconnects it
+        return conn
+
+    def free(self, index: int) -> None:
+        self._locks[index].release()
+
+    def connections(self) -> list[Any]:
+        """The connections the slots keep (for tests and the clean-up)."""
+        return [conn for slot in self._slots for conn in slot]
+
+    def clear(self) -> None:
+        """Return the slots' connections to the pool (the target is being retired); a slot
+        busy with a command keeps its own until the target is collected."""
+        if self._pid != os.getpid():
+            return
+        for lock, slot in zip(self._locks, self._slots, strict=True):
+            if slot and lock.acquire(blocking=False):
+                self.pool.release(slot.pop())
+
+
 def _takes_command_name(pool: Any) -> bool:
     """redis-py before 5.3 requires ``get_connection(command_name)``; later ones warn on it."""
     kind = type(pool)
@@ -322,19 +399,25 @@ def traced(client: Any) -> bool:
 class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
-    __slots__ = ("checked", "client", "counted", "direct", "lanes", "renewal_worker", "waiting")
+    __slots__ = (
+        "checked", "client", "counted", "direct", "lanes", "renewal_worker", "spares", "waiting"
+    )  # fmt: skip
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.lanes = make_lanes(pool_size(client), Places)
+        self.direct = direct_pool(client)
+        size = pool_size(client)
+        # Spare connections only where the pool has room for them beside our lanes.
+        keep = SPARES if self.direct is not None and size is not None and size >= 10 else 0
+        self.spares = Spares(self.direct, keep) if keep else None
+        self.lanes = make_lanes(None if size is None else size - keep, Places)
         self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
         self.counted = not is_cluster(client)
         self.waiting = (
             waiting.SyncWaiting(client, self.execute, self.counted) if can_listen(client) else None
         )
-        self.direct = direct_pool(client)
 
     @property
     def listening(self) -> bool:
@@ -344,6 +427,8 @@ class SyncTarget:
         """This target was replaced (its provider registered again): let its thread go."""
         if self.renewal_worker is not None:
             self.renewal_worker.retire()
+        if self.spares is not None:
+            self.spares.clear()
 
     def execute(self, step: Step) -> Any:
         kind = type(step)
@@ -384,6 +469,23 @@ class SyncTarget:
         no later command can read its reply. One that answered with an error is in a clean
         state and reused.
         """
+        spares = self.spares
+        if spares is not None:
+            claimed: list[int] = []  # the slot claimed, if any (see Spares.claim)
+            try:
+                index = spares.claim(claimed)
+                if index >= 0:
+                    conn = spares.connection(index)
+                    try:
+                        return roundtrip(conn, command(step))
+                    except ResponseError:
+                        raise
+                    except BaseException:
+                        conn.disconnect()  # a reply may still be on its way (see below)
+                        raise
+            finally:
+                for index in claimed:
+                    spares.free(index)
         pool = self.direct
         out: list[Any] = []  # the connection taken, if any (see checkout)
         try:

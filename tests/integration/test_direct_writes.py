@@ -6,16 +6,22 @@ instead of failing the first lock call after a quiet spell."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import select
 import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from redlock_deco import Lock, register_provider
+from redlock_deco import _drivers as drivers
+from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
 
 
@@ -134,3 +140,135 @@ def run_quiet_then_forgotten(proxy: SilentDropProxy, retries: bool) -> None:
     else:
         with pytest.raises(redis.ConnectionError), Lock("quiet", provider="silent", wait=1):
             pass
+
+
+# -- spare connections (drivers.Spares) ------------------------------------------------------
+
+
+def _target(name: str) -> drivers.SyncTarget:
+    target = providers.sync_target(name)
+    assert isinstance(target, drivers.SyncTarget)
+    return target
+
+
+def test_a_direct_command_reuses_its_spare_connection_instead_of_the_pools_checkout(
+    server: RedisServer,
+) -> None:
+    client = redis.Redis(port=server.port)
+    register_provider("spared", client)
+    pool = client.connection_pool
+    checkouts = [0]
+    original = pool.get_connection
+
+    me = threading.get_ident()
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == me:  # (the first-use server check runs in the background)
+            checkouts[0] += 1
+        return original(*args, **kwargs)
+
+    pool.get_connection = counted  # type: ignore[method-assign]
+    try:
+        with Lock("spared", provider="spared", wait=1):
+            pass  # the first use fills a slot or two (the server check, in the background,
+            # may have one) and falls back to execute_command for a script not loaded yet
+        first = checkouts[0]
+        for _ in range(50):
+            with Lock("spared", provider="spared", wait=1):
+                pass
+        assert checkouts[0] == first  # none per command since
+        kept = _target("spared").spares.connections()  # type: ignore[union-attr]
+        assert 1 <= len(kept) <= drivers.SPARES
+    finally:
+        client.close()
+
+
+def test_a_spare_connection_the_server_closed_is_reconnected_without_a_retry(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    # No retries at all: only the health check before the write can save this command, as
+    # the pool's checkout saves it for execute_command.
+    client = redis.Redis(port=server.port, retry=Retry(NoBackoff(), 0))
+    register_provider("closed", client)
+    try:
+        with Lock("closed", provider="closed", wait=1):
+            pass
+        (spare,) = _target("closed").spares.connections()  # type: ignore[union-attr]
+        mine = r.client_id()
+        for entry in r.client_list():
+            if int(entry["id"]) != mine:
+                r.client_kill_filter(_id=int(entry["id"]))
+        before = drivers.resent()
+        with Lock("closed", provider="closed", wait=1) as lock:
+            assert lock.owned()
+        assert drivers.resent() == before  # reconnected before the write, not re-sent
+        assert _target("closed").spares.connections() == [spare]  # the same slot, reconnected
+    finally:
+        client.close()
+    assert r.dbsize() == 0
+
+
+def test_a_forked_child_never_writes_to_its_parents_spare_connection(server: RedisServer) -> None:
+    client = redis.Redis(port=server.port)
+    register_provider("forked", client)
+    try:
+        with Lock("forked", provider="forked", wait=1):
+            pass
+        (parent,) = _target("forked").spares.connections()  # type: ignore[union-attr]
+        ours = parent._sock.getsockname()
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+
+        def child() -> None:
+            for _ in range(20):
+                with Lock("forked", provider="forked", wait=5):
+                    pass
+            (conn,) = _target("forked").spares.connections()  # type: ignore[union-attr]
+            out.put(conn._sock.getsockname())
+
+        process = ctx.Process(target=child)
+        process.start()
+        for _ in range(20):  # the parent at the same time, on its own connection
+            with Lock("forked", provider="forked", wait=5):
+                pass
+        theirs = out.get(timeout=30)
+        process.join(30)
+        assert process.exitcode == 0
+        assert theirs != ours
+        assert _target("forked").spares.connections() == [parent]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("size", "spares"), [(5, 0), (10, drivers.SPARES)])
+def test_spare_connections_never_take_a_small_pool_past_its_limit(
+    server: RedisServer, r: redis.Redis, size: int, spares: int
+) -> None:
+    """A pool of 5 keeps no spares; one of 10 keeps them out of the lanes, so 30 threads at
+    once never ask the pool for more than it has (redis-py raises "Too many connections")."""
+    client = redis.Redis(port=server.port, max_connections=size)
+    register_provider("small", client)
+    target = _target("small")
+    kept = 0 if target.spares is None else len(target.spares._locks)
+    assert kept == spares
+    errors: list[BaseException] = []
+
+    def hammer() -> None:
+        try:
+            for _ in range(20):
+                with Lock("small", provider="small", wait=30):
+                    pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer) for _ in range(30)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        assert len(client.connection_pool._in_use_connections) <= size
+    finally:
+        client.close()
+    assert r.dbsize() == 0

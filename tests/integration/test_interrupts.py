@@ -43,6 +43,7 @@ from support.samples import wait_until
 
 import redlock_deco
 from redlock_deco import Lock, Semaphore, current_lease, limited, locked
+from redlock_deco import _drivers as drivers
 from redlock_deco import _providers as providers
 from redlock_deco import _renewal as renewal
 from redlock_deco import _waiting as waiting
@@ -413,11 +414,18 @@ def _nothing_left(
             f"a lane lost a place after {where}"
         )
     pool = target.direct
-    if pool is not None:  # no pooled connection kept out (but the grant subscription's)
+    if pool is not None:  # no pooled connection kept out (but the grant subscription's,
+        # and the direct path's idle spares, at most drivers.SPARES of them)
         subscription = getattr(getattr(target.waiting, "_pubsub", None), "connection", None)
+        spares = target.spares.connections() if target.spares is not None else []
+        assert len(spares) <= drivers.SPARES
 
         def out() -> list[Any]:
-            return [conn for conn in pool._in_use_connections if conn is not subscription]
+            return [
+                conn
+                for conn in pool._in_use_connections
+                if conn is not subscription and all(conn is not kept for kept in spares)
+            ]
 
         assert _until(lambda: not out(), CLEANUP), f"a connection kept out after {where}"
     assert current_lease(None) is None, f"a section left open after {where}"
