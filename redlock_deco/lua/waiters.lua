@@ -115,7 +115,8 @@ end
 -- (each with its own ttl); a writer at its head is handed the lock once nobody reads, and
 -- blocks every reader queued behind it until then -- unless its process is gone, or a killed
 -- writer would keep new readers out for as long as the current ones read. `handoff`: the
--- ttl of an entry without terms. Returns the writer's token if one was handed the lock.
+-- ttl of an entry without terms. Returns the writer's token if one was handed the lock (else
+-- nil), and how many read now (the key then holds SHARED if any do).
 local function lock_serve(key, queue, readers, handoff, counted, live)
   local now = nil
   while true do
@@ -147,13 +148,13 @@ local function lock_serve(key, queue, readers, handoff, counted, live)
       end
     elseif live == 0 and told(token, counted, 'L', key) then
       redis.call('SET', key, token, 'PX', ttl)
-      return token
+      return token, 0
     end
   end
   if live > 0 then
     readers_settle(key, readers, now or now_ms())
   end
-  return nil
+  return nil, live
 end
 
 -- Hand free slots to queued waiters still listening, in order, each within its own limit
