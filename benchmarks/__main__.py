@@ -62,6 +62,11 @@ def main() -> int:
                     server.url, library, processes, args.seconds
                 )
         for library in LOCKS:
+            step(f"8 processes, 1 ms of work inside: {library}")
+            results.worked[library] = contention.contend(
+                server.url, library, 8, args.seconds, work=0.001
+            )
+        for library in LOCKS:
             step(f"crash recovery: {library} ({args.rounds} kills)")
             results.crash[library] = [
                 crash.recovery(server.url, library) for _ in range(args.rounds)

@@ -8,7 +8,8 @@ importing that tree's package against one redis-server started here:
 - ``uncontended``: a ``@locked`` function called in a loop: cycles per second, and the
   process's CPU time per cycle (client CPU: what a busy machine's other tenants disturb
   least);
-- ``contended``: 8 processes taking one ``Lock`` in turn: critical sections per second.
+- ``contended``: 8 processes taking one ``Lock`` in turn: critical sections per second,
+  and all workers' CPU time per critical section.
 
 Printed: each round, then the medians and NEW/OLD ratios. Issue 23 used it to compare the tree
 before the refactor (67d8bd6) with its result, and found a renewer thread woken on every lock
@@ -37,10 +38,11 @@ def _worker(url: str, start_at: float, stop_at: float, out: Any) -> None:
     redlock_deco.register_provider("default", url)
     sections = 0
     time.sleep(max(0.0, start_at - time.time()))  # all together, once every one has started
+    cpu = time.process_time()
     while time.time() < stop_at:
         with redlock_deco.Lock("ab:contended", ttl=10, wait=30):
             sections += 1
-    out.put(sections)
+    out.put((sections, time.process_time() - cpu))
 
 
 def child(url: str, mode: str, seconds: float) -> str:
@@ -73,10 +75,12 @@ def child(url: str, mode: str, seconds: float) -> str:
     ]
     for worker in workers:
         worker.start()
-    total = sum(out.get(timeout=seconds + 120) for _ in workers)
+    results = [out.get(timeout=seconds + 120) for _ in workers]
     for worker in workers:
         worker.join(30)
-    return f"{total / seconds:.1f} 0"
+    total = sum(sections for sections, _ in results)
+    cpu = sum(seconds for _, seconds in results)
+    return f"{total / seconds:.1f} {cpu / max(1, total) * 1e6:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         old = statistics.median(rate for rate, _ in found[("old", mode)])
         new = statistics.median(rate for rate, _ in found[("new", mode)])
         print(f"{mode}: old {old:.0f}/s, new {new:.0f}/s, new/old {new / old:.3f}")
-    old_cpu = statistics.median(cpu for _, cpu in found[("old", "uncontended")])
-    new_cpu = statistics.median(cpu for _, cpu in found[("new", "uncontended")])
-    print(f"uncontended client CPU: old {old_cpu:.1f} us, new {new_cpu:.1f} us per cycle, "
-          f"new/old {new_cpu / old_cpu:.3f}")  # fmt: skip
+    for mode in MODES:
+        old_cpu = statistics.median(cpu for _, cpu in found[("old", mode)])
+        new_cpu = statistics.median(cpu for _, cpu in found[("new", mode)])
+        print(f"{mode} client CPU: old {old_cpu:.1f} us, new {new_cpu:.1f} us per cycle, "
+              f"new/old {new_cpu / old_cpu:.3f}")  # fmt: skip
     return 0
 
 

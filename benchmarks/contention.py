@@ -34,6 +34,9 @@ class Contended:
     round_trips: int
     commands: int
     server_usec: int
+    client_cpu: float  # all workers' process time, seconds
+    server_cpu: float  # the server's user + system CPU over the run (INFO cpu), seconds
+    work: float = 0.0  # seconds slept inside each critical section
 
     def per_cs(self, total: float) -> float:
         """``total`` per critical section (one acquire + release)."""
@@ -56,7 +59,7 @@ class Contended:
 
 def _worker(
     library: str, url: str, key: str, index: int, start: float, stop: float,
-    shared: Any, out: Any,
+    shared: Any, out: Any, work: float,
 ) -> None:  # fmt: skip
     trips = count_round_trips()
     factory, _ = LOCKS[library]
@@ -73,19 +76,31 @@ def _worker(
         value = counter.value
         counter.value = value + 1  # not atomic on purpose: overlaps lose updates
         count += 1
+        if work:
+            time.sleep(work)
         last_holder.value = index
         last_release.value = time.monotonic()  # the release follows at once
 
     time.sleep(max(0.0, start - time.monotonic()))
     baseline = trips()
+    cpu = time.process_time()
     while time.monotonic() < stop:
         run(body)
-    out.put((index, count, gaps, trips() - baseline))
+    out.put((index, count, gaps, trips() - baseline, time.process_time() - cpu))
 
 
-def contend(url: str, library: str, processes: int, seconds: float) -> Contended:
+def server_cpu(client: Any) -> float:
+    """The server's user + system CPU seconds so far: networking included, and a script's
+    inner commands counted once (unlike commandstats)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def contend(url: str, library: str, processes: int, seconds: float, work: float = 0.0) -> Contended:
+    """``processes`` workers loop critical sections on one key for ``seconds``, each section
+    sleeping ``work`` seconds inside (0: a tight loop)."""
     ctx = multiprocessing.get_context("fork")
-    key = f"bench:contended:{processes}"
+    key = f"bench:contended:{processes}:{work}"
     shared = (ctx.Value("q", 0, lock=False), ctx.Value("d", 0.0, lock=False),
               ctx.Value("i", -1, lock=False))  # fmt: skip
     out = ctx.Queue()
@@ -95,14 +110,17 @@ def contend(url: str, library: str, processes: int, seconds: float) -> Contended
     start = time.monotonic() + 1.0 + processes * 0.02  # everyone forked and connected by then
     stop = start + seconds
     workers = [
-        ctx.Process(target=_worker, args=(library, url, key, i, start, stop, shared, out))
+        ctx.Process(target=_worker, args=(library, url, key, i, start, stop, shared, out, work))
         for i in range(processes)
     ]
     for worker in workers:
         worker.start()
+    time.sleep(max(0.0, start - time.monotonic()))
+    cpu_before = server_cpu(client)
     results = [out.get(timeout=seconds + 120) for _ in workers]
     for worker in workers:
         worker.join(30)
+    cpu_after = server_cpu(client)
     commands, usec = server_load(client)
     cycles = sum(r[1] for r in results)
     return Contended(
@@ -116,6 +134,9 @@ def contend(url: str, library: str, processes: int, seconds: float) -> Contended
         round_trips=sum(r[3] for r in results),
         commands=commands,
         server_usec=usec,
+        client_cpu=sum(r[4] for r in results),
+        server_cpu=cpu_after - cpu_before,
+        work=work,
     )
 
 
