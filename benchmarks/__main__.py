@@ -22,13 +22,14 @@ from . import (
     contention,
     crash,
     quorum_bench,
+    scale,
     semaphore_bench,
     shared_bench,
     uncontended,
     waiters,
 )
 from .candidates import LOCKS
-from .report import Results, markdown, plot
+from .report import Results, markdown, plot, plot_scale
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,6 +85,15 @@ def main() -> int:
         for mode in ("threads", "asyncio tasks"):
             step(f"{waiters.WAITERS:,} waiters in one process: {mode}")
             results.waiters.append(waiters.measure(server.url, mode))
+        for count in scale.NAMES:
+            for library in scale.KEYED:
+                step(f"{count:,} names, Zipf, {scale.PROCESSES} processes: {library}")
+                results.names.append(scale.names(server.url, library, count, args.seconds))
+        step("memory per key")
+        results.memory = scale.memory(server.url)
+        for tasks in scale.QUEUES:
+            step(f"hand-offs with {tasks:,} tasks cycling on one name")
+            results.queue.append(scale.queue(server.url, tasks, args.seconds))
     step("asyncio")
     results.asyncio = asyncio_bench.report(*asyncio_bench.measure(args.cycles // 2, args.rounds))
     step("quorum")
@@ -95,8 +105,10 @@ def main() -> int:
     else:
         (ROOT / "BENCHMARKS.md").write_text(text)
         plot(results, ROOT / "benchmarks" / "handoff.png")
+        plot_scale(results, ROOT / "benchmarks" / "scale.png")
         print(text)
-        print(f"\nwrote BENCHMARKS.md and benchmarks/handoff.png in {results.seconds:.0f} s")
+        print(f"\nwrote BENCHMARKS.md, benchmarks/handoff.png and scale.png in "
+              f"{results.seconds:.0f} s")  # fmt: skip
     return 0
 
 

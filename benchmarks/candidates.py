@@ -117,3 +117,46 @@ def count_round_trips() -> Callable[[], int]:
 
     redis.connection.AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
     return lambda: calls[0]
+
+
+KeyedRunner = Callable[[str, Callable[[], None]], None]
+
+
+def keyed_redis_py(url: str, ttl: float) -> KeyedRunner:
+    client = redis.Redis.from_url(url)
+
+    def run(key: str, body: Callable[[], None]) -> None:
+        _blocking(redis.lock.Lock(client, key, timeout=ttl, sleep=0.1))(body)
+
+    return run
+
+
+def keyed_python_redis_lock(url: str, ttl: float) -> KeyedRunner:
+    import redis_lock
+
+    client = redis.Redis.from_url(url)
+
+    def run(key: str, body: Callable[[], None]) -> None:
+        _blocking(redis_lock.Lock(client, key, expire=max(1, round(ttl))))(body)
+
+    return run
+
+
+def keyed_redlock_deco(url: str, ttl: float) -> KeyedRunner:
+    from redlock_deco import locked, register_provider
+
+    register_provider("default", url)
+
+    @locked("{key}", prefix="", ttl=ttl, wait=None)
+    def run(key: str, body: Callable[[], None]) -> None:
+        body()
+
+    return run
+
+
+#: name -> factory(url, ttl) of ``run(key, body)``: one client, any key (the many-names runs)
+KEYED: dict[str, Callable[[str, float], KeyedRunner]] = {
+    "redis-py Lock": keyed_redis_py,
+    "python-redis-lock": keyed_python_redis_lock,
+    "redlock-deco @locked": keyed_redlock_deco,
+}

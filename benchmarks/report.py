@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from . import quorum_bench, semaphore_bench, shared_bench
+from . import quorum_bench, scale, semaphore_bench, shared_bench
 from .contention import Contended
 from .uncontended import FLOOR, SCRIPTS
 from .waiters import Waiters
@@ -31,6 +31,9 @@ class Results:
     contended: dict[int, dict[str, Contended]] = field(default_factory=dict)
     # 8 processes, each critical section sleeping 1 ms inside (a realistic call)
     worked: dict[str, Contended] = field(default_factory=dict)
+    names: list[scale.NamesRun] = field(default_factory=list)  # many names, Zipf popularity
+    memory: scale.Memory | None = None
+    queue: list[scale.QueueRun] = field(default_factory=list)  # hand-offs as the queue grows
     # library -> one (kill -> waiter inside, lease left at the kill) per kill, in seconds
     crash: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # library -> (acquisitions/s, most holders inside at once); and the skipped ones
@@ -142,6 +145,7 @@ def markdown(r: Results) -> str:
         "",
         *waiters_section(r),
         "",
+        *scale_section(r),
         "## asyncio",
         "",
         r.asyncio,
@@ -298,6 +302,72 @@ def waiters_section(r: Results) -> list[str]:
     return out
 
 
+def scale_section(r: Results) -> list[str]:
+    """As the work grows: many names, memory per key, a long queue."""
+    out: list[str] = []
+    if r.names:
+        out += [
+            f"## Many names: {scale.PROCESSES} processes, Zipf popularity (s = 1)",
+            "",
+            "| library | names | CS/s | server CPU µs / CS | p99 wait |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        out += [
+            f"| {n.library} | {n.names:,} | {n.throughput:,.0f} | {n.cpu_per_cs * 1e6:,.1f} | "
+            f"{_ms(n.p99())} |"
+            for n in r.names
+        ]
+        out += [
+            "",
+            "Each process loops critical sections (nothing inside) on a name drawn at random",
+            "with Zipf weights (the most popular of 10,000 names gets ~10% of the calls).",
+            "Wait: from calling to inside. Server CPU from `INFO cpu` over the run.",
+            "",
+        ]
+    if r.memory is not None:
+        m = r.memory
+        out += [
+            "## Server memory per key (`MEMORY USAGE ... SAMPLES 0`)",
+            "",
+            "| what | bytes |",
+            "| --- | ---: |",
+            f"| redis-py's lock key, held | {m.redis_py_key} |",
+            f"| redlock-deco's lock key, held, nobody waiting | {m.held} |",
+            *(
+                f"| redlock-deco's queue, per waiter, {count:,} queued | {per:.0f} |"
+                for count, per in m.queued.items()
+            ),
+            "",
+            "A held lock is one string key, as redis-py's; each queued waiter adds one list",
+            "entry (its token and terms) to the lock's queue key, which expires with it.",
+            "",
+        ]
+    if r.queue:
+        out += [
+            "## A hand-off as the queue grows",
+            "",
+            "| tasks cycling | waiters queued at a hand-off | hand-offs/s | server CPU µs / "
+            "hand-off | queue join (LPOS) µs |",
+            "| ---: | ---: | ---: | ---: | ---: |",
+        ]
+        out += [
+            f"| {q.tasks:,} | ~{q.tasks - 1:,} | {q.sections / q.seconds:,.0f} | "
+            f"{q.cpu_per_cs * 1e6:,.1f} | {q.lpos_usec:.1f} |"
+            for q in r.queue
+        ]
+        out += [
+            "",
+            "One process's asyncio tasks loop `async with Lock(name)` on one name, so each",
+            "releaser queues again behind everyone else. The hand-off itself is O(1) (LPOP,",
+            "PUBLISH, SET); the queue join's `LPOS`, which keeps a token from being queued",
+            "twice by a client retry, walks the queue: its cost grows with the queue.",
+            "",
+            "![cost as the work grows](benchmarks/scale.png)",
+            "",
+        ]
+    return out
+
+
 def analysis(r: Results) -> list[str]:
     """Context for the uncontended targets, from this run's own numbers."""
     floor, ours = r.uncontended[FLOOR], r.uncontended[OURS]
@@ -389,6 +459,11 @@ def design_table(r: Results) -> list[str]:
             mine_p50 = us.percentile(0.5)
             rows.append(("1 ms of work, 8 processes: hand-off p50 vs python-redis-lock's",
                          f"< {_ms(theirs_p50)}", _ms(mine_p50), mine_p50 < theirs_p50))  # fmt: skip
+    if len(r.queue) > 1:
+        first, last = r.queue[0], r.queue[-1]
+        growth = last.cpu_per_cs / first.cpu_per_cs
+        rows.append((f"hand-off server CPU, ~{last.tasks - 1:,} queued vs ~{first.tasks - 1}",
+                     "<= 1.2x (O(1))", f"{growth:.2f}x", growth <= 1.2))  # fmt: skip
     best = _best_anchor(r)
     if semaphore_bench.OURS in r.semaphore:
         rate, peak = r.semaphore[semaphore_bench.OURS]
@@ -432,6 +507,49 @@ def _cpus() -> int:
     import os
 
     return os.cpu_count() or 0
+
+
+def plot_scale(r: Results, path: Path) -> None:
+    """Throughput and server CPU against the number of names; memory per waiter and the
+    hand-off's server CPU against the queue's length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, ((rate, cpu), (mem, handoff)) = plt.subplots(2, 2, figsize=(10, 7))
+    for library in dict.fromkeys(n.library for n in r.names):
+        runs = [n for n in r.names if n.library == library]
+        counts = [n.names for n in runs]
+        rate.plot(counts, [n.throughput for n in runs], marker="o", label=library)
+        cpu.plot(counts, [n.cpu_per_cs * 1e6 for n in runs], marker="o", label=library)
+    for axes, title in ((rate, "CS/s"), (cpu, "server CPU µs / CS")):
+        axes.set_xscale("log")
+        axes.set_xlabel(f"names (Zipf), {scale.PROCESSES} processes")
+        axes.set_title(title)
+        axes.legend(fontsize=7)
+    if r.memory is not None:
+        counts = list(r.memory.queued)
+        mem.plot(counts, list(r.memory.queued.values()), marker="o", label="per queued waiter")
+        mem.axhline(r.memory.redis_py_key, color="grey", linestyle="--",
+                    label="redis-py's lock key")  # fmt: skip
+        mem.set_xscale("log")
+        mem.set_xlabel("waiters queued")
+        mem.set_title("server bytes")
+        mem.legend(fontsize=7)
+    if r.queue:
+        queued = [max(1, q.tasks - 1) for q in r.queue]
+        handoff.plot(queued, [q.cpu_per_cs * 1e6 for q in r.queue], marker="o",
+                     label="server CPU per hand-off")  # fmt: skip
+        handoff.plot(queued, [q.lpos_usec for q in r.queue], marker="o",
+                     label="queue join (LPOS)")  # fmt: skip
+        handoff.set_xscale("log")
+        handoff.set_xlabel("waiters queued at a hand-off")
+        handoff.set_title("server µs")
+        handoff.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def plot(r: Results, path: Path) -> None:

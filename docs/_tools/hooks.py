@@ -1,9 +1,9 @@
 """MkDocs hooks: files from outside ``docs/`` that the site shows.
 
-``docs/benchmarks.md`` includes BENCHMARKS.md, whose plot is ``benchmarks/handoff.png`` at
-the repository root (``python -m benchmarks`` writes both); the plot is added to the site
-here, at the same relative path, instead of being copied into ``docs/`` where it would go
-stale.
+``docs/benchmarks.md`` includes BENCHMARKS.md, whose plots are ``benchmarks/handoff.png`` and
+``benchmarks/scale.png`` at the repository root (``python -m benchmarks`` writes all three);
+the plots are added to the site here, at the same relative path, instead of being copied
+into ``docs/`` where they would go stale.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
-FROM_ROOT = ("benchmarks/handoff.png",)
+FROM_ROOT = ("benchmarks/handoff.png", "benchmarks/scale.png")
 
 
 def on_files(files: Files, config: Any) -> Files:

@@ -150,3 +150,4 @@ def test_site_builds_strictly_and_offline(tmp_path: Path) -> None:
         remote = [tag for tag in remote if 'rel="canonical"' not in tag]
         assert not remote, f"{html.relative_to(site)} loads {remote}"
     assert (site / "benchmarks" / "handoff.png").exists()
+    assert (site / "benchmarks" / "scale.png").exists()
