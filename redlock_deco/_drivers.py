@@ -30,6 +30,7 @@ import queue
 import select
 import threading
 import time
+import weakref
 from types import FunctionType
 from typing import Any, Protocol, TypeVar
 
@@ -215,35 +216,40 @@ class Spares:
     (redis-py 8: a health read with two timeout changes, connection-count metrics and an
     event dispatch, each way), and a contended critical section pays them twice. A slot's
     connection is checked out once, on first use, and kept: a thread claims the slot (a
-    non-blocking lock), looks at the socket with one ``select`` instead of the pool's health
-    read -- anything to read (the server closed it, or a push came) and it is disconnected,
-    as the pool's checkout does, for the command to connect it again -- and frees the slot.
-    A thread that finds every slot busy uses the pool as before.
+    non-blocking lock), polls the socket once instead of the pool's health read -- anything
+    to read (the server closed it, or a push came), or a reconnect redis-py asks for, and it
+    is disconnected, as the pool's checkout does, for the command to connect it again -- and
+    frees the slot. A thread that finds every slot busy uses the pool as before.
 
-    Slots, not a stack of idle connections: a connection never moves between two lists, so
-    an interrupt can never leave it in neither (the interrupt-at-every-line test found that
-    window between a ``pop`` and an ``append``). An interrupt as a slot's lock is taken
-    loses that slot: a bounded loss, never more than ``keep`` connections. They are taken
-    out of our own lanes (see SyncTarget), so the pool's limit is never exceeded because of
-    them; a forked child starts with empty slots (the parent's are its parent's sockets).
+    Only for a pool of redis-py's default size or larger (see :func:`spares_for`): kept
+    connections are taken out of our own lanes, so the pool's limit holds, but they are also
+    out of the application's reach, which a pool it sized itself must not lose. Slots, not a
+    stack of idle connections: a connection never moves between two lists, so an interrupt
+    can never leave it in neither (the interrupt-at-every-line test found that window between
+    a ``pop`` and an ``append``); an interrupt as a slot's lock is taken loses that slot, a
+    loss bounded by the number of slots. A retired target (its provider registered again)
+    gives every slot's connection back, a busy one as its command ends (review 7: a release
+    through a retired target filled a slot nobody returned, and the pool ran out). A forked
+    child empties every slot at fork time: the parent's are its parent's sockets.
     """
 
-    __slots__ = ("_locks", "_pid", "_slots", "pool")
+    __slots__ = ("__weakref__", "_closed", "_locks", "_slots", "pool")
 
     def __init__(self, pool: Any, keep: int) -> None:
         self.pool = pool
+        self._closed = False
         self._empty(keep)
+        _ALL_SPARES.add(self)
 
     def _empty(self, keep: int) -> None:
         self._locks = [threading.Lock() for _ in range(keep)]
         self._slots: list[list[Any]] = [[] for _ in range(keep)]  # each: [] or [connection]
-        self._pid = os.getpid()
 
     def claim(self, into: list[int]) -> int:
         """The index of a slot claimed for this thread, also appended to ``into`` (for the
-        caller's ``finally``, whatever interrupts it); -1 if every slot is busy."""
-        if self._pid != os.getpid():
-            self._empty(len(self._locks))
+        caller's ``finally``, whatever interrupts it); -1 if every slot is busy, or closed."""
+        if self._closed:
+            return -1
         for index, lock in enumerate(self._locks):
             if lock.acquire(blocking=False):
                 into.append(index)
@@ -256,26 +262,84 @@ class Spares:
         if not slot:
             return checkout(self.pool, slot)  # kept in the slot from the moment it is out
         conn = slot[0]
-        sock = conn._sock
-        if sock is not None and select.select((sock,), (), (), 0)[0]:
+        try:
+            sock = conn._sock
+            stale = sock is not None and _readable(sock)
+            stale = stale or bool(getattr(conn, "should_reconnect", bool)())
+        except (OSError, ValueError):  # closed under us (pool.disconnect from another thread)
+            stale = True
+        if stale:
             conn.disconnect()  # as the pool's checkout would; the command reconnects it
         return conn
 
     def free(self, index: int) -> None:
-        self._locks[index].release()
+        """Free the claimed slot ``index``; on a closed target, give its connection back."""
+        lock = self._locks[index]
+        lock.release()
+        # Checked after the release: close() either finds the slot free, or has set
+        # _closed before trying it, which this sees.
+        if self._closed and lock.acquire(blocking=False):
+            self._give_back(index)
 
     def connections(self) -> list[Any]:
         """The connections the slots keep (for tests and the clean-up)."""
         return [conn for slot in self._slots for conn in slot]
 
-    def clear(self) -> None:
-        """Return the slots' connections to the pool (the target is being retired); a slot
-        busy with a command keeps its own until the target is collected."""
-        if self._pid != os.getpid():
-            return
-        for lock, slot in zip(self._locks, self._slots, strict=True):
-            if slot and lock.acquire(blocking=False):
-                self.pool.release(slot.pop())
+    def close(self) -> None:
+        """The target is retired: no slot is used again, and every slot's connection goes
+        back to the pool, now if the slot is free, else as its command frees it."""
+        self._closed = True
+        for index, lock in enumerate(self._locks):
+            if lock.acquire(blocking=False):
+                self._give_back(index)
+
+    def _give_back(self, index: int) -> None:
+        """Return slot ``index``'s connection (its lock held, for good: the slot is done)."""
+        slot = self._slots[index]
+        if slot:
+            self.pool.release(slot[0])
+            slot.clear()
+
+
+def spares_for(pool: Any, size: int | None) -> int:
+    """How many spare connections a direct pool of ``size`` may keep: SPARES for a pool of
+    redis-py's default size or an unbounded one, none for a pool the application sized
+    itself (its connections stay within its reach), one with client-side caching (its
+    connections are proxies), or one whose credentials renew (a returned connection is
+    re-authenticated: the pool's release is where that happens)."""
+    if pool is None or size is None or size < ASSUMED_POOL:
+        return 0
+    if getattr(pool, "cache", None) is not None:
+        return 0
+    if pool.connection_kwargs.get("credential_provider") is not None:
+        return 0
+    return SPARES
+
+
+_ALL_SPARES: weakref.WeakSet[Spares] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    """In a forked child (one thread): every slot empty, none of the parent's sockets."""
+    for spares in list(_ALL_SPARES):
+        spares._empty(len(spares._locks))
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _readable(sock: Any) -> bool:
+    """Has ``sock`` anything to read (data, or the peer's close), without waiting? ``poll``
+    where there is one: ``select`` refuses a descriptor above 1,023, which a process with many
+    open files gives its sockets."""
+    if _POLL:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select((sock,), (), (), 0)[0])  # pragma: no cover - Windows
+
+
+_POLL = hasattr(select, "poll")
 
 
 def _takes_command_name(pool: Any) -> bool:
@@ -408,8 +472,7 @@ class SyncTarget:
         self.client = client
         self.direct = direct_pool(client)
         size = pool_size(client)
-        # Spare connections only where the pool has room for them beside our lanes.
-        keep = SPARES if self.direct is not None and size is not None and size >= 10 else 0
+        keep = spares_for(self.direct, size)
         self.spares = Spares(self.direct, keep) if keep else None
         self.lanes = make_lanes(None if size is None else size - keep, Places)
         self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
@@ -428,7 +491,7 @@ class SyncTarget:
         if self.renewal_worker is not None:
             self.renewal_worker.retire()
         if self.spares is not None:
-            self.spares.clear()
+            self.spares.close()
 
     def execute(self, step: Step) -> Any:
         kind = type(step)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
+import resource
 import select
 import socket
 import struct
 import threading
+import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -240,12 +244,14 @@ def test_a_forked_child_never_writes_to_its_parents_spare_connection(server: Red
         client.close()
 
 
-@pytest.mark.parametrize(("size", "spares"), [(5, 0), (10, drivers.SPARES)])
+@pytest.mark.parametrize(("size", "spares"), [(10, 0), (50, 0), (100, drivers.SPARES)])
 def test_spare_connections_never_take_a_small_pool_past_its_limit(
     server: RedisServer, r: redis.Redis, size: int, spares: int
 ) -> None:
-    """A pool of 5 keeps no spares; one of 10 keeps them out of the lanes, so 30 threads at
-    once never ask the pool for more than it has (redis-py raises "Too many connections")."""
+    """A pool the application sized below redis-py's default keeps no spares (its connections
+    stay within the application's reach: review 7 found 2 of 10 BLPOPs refused); one of the
+    default size keeps them out of the lanes, so 30 threads at once never ask the pool for
+    more than it has (redis-py raises "Too many connections")."""
     client = redis.Redis(port=server.port, max_connections=size)
     register_provider("small", client)
     target = _target("small")
@@ -272,3 +278,94 @@ def test_spare_connections_never_take_a_small_pool_past_its_limit(
     finally:
         client.close()
     assert r.dbsize() == 0
+
+
+def test_a_spare_connection_above_descriptor_1023_is_checked(server: RedisServer) -> None:
+    """``select`` refuses a descriptor above 1,023; a process with many open files has its
+    sockets there, and the spare's health check must still work (it polls)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open only {hard} files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    client = redis.Redis(port=server.port)
+    register_provider("crowded", client)
+    try:
+        for _ in range(3):  # the second and third reuse the spare, checked first
+            with Lock("crowded", provider="crowded", wait=1) as lock:
+                assert lock.owned()
+        spares = _target("crowded").spares.connections()  # type: ignore[union-attr]
+        assert spares  # (a second slot may be the first-use server check's)
+        assert all(spare._sock.fileno() > 1023 for spare in spares)
+    finally:
+        client.close()
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("threads", [1, 8])
+def test_a_retired_target_gives_its_spare_connections_back(
+    server: RedisServer, r: redis.Redis, threads: int
+) -> None:
+    """Review 7: a provider registered again while a lease was held released it through the
+    retired target, whose emptied slot took a new connection nobody returned; 25 rounds ran
+    a pool of 20 out. Here the pool is the default size, so a leak would pass its limit only
+    after ~100 rounds: the count of connections out when idle is what is checked."""
+    client = redis.Redis(port=server.port)
+    pool = client.connection_pool
+    register_provider("again", client)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def work(n: int) -> None:
+        try:
+            while not stop.is_set():
+                with Lock(f"again:{n}", provider="again", wait=5, ttl=30):
+                    if threads == 1:
+                        register_provider("again", client)  # while this lease is held
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    try:
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if threads > 1:
+                register_provider("again", client)
+            time.sleep(0.02)
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+        assert errors == []
+        register_provider("again", client)  # the last target retired too
+        # Out when idle: at most the newest target's slots and the grant subscription.
+        assert len(pool._in_use_connections) <= drivers.SPARES + 1
+    finally:
+        stop.set()
+        client.close()
+    assert r.dbsize() == 0
+
+
+def test_no_spares_where_a_connection_must_go_back_through_the_pool(server: RedisServer) -> None:
+    """Client-side caching hands out proxy connections (review 7: no socket to poll), and a
+    renewing credential provider re-authenticates connections as the pool takes them back."""
+    from redis.credentials import UsernamePasswordCredentialProvider
+
+    plain = redis.Redis(port=server.port)
+    renewing = redis.Redis(
+        port=server.port, credential_provider=UsernamePasswordCredentialProvider("default", "")
+    )
+    for name, client in (("plain", plain), ("renewing", renewing)):
+        register_provider(name, client)
+    try:
+        assert _target("plain").spares is not None
+        assert _target("renewing").spares is None
+        cached = types.SimpleNamespace(cache=object(), connection_kwargs={})
+        assert drivers.spares_for(cached, drivers.ASSUMED_POOL) == 0
+        assert drivers.spares_for(plain.connection_pool, drivers.ASSUMED_POOL) == drivers.SPARES
+    finally:
+        plain.close()
+        renewing.close()
