@@ -13,7 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -37,6 +37,12 @@ class Contended:
     client_cpu: float  # all workers' process time, seconds
     server_cpu: float  # the server's user + system CPU over the run (INFO cpu), seconds
     work: float = 0.0  # seconds slept inside each critical section
+    # The hand-off broken down (seconds): each release, from just before it is sent to the
+    # releaser's call returning; and, where the library reports a grant's arrival (ours),
+    # release sent -> grant read by the next holder's process, and grant read -> inside.
+    releases: list[float] = field(default_factory=list)
+    deliveries: list[float] = field(default_factory=list)
+    wake_ups: list[float] = field(default_factory=list)
 
     def per_cs(self, total: float) -> float:
         """``total`` per critical section (one acquire + release)."""
@@ -66,6 +72,10 @@ def _worker(
     run = factory(url, key, 10.0)
     counter, last_release, last_holder = shared
     gaps: list[float] = []
+    releases: list[float] = []
+    deliveries: list[float] = []
+    wake_ups: list[float] = []
+    grant = _grants_seen()
     count = 0
 
     def body() -> None:
@@ -73,6 +83,9 @@ def _worker(
         entered = time.monotonic()
         if last_holder.value not in (index, -1) and last_release.value > start:
             gaps.append(entered - last_release.value)
+            if grant[0] > last_release.value:  # this entry came by a grant, read then
+                deliveries.append(grant[0] - last_release.value)
+                wake_ups.append(entered - grant[0])
         value = counter.value
         counter.value = value + 1  # not atomic on purpose: overlaps lose updates
         count += 1
@@ -86,7 +99,26 @@ def _worker(
     cpu = time.process_time()
     while time.monotonic() < stop:
         run(body)
-    out.put((index, count, gaps, trips() - baseline, time.process_time() - cpu))
+        if last_holder.value == index:
+            releases.append(time.monotonic() - last_release.value)
+    out.put((index, count, gaps, trips() - baseline, time.process_time() - cpu, releases,
+             deliveries, wake_ups))  # fmt: skip
+
+
+def _grants_seen() -> list[float]:
+    """[when this process last read a grant] (0.0: never), kept by wrapping redlock-deco's
+    grant delivery (the benchmark's own instrument: the library keeps no such record)."""
+    from redlock_deco import _waiting
+
+    seen = [0.0]
+    original = _waiting.Handoff.granted
+
+    def granted(self: Any, at: float) -> None:
+        seen[0] = at
+        original(self, at)
+
+    _waiting.Handoff.granted = granted  # type: ignore[method-assign]
+    return seen
 
 
 def server_cpu(client: Any) -> float:
@@ -135,6 +167,9 @@ def contend(url: str, library: str, processes: int, seconds: float, work: float 
         commands=commands,
         server_usec=usec,
         client_cpu=sum(r[4] for r in results),
+        releases=[x for r in results for x in r[5]],
+        deliveries=[x for r in results for x in r[6]],
+        wake_ups=[x for r in results for x in r[7]],
         server_cpu=cpu_after - cpu_before,
         work=work,
     )
