@@ -28,7 +28,7 @@ from . import (
     uncontended,
     waiters,
 )
-from .candidates import LOCKS
+from .candidates import KEYED, LOCKS
 from .report import Results, markdown, plot, plot_scale
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def main() -> int:
             step(f"{waiters.WAITERS:,} waiters in one process: {mode}")
             results.waiters.append(waiters.measure(server.url, mode))
         for count in scale.NAMES:
-            for library in scale.KEYED:
+            for library in KEYED:
                 step(f"{count:,} names, Zipf, {scale.PROCESSES} processes: {library}")
                 results.names.append(scale.names(server.url, library, count, args.seconds))
         step("memory per key")

@@ -36,8 +36,9 @@ class Results:
     queue: list[scale.QueueRun] = field(default_factory=list)  # hand-offs as the queue grows
     # library -> one (kill -> waiter inside, lease left at the kill) per kill, in seconds
     crash: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    # library -> (acquisitions/s, most holders inside at once); and the skipped ones
-    semaphore: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # library -> (acquisitions/s, most holders inside at once, client CPU and server CPU
+    # seconds per acquisition); and the skipped ones
+    semaphore: dict[str, tuple[float, int, float, float]] = field(default_factory=dict)
     semaphore_missing: dict[str, str] = field(default_factory=dict)
     shared: shared_bench.SharedRun | None = None  # the reader-writer lock
     waiters: list[Waiters] = field(default_factory=list)
@@ -231,13 +232,14 @@ def semaphore_section(r: Results) -> list[str]:
         f"## Semaphore: limit {limit}, 8 processes, each holding its slot ~1 ms",
         "",
         "| library | acquisitions/s | vs redlock-deco | most holders inside at once | "
-        "over-admissions |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "over-admissions | client CPU µs / acquisition | server CPU µs / acquisition |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    ours = r.semaphore.get(semaphore_bench.OURS, (math.nan, 0))[0]
-    for name, (rate, peak) in r.semaphore.items():
+    ours = r.semaphore.get(semaphore_bench.OURS, (math.nan, 0, 0.0, 0.0))[0]
+    for name, (rate, peak, client, server) in r.semaphore.items():
         out.append(
-            f"| {name} | {rate:,.0f} | {rate / ours:.2f}x | {peak} | {max(0, peak - limit)} |"
+            f"| {name} | {rate:,.0f} | {rate / ours:.2f}x | {peak} | {max(0, peak - limit)} | "
+            f"{client * 1e6:,.0f} | {server * 1e6:,.1f} |"
         )
     best = _best_anchor(r)
     out += [
@@ -272,12 +274,16 @@ def shared_section(r: Results) -> list[str]:
         f"Reader scaling: each process loops holds of ~{shared_bench.HOLD * 1000:g} ms of "
         f"sleeping work on one name, {run.seconds:g} s per row.",
         "",
-        "| processes | mode | holds/s | vs 1 reader | most holders inside at once |",
-        "| ---: | --- | ---: | ---: | ---: |",
+        "| processes | mode | holds/s | vs 1 reader | most holders inside at once | "
+        "client CPU µs / hold | server CPU µs / hold |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for processes, shared, rate, peak in run.scaling.values():
+    for processes, shared, rate, peak, client, server in run.scaling.values():
         mode = "shared" if shared else "exclusive"
-        out.append(f"| {processes} | {mode} | {rate:,.0f} | {rate / one:.2f}x | {peak} |")
+        out.append(
+            f"| {processes} | {mode} | {rate:,.0f} | {rate / one:.2f}x | {peak} | "
+            f"{client * 1e6:,.0f} | {server * 1e6:,.1f} |"
+        )
     low, high = (t * 1000 for t in shared_bench.STREAM_HOLD)
     most = max(run.waits, default=math.nan)
     out += [
@@ -462,13 +468,13 @@ def design_table(r: Results) -> list[str]:
                                     ("server commands", us.commands, 8)):  # fmt: skip
                 value = us.per_cs(total)
                 at_most(f"8 processes: {what} per CS", value, at, f"{value:.3f}")
-            anchor = runs.get("redis-py Lock")
-            if anchor is not None:
+            baseline = runs.get("redis-py Lock")
+            if baseline is not None:
                 for what, mine, theirs in (
-                    ("client CPU", us.client_cpu, anchor.client_cpu),
-                    ("server CPU", us.server_cpu, anchor.server_cpu),
+                    ("client CPU", us.client_cpu, baseline.client_cpu),
+                    ("server CPU", us.server_cpu, baseline.server_cpu),
                 ):
-                    value = us.per_cs(mine) / anchor.per_cs(theirs)
+                    value = us.per_cs(mine) / baseline.per_cs(theirs)
                     at_most(f"8 processes: {what} per CS vs redis-py Lock", value, 1.2,
                             f"{value:.2f}x", target="<= 1.2x")  # fmt: skip
     if OURS in r.worked:
@@ -491,7 +497,7 @@ def design_table(r: Results) -> list[str]:
                      "<= 1.2x (O(1))", f"{growth:.2f}x", growth <= 1.2))  # fmt: skip
     best = _best_anchor(r)
     if semaphore_bench.OURS in r.semaphore:
-        rate, peak = r.semaphore[semaphore_bench.OURS]
+        rate, peak, _, _ = r.semaphore[semaphore_bench.OURS]
         if best:
             ratio(f"semaphore vs the best anchor ({best[0]})", rate / best[1], 2)
         else:

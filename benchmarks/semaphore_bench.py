@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from .candidates import Runner, redlock_deco_limited
+from .contention import server_cpu
 
 LIMIT = 3
 OURS = "redlock-deco @limited(limit=3)"
@@ -97,15 +98,20 @@ def _worker(library: str, url: str, start: float, stop: float, gauge: Any, out: 
         count += 1
 
     time.sleep(max(0.0, start - time.monotonic()))
+    cpu = time.process_time()
     while time.monotonic() < stop:
         run(body)
-    out.put((count, peak))
+    out.put((count, peak, time.process_time() - cpu))
 
 
-def measure(url: str, library: str, processes: int = 8, seconds: float = 3.0) -> tuple[float, int]:
-    """(acquisitions/s, the most holders ever inside at once) for ``library``."""
+def measure(
+    url: str, library: str, processes: int = 8, seconds: float = 3.0
+) -> tuple[float, int, float, float]:
+    """(acquisitions/s, the most holders ever inside at once, client CPU and server CPU
+    seconds per acquisition) for ``library``."""
     ctx = multiprocessing.get_context("fork")
-    redis.Redis.from_url(url).flushall()
+    client = redis.Redis.from_url(url)
+    client.flushall()
     gauge, out = ctx.Value("i", 0), ctx.Queue()
     start = time.monotonic() + 1.0
     stop = start + seconds
@@ -113,7 +119,12 @@ def measure(url: str, library: str, processes: int = 8, seconds: float = 3.0) ->
                for _ in range(processes)]  # fmt: skip
     for worker in workers:
         worker.start()
+    time.sleep(max(0.0, start - time.monotonic()))
+    before = server_cpu(client)
     results = [out.get(timeout=seconds + 60) for _ in workers]
+    used = server_cpu(client) - before
     for worker in workers:
         worker.join(10)
-    return sum(r[0] for r in results) / seconds, max(r[1] for r in results)
+    total = max(1, sum(r[0] for r in results))
+    return (total / seconds, max(r[1] for r in results), sum(r[2] for r in results) / total,
+            used / total)  # fmt: skip

@@ -26,6 +26,8 @@ from typing import Any
 
 import redis
 
+from .contention import server_cpu
+
 PROCESSES = 8
 HOLD = 0.005  # reader scaling: simulated work per hold
 STREAM_READERS = 6
@@ -36,8 +38,9 @@ SETTLE = 0.3  # the reader stream runs this long before the writer's first acqui
 
 @dataclass
 class SharedRun:
-    # label -> (processes, shared?, completed holds/s, most holders inside at once)
-    scaling: dict[str, tuple[int, bool, float, int]] = field(default_factory=dict)
+    # label -> (processes, shared?, completed holds/s, most holders inside at once, client
+    # CPU and server CPU seconds per hold)
+    scaling: dict[str, tuple[int, bool, float, int, float, float]] = field(default_factory=dict)
     waits: list[float] = field(default_factory=list)  # the writer's acquire waits, seconds
     stream_reads: float = 0.0  # readers' completed holds/s while the writer was at it
     inside_at_ask: int = 0  # writer acquires asked while a reader was inside
@@ -83,6 +86,7 @@ def _scaling_worker(
     barrier.wait(120)
     stop = time.monotonic() + seconds
     count = 0
+    cpu = time.process_time()
     while time.monotonic() < stop:
         with lock:
             _enter(gauge, peak)
@@ -90,15 +94,19 @@ def _scaling_worker(
             _leave(gauge)
         if time.monotonic() <= stop:  # only holds completed within the run
             count += 1
-    out.put(count)
+    out.put((count, time.process_time() - cpu))
 
 
-def scaling(url: str, processes: int, shared: bool, seconds: float) -> tuple[float, int]:
-    """(completed holds/s, most holders inside at once) for ``processes`` looping holds."""
+def scaling(
+    url: str, processes: int, shared: bool, seconds: float
+) -> tuple[float, int, float, float]:
+    """(completed holds/s, most holders inside at once, client CPU and server CPU seconds per
+    hold) for ``processes`` looping holds."""
     ctx = multiprocessing.get_context("spawn")
-    redis.Redis.from_url(url).flushall()
+    client = redis.Redis.from_url(url)
+    client.flushall()
     name = f"bench:shared:{processes}:{shared}"
-    barrier, out = ctx.Barrier(processes), ctx.Queue()
+    barrier, out = ctx.Barrier(processes + 1), ctx.Queue()  # + this process: the start
     gauge, peak = ctx.Value("i", 0), ctx.Value("i", 0)
     workers = [
         ctx.Process(
@@ -109,10 +117,15 @@ def scaling(url: str, processes: int, shared: bool, seconds: float) -> tuple[flo
     ]
     for worker in workers:
         worker.start()
-    counts = [out.get(timeout=seconds + 180) for _ in workers]
+    barrier.wait(180)
+    before = server_cpu(client)
+    results = [out.get(timeout=seconds + 180) for _ in workers]
+    used = server_cpu(client) - before
     for worker in workers:
         worker.join(30)
-    return sum(counts) / seconds, peak.value
+    holds = max(1, sum(count for count, _ in results))
+    return (sum(count for count, _ in results) / seconds, peak.value,
+            sum(cpu for _, cpu in results) / holds, used / holds)  # fmt: skip
 
 
 def _stream_reader(
@@ -205,8 +218,7 @@ def measure(url: str, seconds: float = 3.0) -> SharedRun:
         (f"{PROCESSES} readers, shared", PROCESSES, True),
         (f"{PROCESSES} processes, exclusive", PROCESSES, False),
     ):
-        rate, peak = scaling(url, processes, shared, seconds)
-        run.scaling[label] = (processes, shared, rate, peak)
+        run.scaling[label] = (processes, shared, *scaling(url, processes, shared, seconds))
     run.waits, run.stream_reads, run.inside_at_ask, run.overlaps = writer_under_readers(
         url, seconds
     )
@@ -216,7 +228,7 @@ def measure(url: str, seconds: float = 3.0) -> SharedRun:
 def summary(run: SharedRun) -> str:
     one = next(iter(run.scaling.values()))[2]
     lines = [f"reader scaling ({run.seconds:g} s each, {HOLD * 1000:g} ms hold):"]
-    for label, (_, _, rate, peak) in run.scaling.items():
+    for label, (_, _, rate, peak, _, _) in run.scaling.items():
         lines.append(f"  {label:<24} {rate:8,.1f} holds/s  {rate / one:5.2f}x vs 1  peak {peak}")
     lines += [
         f"writer under {STREAM_READERS} readers ({len(run.waits)} acquires, reader holds "
