@@ -218,8 +218,8 @@ class Spares:
     connection is checked out once, on first use, and kept: a thread claims the slot (a
     non-blocking lock), polls the socket once instead of the pool's health read -- anything
     to read (the server closed it, or a push came), or a reconnect redis-py asks for, and it
-    is disconnected, as the pool's checkout does, for the command to connect it again -- and
-    frees the slot. A thread that finds every slot busy uses the pool as before.
+    is disconnected and connected again, as the pool's checkout does -- and frees the slot.
+    A thread that finds every slot busy uses the pool as before.
 
     Only for a pool of redis-py's default size or larger (see :func:`spares_for`): kept
     connections are taken out of our own lanes, so the pool's limit holds, but they are also
@@ -269,7 +269,11 @@ class Spares:
         except (OSError, ValueError):  # closed under us (pool.disconnect from another thread)
             stale = True
         if stale:
-            conn.disconnect()  # as the pool's checkout would; the command reconnects it
+            conn.disconnect()
+        if conn._sock is None:
+            # Connected here, as the pool's checkout connects, outside the command's retries:
+            # a server that refuses connections fails the call once, not once per retry.
+            conn.connect()
         return conn
 
     def free(self, index: int) -> None:

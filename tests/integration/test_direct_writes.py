@@ -369,3 +369,36 @@ def test_no_spares_where_a_connection_must_go_back_through_the_pool(server: Redi
     finally:
         plain.close()
         renewing.close()
+
+
+def test_a_refused_connection_fails_a_call_once_not_once_per_retry() -> None:
+    """A dead server costs a call on a slot's connection the refused connects of one redis-py
+    command, no more: the slot connects before the command, as the pool's checkout does,
+    not inside the command's retries (each of which would connect with retries of its own).
+    The slow leg's timing test compares the two as durations; this counts them."""
+    with RedisServer() as own:
+        register_provider("dying", own.url)
+        with Lock("dying", provider="dying", wait=1):
+            pass
+        own.kill()
+        me = threading.get_ident()
+        attempts = [0]
+        original = redis.connection.Connection._connect
+
+        def counted(self: Any) -> Any:
+            if threading.get_ident() == me:  # (the clean-up retries in the background)
+                attempts[0] += 1
+            return original(self)
+
+        bare = redis.Redis.from_url(own.url, **providers.url_client_options("sync"))
+        redis.connection.Connection._connect = counted  # type: ignore[method-assign]
+        try:
+            with pytest.raises(redis.ConnectionError):
+                bare.ping()
+            one_command = attempts[0]  # what redis-py's own command costs (its connect retries)
+            with pytest.raises(redis.ConnectionError), Lock("dying", provider="dying", wait=1):
+                pass
+        finally:
+            redis.connection.Connection._connect = original  # type: ignore[method-assign]
+            bare.close()
+        assert attempts[0] - one_command == one_command
