@@ -17,22 +17,25 @@ local limit = tonumber(ARGV[7])
 local now = now_ms()
 local queued = entry(ARGV[1], ARGV[2], ARGV[7])
 -- Holders whose lease has ended (crashed, or never renewed) give their slot back here, and
--- a free slot goes to the queue first, in order.
+-- a free slot goes to the queue first, in order. `waiting`: whether anyone is left queued,
+-- known only if the queue was served here (nil: not looked at).
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local count = redis.call('ZCARD', KEYS[1])
+local waiting = nil
 if count < limit then
-  sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[5], ARGV[7], ARGV[6])
-  count = redis.call('ZCARD', KEYS[1])
+  local admitted
+  admitted, waiting = sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[5], ARGV[7], ARGV[6])
+  count = count + admitted
 end
 -- Listed already, in any mode: handed to us, or a client retry re-sent an attempt that had
 -- landed (a retried first attempt must not queue behind its own slot). Otherwise a slot is
 -- ours only behind nobody: a waiter the serve left queued is held back by its own, smaller
 -- limit (callers that disagree on limit), and admitting whoever comes after it would
 -- starve it (found in review). On a cluster, where PUBLISH counts prove nothing and a dead
--- waiter could hold the line forever, a free slot goes to whoever asks, as before.
-local listed = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local behind = ARGV[6] == '1' and redis.call('EXISTS', KEYS[2]) == 1
-if listed or (count < limit and not behind) then
+-- waiter could hold the line forever, a free slot goes to whoever asks, as before. (A free
+-- slot behind nobody needs no ZSCORE: the ZADD below is the same for a listed token.)
+local behind = ARGV[6] == '1' and waiting
+if (count < limit and not behind) or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   local lives = 0  -- a zset that was empty is new: no expiry yet
   if count > 0 then
@@ -44,7 +47,8 @@ if listed or (count < limit and not behind) then
     lives = ttl
   end
   redis.call('SET', KEYS[3], ARGV[7], 'PX', lives)
-  if mode ~= '0' then
+  if mode ~= '0' and waiting ~= false then
+    -- (A queue seen empty above holds no entry of ours to take out.)
     redis.call('LREM', KEYS[2], 0, queued)
   end
   return {1, ttl}

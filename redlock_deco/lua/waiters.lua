@@ -161,22 +161,24 @@ end
 -- and for its own ttl: the head waits while the holders (live ones: the caller swept) are as
 -- many as its limit, and so does everyone behind it. `handoff` and `limit`: the terms of an
 -- entry without its own. `limits`: the key kept for `inspect`, set to each admission's limit.
+-- Returns how many holders it added, and whether anyone is still queued.
 local function sem_serve(holders, queue, limits, now, handoff, limit, counted)
+  local added = 0
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then
-      break
+      return added, false
     end
     local token, ttl, own_limit = terms(head, handoff, limit)
     if redis.call('ZCARD', holders) >= own_limit then
       if listens(token, counted) then
-        break  -- held back by its own limit, and everyone behind it with it
+        return added, true  -- held back by its own limit, and everyone behind it with it
       end
       redis.call('LPOP', queue)  -- its process is gone: it must not hold the line
     else
       redis.call('LPOP', queue)
       if told(token, counted, 'S', holders) then
-        redis.call('ZADD', holders, now + ttl, token)
+        added = added + redis.call('ZADD', holders, now + ttl, token)
         local lives = redis.call('PTTL', holders)
         if lives < ttl then
           -- The zset lives exactly as long as its longest lease: no key outlives its holders.
