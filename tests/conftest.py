@@ -99,12 +99,16 @@ def server() -> Iterator[RedisServer]:
 
 @pytest.fixture(autouse=True)
 def _clean_state(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test starts on an empty server with only the "default" provider registered."""
+    """Each test starts on an empty server -- no keys, no cached scripts -- with only the
+    "default" provider registered. Scripts too: a test must not pass only when an earlier one
+    on its worker happened to load a script (a fault test that withholds replies withholds a
+    NOSCRIPT too, and passed or failed by test order until the cache was flushed here)."""
     if server.process is None:  # a fault test killed it
         server.start()
     monkeypatch.delenv("REDIS_URL", raising=False)
     client = server.client()
     client.flushall()
+    client.script_flush()
     client.close()
     redlock_deco.register_provider("default", server.url)
     yield
