@@ -1,10 +1,10 @@
-"""redlock-deco: distributed locks and semaphores on Redis as one-line decorators."""
+"""redlock-deco: distributed locks, semaphores and rate limits on Redis as one-line decorators."""
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from ._admin import Released
-from ._decorator_api import limited, locked
+from ._decorator_api import limited, locked, throttled
 from ._errors import (
     KeyTemplateError,
     LockError,
@@ -15,6 +15,7 @@ from ._errors import (
     ProviderError,
     ProviderNotFound,
     RedlockDecoError,
+    Throttled,
 )
 from ._events import LockEvent, LoggingListener, add_listener, remove_listener
 from ._lifecycle import Lease
@@ -23,6 +24,7 @@ from ._ownership import current_lease
 from ._process import aclose
 from ._providers import register_provider, unregister_provider
 from ._semaphore import Semaphore
+from ._throttle import Throttle
 
 try:
     __version__: str = _version("redlock-deco")
@@ -46,6 +48,8 @@ __all__ = [
     "RedlockDecoError",
     "Released",
     "Semaphore",
+    "Throttle",
+    "Throttled",
     "__version__",
     "aclose",
     "add_listener",
@@ -54,6 +58,7 @@ __all__ = [
     "locked",
     "register_provider",
     "remove_listener",
+    "throttled",
     "unregister_provider",
 ]
 

@@ -487,3 +487,205 @@ def limited(name: NameArg = None, limit: int = REQUIRED, **given: Any) -> Any:
     its admission. Raises LockLost at exit if the slot's lease ended meanwhile.
     """
     return decorators.decorate_limited(name, limit, given)
+
+
+# <generated: throttled overloads, from _options.OPTIONS by tests/support/options_table.py>
+@overload
+def throttled(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> KeyedDecorator[KP]: ...
+
+
+@overload
+def throttled(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> KeyedBusyDecorator[KP, None]: ...
+
+
+@overload
+def throttled(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    *,
+    name: Callable[KP, str],
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> KeyedAsyncBusyDecorator[KP, B]: ...
+
+
+@overload
+def throttled(  # type: ignore[overload-overlap]  # a typed key function first: it fixes the parameters
+    *,
+    name: Callable[KP, str],
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> KeyedBusyDecorator[KP, B]: ...
+
+
+@overload
+def throttled(
+    name: NameArg,
+    rate: float,
+    *,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def throttled(
+    *,
+    name: NameArg = None,
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Literal["raise"] = "raise",
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def throttled(
+    name: NameArg,
+    rate: float,
+    *,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> BusyDecorator[None]: ...
+
+
+@overload
+def throttled(
+    *,
+    name: NameArg = None,
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: OnBusy,
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> BusyDecorator[None]: ...
+
+
+@overload
+def throttled(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    name: NameArg,
+    rate: float,
+    *,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> AsyncBusyDecorator[B]: ...
+
+
+@overload
+def throttled(
+    name: NameArg,
+    rate: float,
+    *,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> BusyDecorator[B]: ...
+
+
+@overload
+def throttled(  # type: ignore[overload-overlap]  # an async fallback first: its result is awaited
+    *,
+    name: NameArg = None,
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Callable[..., Awaitable[B]],
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> AsyncBusyDecorator[B]: ...
+
+
+@overload
+def throttled(
+    *,
+    name: NameArg = None,
+    rate: float,
+    per: float = 1.0,
+    burst: float | None = None,
+    wait: float | None = 10.0,
+    on_busy: Callable[..., B],
+    provider: str = "default",
+    prefix: str = "throttle:",
+    label: str | None = None,
+) -> BusyDecorator[B]: ...
+
+
+# </generated: throttled overloads>
+@public_signature("throttled")
+def throttled(name: NameArg = None, rate: float = REQUIRED, **given: Any) -> Any:
+    """Let at most ``rate`` calls start per ``per`` seconds, per rendered name, across all
+    processes: a distributed rate limit (GCRA on the Redis server's clock).
+
+    Takes the same ``name`` forms as :func:`locked` (templates, a name callable, None for one
+    throttle per function); ``rate`` is required. After a quiet spell up to ``burst`` calls
+    (``rate`` by default, at least 1) start at once; in any ``T`` seconds at most
+    ``burst + rate * T / per`` start. A call with no free slot reserves the next one, in
+    arrival order, and sleeps until it comes (one round trip, no polling) -- if it comes within
+    ``wait`` (0: only at once; None: however far). Otherwise nothing is taken and ``on_busy``
+    decides: raise ``Throttled`` (with ``retry_after``), ``"skip"`` (return None), or call the
+    fallback with the call's arguments. A throttle holds nothing while the call runs: it
+    limits how often calls start, not how many run at once (``@limited`` does that; stack
+    both for both). See ``redlock_deco.Throttle`` for what holds under retries, interrupts
+    and clock jumps.
+    """
+    return decorators.decorate_throttled(name, rate, given)

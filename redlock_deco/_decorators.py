@@ -11,17 +11,28 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _callables as callables
 from . import _guard as guard
+from . import _throttle as throttle
 from ._errors import LockNotAcquired
-from ._naming import check_name, compile_name, describe, full_args, own_args, source_of
+from ._naming import (
+    Renderer,
+    check_name,
+    compile_name,
+    describe,
+    full_args,
+    own_args,
+    source_of,
+)
 from ._options import LeaseOptions, OnBusyArg, check_options, lease_options
 from ._protected import Protected
 from ._protected import _by_reference as _by_reference  # what pickles made before 0.3 name
 from ._protocol import LOCK, SEMAPHORE, SHARED, Kind
+from ._throttle import ThrottleOptions, throttle_options
 
 
 class _Unset:
@@ -55,14 +66,54 @@ def _not_callable(decorator: str, func: object, names: tuple[Any, ...]) -> str:
     return message
 
 
-def _decorate(
-    decorator: str,
-    kind: Kind,
-    names: tuple[Any, ...],
-    options: LeaseOptions,
-    on_busy: OnBusyArg,
-    func: Any,
-) -> Any:
+#: What a call that was not let in raises, built only then (``on_busy="raise"``).
+Refusal = Callable[[], BaseException]
+
+
+def _busy_handlers(
+    decorator: str, on_busy: OnBusyArg, underlying: Any, run_async: bool
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The sync and async handlers of a call that was not let in (``wait`` ran out, or a
+    throttle had no slot): the fallback's result (awaited where it may be), None for
+    ``"skip"``, else the refusal raised. Checked once, here: a fallback that does not fit."""
+    skip = on_busy == "skip"
+    fallback = None if isinstance(on_busy, str) else on_busy
+    if fallback is not None:
+        callables.check_fallback(decorator, fallback, underlying, run_async)
+    # The fallback gets the arguments as the function would: self/cls put back for methods.
+    call_args = full_args if callables.binds_instance(underlying) else own_args
+
+    def busy(refusal: Refusal, instance: Any, args: tuple[Any, ...], kw: Any) -> Any:
+        if fallback is not None:
+            return fallback(*call_args(instance, args), **kw)
+        if not skip:
+            raise refusal()
+        return None
+
+    def busy_sync(refusal: Refusal, instance: Any, args: tuple[Any, ...], kw: Any) -> Any:
+        result = busy(refusal, instance, args, kw)
+        if fallback is not None and callables.returned_awaitable(result):
+            callables.refuse_unrun(f"{decorator}(on_busy=...)", fallback, result)
+        return result
+
+    async def busy_async(refusal: Refusal, instance: Any, args: tuple[Any, ...], kw: Any) -> Any:
+        result = busy(refusal, instance, args, kw)
+        if fallback is not None and inspect.isawaitable(result):
+            result = await result  # an async fallback, or a sync one returning an awaitable
+        return result
+
+    return busy_sync, busy_async
+
+
+Opts = TypeVar("Opts", LeaseOptions, ThrottleOptions)
+
+
+def _prepare(
+    decorator: str, names: tuple[Any, ...], options: Opts, func: Any
+) -> tuple[Any, list[Renderer], Opts, bool]:
+    """What every decorator works out once: the function under ``classmethod``/
+    ``staticmethod`` (refused if it cannot be protected), a renderer per name, the options
+    with their events' labels, and whether calls take the async path."""
     underlying = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
     callables.refuse_class(decorator, underlying)
     if not callable(underlying):
@@ -72,48 +123,31 @@ def _decorate(
     if callables.is_generator(underlying):
         callables.refuse_generator(decorator, underlying)
     renders = [compile_name(name, underlying) for name in names]
-    render = renders[0]
     # Event labels, worked out once here: a template and a function name, never per call;
     # label= replaces the template (a name for the dashboards, where one is wanted).
     source = source_of(names, underlying, options.provider)
     if options.label is not None:
         source = replace(source, template=options.label)
-    options = replace(options, source=source)
     # Seen through partials, callable objects and __wrapped__: an async def in disguise on the
     # sync path would get its lease back before its body ran, leaving the body unprotected.
-    run_async = callables.is_async(underlying)
+    return underlying, renders, replace(options, source=source), callables.is_async(underlying)
+
+
+def _decorate(
+    decorator: str,
+    kind: Kind,
+    names: tuple[Any, ...],
+    options: LeaseOptions,
+    on_busy: OnBusyArg,
+    func: Any,
+) -> Any:
+    underlying, renders, options, run_async = _prepare(decorator, names, options, func)
+    render = renders[0]
     prefix = options.prefix
-    skip = on_busy == "skip"
-    fallback = None if isinstance(on_busy, str) else on_busy
-    if fallback is not None:
-        callables.check_fallback(decorator, fallback, underlying, run_async)
-    # The fallback gets the arguments as the function would: self/cls put back for methods.
-    call_args = full_args if callables.binds_instance(underlying) else own_args
+    busy_sync, busy_async = _busy_handlers(decorator, on_busy, underlying, run_async)
 
-    def busy(
-        lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
-    ) -> Any:
-        if fallback is not None:
-            return fallback(*call_args(instance, args), **kw)
-        if not skip:
-            raise LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
-        return None
-
-    def busy_sync(
-        lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
-    ) -> Any:
-        result = busy(lock_name, key, started, instance, args, kw)
-        if fallback is not None and callables.returned_awaitable(result):
-            callables.refuse_unrun(f"{decorator}(on_busy=...)", fallback, result)
-        return result
-
-    async def busy_async(
-        lock_name: str, key: str, started: float, instance: Any, args: tuple[Any, ...], kw: Any
-    ) -> Any:
-        result = busy(lock_name, key, started, instance, args, kw)
-        if fallback is not None and inspect.isawaitable(result):
-            result = await result  # an async fallback, or a sync one returning an awaitable
-        return result
+    def busy(lock_name: str, key: str, started: float) -> Refusal:
+        return lambda: LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
 
     # Each call opens its section inside the try that closes it, and closes it in one
     # `finally` statement: a KeyboardInterrupt at any line between taking the lease and
@@ -127,7 +161,7 @@ def _decorate(
         try:
             section = guard.open_section(kind, options, lock_name, key, options.wait)
             if section is None:
-                return busy_sync(lock_name, key, started, instance, args, kwargs)
+                return busy_sync(busy(lock_name, key, started), instance, args, kwargs)
             result = wrapped(*args, **kwargs)
             if callables.returned_unrun(result, awaitable=True):  # closed unrun, raised once
                 callables.refuse_unrun(decorator, underlying, result)  # the lease is given back
@@ -149,7 +183,7 @@ def _decorate(
         try:
             section = await guard.open_section_async(kind, options, lock_name, key, options.wait)
             if section is None:
-                return await busy_async(lock_name, key, started, instance, args, kwargs)
+                return await busy_async(busy(lock_name, key, started), instance, args, kwargs)
             result = await wrapped(*args, **kwargs)
             if callables.returned_unrun(result, awaitable=False):  # an async generator behind
                 callables.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
@@ -177,7 +211,7 @@ def _decorate(
             if sections is None:
                 key = ", ".join(sorted(names_by_key))
                 names = ", ".join(names_by_key.values())
-                return busy_sync(names, key, started, instance, args, kwargs)
+                return busy_sync(busy(names, key, started), instance, args, kwargs)
             result = wrapped(*args, **kwargs)
             if callables.returned_unrun(result, awaitable=True):  # closed unrun, raised once
                 callables.refuse_unrun(decorator, underlying, result)  # the lease is given back
@@ -200,7 +234,7 @@ def _decorate(
             if sections is None:
                 key = ", ".join(sorted(names_by_key))
                 names = ", ".join(names_by_key.values())
-                return await busy_async(names, key, started, instance, args, kwargs)
+                return await busy_async(busy(names, key, started), instance, args, kwargs)
             result = await wrapped(*args, **kwargs)
             if callables.returned_unrun(result, awaitable=False):  # an async generator behind
                 callables.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
@@ -253,3 +287,52 @@ def decorate_limited(name: Any, limit: Any, given: dict[str, Any]) -> Any:
     check_name(name)
     options, busy = lease_options(values), values["on_busy"]
     return lambda func: _decorate("limited", SEMAPHORE, (name,), options, busy, func)
+
+
+def decorate_throttled(name: Any, rate: Any, given: dict[str, Any]) -> Any:
+    """``throttled(name, rate, **given)``: the decorator."""
+    if inspect.isclass(name):
+        callables.refuse_class("throttled", name)  # @throttled on a class
+    values = check_options("throttled", {**given, "rate": rate})
+    check_name(name)
+    options, busy = throttle_options(values), values["on_busy"]
+    return lambda func: _throttle("throttled", name, options, busy, func)
+
+
+def _throttle(
+    decorator: str, name: Any, options: ThrottleOptions, on_busy: OnBusyArg, func: Any
+) -> Any:
+    """Admit each call by the throttle of its rendered name; a call refused (no slot within
+    ``wait``) goes to ``on_busy``. Nothing to give back afterwards: a throttle holds nothing."""
+    underlying, renders, options, run_async = _prepare(decorator, (name,), options, func)
+    render, prefix, wait = renders[0], options.prefix, options.wait
+    busy_sync, busy_async = _busy_handlers(decorator, on_busy, underlying, run_async)
+
+    def refusal(lock_name: str, key: str, answer: throttle.Admission) -> Refusal:
+        return lambda: throttle.refused(lock_name, key, answer, wait)
+
+    def call_throttled(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+        lock_name = render(instance, args, kwargs)
+        key = prefix + lock_name
+        answer = throttle.admit(options, lock_name, key, 1.0, wait)
+        if not answer.admitted:
+            return busy_sync(refusal(lock_name, key, answer), instance, args, kwargs)
+        result = wrapped(*args, **kwargs)
+        if callables.returned_unrun(result, awaitable=True):  # its body would run unthrottled
+            callables.refuse_unrun(decorator, underlying, result)
+        return result
+
+    async def call_throttled_async(
+        wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        lock_name = render(instance, args, kwargs)
+        key = prefix + lock_name
+        answer = await throttle.admit_async(options, lock_name, key, 1.0, wait)
+        if not answer.admitted:
+            return await busy_async(refusal(lock_name, key, answer), instance, args, kwargs)
+        result = await wrapped(*args, **kwargs)
+        if callables.returned_unrun(result, awaitable=False):  # an async generator behind
+            callables.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
+        return result
+
+    return Protected(func, call_throttled_async if run_async else call_throttled)

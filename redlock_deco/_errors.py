@@ -161,6 +161,29 @@ class LockNotReplicated(LockNotAcquired):
         )
 
 
+class Throttled(RedlockDecoError):
+    """A throttle (``@throttled``, ``Throttle``) had no slot for the call within its ``wait``;
+    nothing was taken. ``retry_after``: seconds until a call of that cost would have been
+    admitted at once, as the server saw it (later callers may take that slot first)."""
+
+    name: str
+    key: str
+    retry_after: float
+    wait: float
+
+    def __init__(self, *, name: str, key: str, retry_after: float, wait: float) -> None:
+        RedlockDecoError.__init__(
+            self,
+            f"throttle {key!r} has no slot within wait={wait:g}s: the next one is "
+            f"{retry_after:.3f}s away; raise `wait` to reserve it and sleep until then, or "
+            "pass on_busy='skip' to return None instead",
+            name=name,
+            key=key,
+            retry_after=retry_after,
+            wait=wait,
+        )
+
+
 def add_note(error: BaseException, note: str) -> None:
     """``error.add_note(note)``, also on Python 3.10 (which only lacks the method)."""
     notes = getattr(error, "__notes__", None)

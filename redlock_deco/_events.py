@@ -2,12 +2,14 @@
 
 ``add_listener(fn)`` registers ``fn(event)``; events are ``acquired`` (with the time waited),
 ``released`` (with the time held), ``busy`` (``wait`` ran out, with the time waited), ``lost``
-(found by renewal or at release) and ``renewed``. A lease's last event is ``released``: a
-``lost`` for it comes first (so a listener can tell a hold that ended lost without waiting for
-news that may never come). Listeners run synchronously where the event happens (the calling
-thread or task, or the renewer); keep them quick. A listener that raises is logged and
-ignored. With no listener registered nothing is built: the hot path pays one truth test of a
-tuple.
+(found by renewal or at release) and ``renewed``; a throttle's (``@throttled``, which holds
+no lease) are ``admitted`` (with the time the call slept for its slot) and ``throttled`` (no
+slot within ``wait``, nothing taken; with how far away the next one was). A lease's last
+event is ``released``: a ``lost`` for it comes first (so a listener can tell a hold that ended
+lost without waiting for news that may never come). Listeners run synchronously where the
+event happens (the calling thread or task, or the renewer); keep them quick. A listener that
+raises is logged and ignored. With no listener registered nothing is built: the hot path pays
+one truth test of a tuple.
 
 Labels: ``name`` and ``key`` are per call (``order:7``) and grow with the data, so they must
 never be metric labels. ``template``, ``function`` and ``provider`` are fixed where the lock is
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-EventKind = Literal["acquired", "released", "busy", "lost", "renewed"]
+EventKind = Literal["acquired", "released", "busy", "lost", "renewed", "admitted", "throttled"]
 Listener = Callable[["LockEvent"], object]
 
 log = logging.getLogger("redlock_deco")
@@ -57,7 +59,8 @@ class LockEvent:
 
     - ``name``: the rendered name (``"order:7"``); ``key``: the Redis key (``"lock:order:7"``).
     - ``seconds``: ``acquired``/``busy``: the time waited; ``released``: the time held;
-      None for ``lost`` and ``renewed``.
+      ``admitted``: the time slept until the call's slot; ``throttled``: how far away the
+      next slot was; None for ``lost`` and ``renewed``.
 
     Fixed where the lock is written -- label metrics and spans by these:
 
@@ -80,7 +83,7 @@ class LockEvent:
     kind: EventKind
     name: str
     key: str
-    seconds: float | None = None  # acquired/busy: time waited; released: time held
+    seconds: float | None = None  # acquired/busy/admitted: time waited; released: time held
     template: str = ""
     function: str | None = None
     provider: str = ""

@@ -77,9 +77,17 @@ MIN_TTL = 0.01
 #: as the Lua scripts and sorted-set scores hold them.
 MAX_SECONDS = 10**9
 
-#: The public callables options belong to (``Lock``/``Semaphore`` stand for their asyncio
-#: twins too, which share their constructors).
-APIS = ("locked", "limited", "Lock", "Semaphore")
+#: The public callables options belong to (``Lock``/``Semaphore``/``Throttle`` stand for their
+#: asyncio twins too, which share their constructors): those that hold a lease, then the
+#: throttle's, which admits calls and holds nothing.
+LEASE_APIS = ("locked", "limited", "Lock", "Semaphore")
+THROTTLE_APIS = ("throttled", "Throttle")
+APIS = (*LEASE_APIS, *THROTTLE_APIS)
+#: The default key prefix of ``@throttled`` and ``Throttle``.
+THROTTLE_PREFIX = "throttle:"
+#: The shortest interval between two admissions (``per / rate``): the server's clock counts
+#: microseconds, and a shorter interval would be rounded to nothing.
+MIN_INTERVAL = 1e-6
 
 
 class _Required:
@@ -238,10 +246,35 @@ def _on_lost(option: Option, value: object) -> OnLost:
     return value
 
 
-_ALL = APIS
+def _rate(option: Option, value: object) -> float:
+    """A positive number (``rate``: admissions per ``per`` seconds, fractions allowed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{option.name} must be a number above 0, got {value!r:.40}")
+    if not 0 < value <= MAX_SECONDS:  # NaN fails the comparison too
+        raise ValueError(f"{option.name} must be a number above 0 up to 1e9, got {value!r:.40}")
+    return float(value)
+
+
+def _burst(option: Option, value: object) -> float | None:
+    """A number >= 1 (how many admissions a quiet spell saves up), or None (``rate``'s)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"burst must be a number >= 1, or None for rate's, got {value!r:.40}")
+    if not 1 <= value <= MAX_SECONDS:
+        raise ValueError(
+            f"burst must be a number from 1 (one call at a time, evenly spaced) up to 1e9, or "
+            f"None for rate's, got {value!r:.40}"
+        )
+    return float(value)
+
+
+_ALL = LEASE_APIS  # every lease-holding callable (a throttle holds nothing)
 _LOCKS = ("locked", "Lock")
-_DECORATORS = ("locked", "limited")
+_DECORATORS = ("locked", "limited", "throttled")
 _SEMAPHORES = ("limited", "Semaphore")
+_THROTTLES = THROTTLE_APIS
+_WAITS = APIS
 _S = MAX_SECONDS
 
 # In signature order (limit is placed by hand in @limited: positional, after name). The docs'
@@ -251,23 +284,33 @@ _FLAG = "`True` or `False`"
 OPTIONS: tuple[Option, ...] = (
     Option("limit", "int", REQUIRED, _SEMAPHORES, _count,
            "how many may hold it at once, per name", low=1),
+    Option("rate", "float", REQUIRED, _THROTTLES, _rate,
+           "how many calls are admitted per `per` seconds, per name", high=_S),
+    Option("per", "float", 1.0, _THROTTLES, _seconds,
+           "the period `rate` counts over", high=_S),
+    Option("burst", "float | None", None, _THROTTLES, _burst,
+           "how many may start at once after a quiet spell; in any `T` seconds at most "
+           "`burst + rate * T / per` start", low=1, high=_S, none_means="`rate` (at least 1)"),
     Option("ttl", "float", 30.0, _ALL, _seconds,
            "lease length; if the holder dies, it frees within `ttl`", low=MIN_TTL, high=_S),
-    Option("wait", "float | None", 10.0, _ALL, _wait,
-           "how long to wait for it", low=0, high=_S, values="`0`: try once; `-1` as `None`",
+    Option("wait", "float | None", 10.0, _WAITS, _wait,
+           "how long to wait for it (a throttle: how far ahead a call may reserve its slot)",
+           low=0, high=_S, values="`0`: try once; `-1` as `None`",
            none_means="wait forever"),
     Option("auto_renew", "bool", True, _ALL, _flag,
            "extend the lease in the background while it is held", values=_FLAG),
     Option("on_busy", "OnBusyArg", "raise", _DECORATORS, _on_busy,
-           "when `wait` runs out: raise `LockNotAcquired`; `\"skip\"` the call and return "
+           "when `wait` runs out (a throttle: when no slot comes within it): raise "
+           "`LockNotAcquired` (`Throttled`); `\"skip\"` the call and return "
            "`None` (typed `T | None`); or call the fallback with the call's arguments "
            "(`self`/`cls` included) and return its result (typed `T | R`; an `async def` may "
            "take an async one, awaited)", values='`"raise"`, `"skip"` or a callable'),
-    Option("provider", "str", "default", _ALL, _text,
+    Option("provider", "str", "default", _WAITS, _text,
            "which registered Redis to use", values="a registered provider's name"),
-    Option("prefix", "str", LOCK.prefix, _ALL, _text,  # each kind's own (_protocol.Kind)
+    Option("prefix", "str", LOCK.prefix, _WAITS, _text,  # each kind's own (_protocol.Kind)
            "key prefix: the key is `prefix + name`", values="a str",
-           defaults=(("limited", SEMAPHORE.prefix), ("Semaphore", SEMAPHORE.prefix))),
+           defaults=(("limited", SEMAPHORE.prefix), ("Semaphore", SEMAPHORE.prefix),
+                     ("throttled", THROTTLE_PREFIX), ("Throttle", THROTTLE_PREFIX))),
     Option("replicas", "int", 0, _ALL, _count,
            "replica acknowledgements (`WAIT`) required after acquiring", low=0),
     Option("on_lost", "OnLost", None, _ALL, _on_lost,
@@ -282,7 +325,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("shared", "bool", False, _LOCKS, _flag,
            "take it in shared (read) mode: any number of shared holders, or one exclusive",
            values=_FLAG),
-    Option("label", "str | None", None, _ALL, _label,
+    Option("label", "str | None", None, _WAITS, _label,
            "the events' and metrics' `template` label: for a `Lock`/`Semaphore` whose names "
            "grow with your data, in place of its name; for a decorator, in place of its "
            "template", values="a non-empty str without `{` or `}`",
@@ -311,12 +354,27 @@ def check_options(api: str, given: Mapping[str, object]) -> dict[str, Any]:
         if value is REQUIRED:
             raise TypeError(f"{api}() needs {option.name}=<{option.annotation}>: {option.meaning}")
         values[option.name] = option.check(option, value)
+    if "rate" in values:
+        _check_throttle(values)
     if values.get("shared") and values.get("fencing"):
         raise ValueError(
             "shared=True with fencing=True: readers write nothing a fencing token could guard, "
             "so they get none; pass fencing=True to the exclusive (writing) side only"
         )
     return values
+
+
+def _check_throttle(values: dict[str, Any]) -> None:
+    """``rate`` and ``per`` together: an interval the server's microseconds can count."""
+    rate, per = values["rate"], values["per"]
+    if per / rate < MIN_INTERVAL:
+        raise ValueError(
+            f"rate={rate:g} per={per:g} s admits a call every {per / rate * 1e6:.3g} us, finer "
+            "than the server's clock (1 us): at most one call per microsecond per name; lower "
+            "rate, or split the load over several names"
+        )
+    if values["burst"] is None:
+        values["burst"] = max(1.0, rate)
 
 
 def lease_options(values: Mapping[str, Any]) -> LeaseOptions:

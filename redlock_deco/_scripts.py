@@ -56,6 +56,8 @@ SEM_OWNED = load("sem_owned")
 SEM_ADOPT = load("sem_adopt")
 SEM_COUNT = load("sem_count")
 FORCE_RELEASE = load("force_release")  # an operator's: see _admin.py
+THROTTLE_ADMIT = load("throttle_admit")
+THROTTLE_RETURN = load("throttle_return")
 
 
 class Outcome(enum.Enum):
@@ -70,6 +72,9 @@ class Outcome(enum.Enum):
     WRONG_TYPE = "wrong type"  # force release: the key is no lock or semaphore of that kind
     CHANGED = "changed"  # force release: held by someone the caller did not expect
     NOT_A_LOCK = "not a lock"  # force release: a string that holds no lock token
+    ADMITTED = "admitted"  # a throttle let the call in, now or at its reserved slot
+    RETURNED = "returned"  # a throttle took back a reservation nobody will use
+    KEPT = "kept"  # ... or could not: a later call reserved after it
 
 
 class ScriptReplyError(RedlockDecoError):
@@ -95,6 +100,10 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("force_release", 3): Outcome.WRONG_TYPE,
     ("force_release", 4): Outcome.CHANGED,
     ("force_release", 5): Outcome.NOT_A_LOCK,
+    ("admit", 1): Outcome.ADMITTED,
+    ("admit", 0): Outcome.BUSY,
+    ("return", 1): Outcome.RETURNED,
+    ("return", 0): Outcome.KEPT,
 }
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ._options import THROTTLE_PREFIX
 from ._protocol import KINDS
 
 #: Commands the library sends itself.
@@ -38,14 +39,15 @@ SCRIPT_COMMANDS = (
     "get", "set", "del", "exists", "pttl", "pexpire", "time",
     "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore",
     "rpush", "lpush", "lpop", "lindex", "lpos", "lrem", "publish", "pubsub|numsub",
+    "hmget", "hset", "hdel",  # a throttle's hash (lua/throttle_*.lua)
 )  # fmt: skip
 #: The hand-off channels (one per waiting process).
 CHANNELS = ("redlock-deco:*",)
 #: What redis-py's cluster client needs to learn the slot map and the commands' key positions.
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 
-#: The default prefixes of every primitive kind (``_protocol.KINDS``).
-DEFAULT_PREFIXES = tuple(dict.fromkeys(kind.prefix for kind in KINDS))
+#: The default prefixes of every primitive kind (``_protocol.KINDS``), and the throttle's.
+DEFAULT_PREFIXES = (*dict.fromkeys(kind.prefix for kind in KINDS), THROTTLE_PREFIX)
 _GLOB_SPECIALS = "\\*?[]"
 
 

@@ -14,6 +14,9 @@ Spans (``INTERNAL``, children of the span current where the lock was taken or gi
   ran out; ``redlock_deco.outcome`` is ``acquired`` or ``busy``.
 - ``redlock_deco.hold``: from acquisition to release; ``redlock_deco.outcome`` is
   ``released``, or ``lost`` (status ERROR) when the lease ended while it was held.
+- ``redlock_deco.throttle``: a throttle's decision (``@throttled``, ``Throttle``), ending as
+  the call's slot came; ``redlock_deco.outcome`` is ``admitted`` or ``throttled`` (no slot
+  within ``wait``: a span of no length).
 
 Each carries ``redlock_deco.template``, ``redlock_deco.function`` (decorated functions only)
 and ``redlock_deco.provider``, and -- spans only, never metrics -- the per-call
@@ -26,7 +29,9 @@ Metrics (attributes ``redlock_deco.template``, ``redlock_deco.function``,
 - ``redlock_deco.wait.duration`` (histogram, s): time waited, acquired or busy;
 - ``redlock_deco.hold.duration`` (histogram, s): time held, released or lost;
 - ``redlock_deco.busy`` (counter): waits that ran out (``on_busy`` took over);
-- ``redlock_deco.lost`` (counter): leases that ended while held.
+- ``redlock_deco.lost`` (counter): leases that ended while held;
+- ``redlock_deco.throttle.delay`` (histogram, s): how long admitted calls slept for their slot;
+- ``redlock_deco.throttled`` (counter): calls a throttle refused (``on_busy`` took over).
 
 Why spans are built after the fact. Events arrive once a wait or a hold is over, with its
 length in ``seconds``; each span is started then with ``start_time`` set that far back and
@@ -68,6 +73,9 @@ __all__ = [
     "HOLD_SPAN",
     "LOST",
     "MAX_PENDING_LOSSES",
+    "THROTTLED",
+    "THROTTLE_DELAY",
+    "THROTTLE_SPAN",
     "WAIT_DURATION",
     "WAIT_SPAN",
     "OpenTelemetryListener",
@@ -76,11 +84,14 @@ __all__ = [
 #: Span names.
 WAIT_SPAN: Final = "redlock_deco.wait"
 HOLD_SPAN: Final = "redlock_deco.hold"
+THROTTLE_SPAN: Final = "redlock_deco.throttle"
 #: Instrument names.
 WAIT_DURATION: Final = "redlock_deco.wait.duration"
 HOLD_DURATION: Final = "redlock_deco.hold.duration"
 BUSY: Final = "redlock_deco.busy"
 LOST: Final = "redlock_deco.lost"
+THROTTLE_DELAY: Final = "redlock_deco.throttle.delay"
+THROTTLED: Final = "redlock_deco.throttled"
 #: Keys whose losses wait for their lease's release (see the module docstring).
 MAX_PENDING_LOSSES: Final = 10_000
 
@@ -135,6 +146,13 @@ class OpenTelemetryListener:
         self._lost = meter.create_counter(
             LOST, unit="{lease}", description="Leases that ended while their holder held them"
         )
+        self._delay = meter.create_histogram(
+            THROTTLE_DELAY, unit="s", explicit_bucket_boundaries_advisory=BUCKETS,
+            description="Time a call admitted by a throttle slept until its slot",
+        )  # fmt: skip
+        self._throttled = meter.create_counter(
+            THROTTLED, unit="{call}", description="Calls a throttle had no slot for within wait"
+        )
         # (provider, key) -> monotonic times of losses not yet matched with their release.
         self._losses: dict[tuple[str, str], list[float]] = {}
         self._losses_lock = threading.Lock()
@@ -151,6 +169,8 @@ class OpenTelemetryListener:
         elif kind == "lost":
             self._lost.add(1, _labels(event))
             self._note_loss(event)
+        elif kind == "admitted" or kind == "throttled":
+            self._throttle(event, kind)
         # "renewed" is routine: neither a span nor a metric.
 
     def _waited(self, event: LockEvent, outcome: str) -> None:
@@ -161,6 +181,17 @@ class OpenTelemetryListener:
         labels["redlock_deco.outcome"] = outcome
         self._wait.record(seconds, labels)
         self._span(WAIT_SPAN, event, labels, seconds, lost=False)
+
+    def _throttle(self, event: LockEvent, outcome: str) -> None:
+        labels = _labels(event)
+        if outcome == "admitted":
+            seconds = event.seconds or 0.0
+            self._delay.record(seconds, labels)
+        else:
+            seconds = 0.0  # decided at once: its seconds say how far the next slot was
+            self._throttled.add(1, labels)
+        labels["redlock_deco.outcome"] = outcome
+        self._span(THROTTLE_SPAN, event, labels, seconds, lost=False)
 
     def _released(self, event: LockEvent) -> None:
         seconds = event.seconds or 0.0

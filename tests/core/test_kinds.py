@@ -10,6 +10,7 @@ import inspect
 
 import pytest
 
+import redlock_deco
 from redlock_deco import Lock, Semaphore, acl, limited, locked
 from redlock_deco import _keys as keys
 from redlock_deco import _protocol as protocol
@@ -49,7 +50,8 @@ PUBLIC = ((Lock, LOCK), (aio.Lock, LOCK), (locked, LOCK), (Semaphore, SEMAPHORE)
 
 
 def test_default_prefixes_come_from_the_kinds() -> None:
-    assert acl.DEFAULT_PREFIXES == ("lock:", "sem:")
+    assert acl.DEFAULT_PREFIXES == ("lock:", "sem:", "throttle:")  # a throttle is no lease kind
+    assert inspect.signature(redlock_deco.throttled).parameters["prefix"].default == "throttle:"
     for call, kind in PUBLIC:
         assert inspect.signature(call).parameters["prefix"].default == kind.prefix, call
     assert SHARED.prefix == LOCK.prefix  # readers and writers of a name share its key

@@ -19,16 +19,20 @@ from support import options_table
 
 import redlock_deco
 import redlock_deco.asyncio as aio
-from redlock_deco import Lock, Semaphore, limited, locked
+from redlock_deco import Lock, Semaphore, Throttle, limited, locked, throttled
 from redlock_deco._options import APIS, BY_NAME, OPTIONS, REQUIRED, Option, options_of
 
 PACKAGE = Path(redlock_deco.__file__).resolve().parent
 EMPTY = inspect.Parameter.empty
+DECORATORS = ("locked", "limited", "throttled")
 #: Each constructor, with the module and class whose ``__init__`` declares it.
 CONSTRUCTORS = {
     "Lock": ((Lock, aio.Lock), "_lock.py", "_LockOptions"),
     "Semaphore": ((Semaphore, aio.Semaphore), "_semaphore.py", "_SemaphoreOptions"),
+    "Throttle": ((Throttle, aio.Throttle), "_throttle.py", "_ThrottleOptions"),
 }
+#: What each constructor passes its options to (a lease's, or a throttle's).
+BUILDS = ("build_options", "build_throttle_options")
 
 
 def test_every_option_is_taken_by_known_callables_and_named_once() -> None:
@@ -53,7 +57,7 @@ def test_every_overload_takes_every_option_of_its_callable() -> None:
     tree = ast.parse((PACKAGE / "_decorator_api.py").read_text())
     seen = 0
     for node in tree.body:
-        if not isinstance(node, ast.FunctionDef) or node.name not in ("locked", "limited"):
+        if not isinstance(node, ast.FunctionDef) or node.name not in DECORATORS:
             continue
         params = {
             a.arg: a for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
@@ -71,7 +75,7 @@ def test_every_overload_takes_every_option_of_its_callable() -> None:
         seen += 1
         assert [n for n in params if n != "name"] == expected, node.lineno
         for option in options_of(node.name):
-            if option.name in ("on_busy", "limit"):
+            if option.name in ("on_busy", "limit", "rate"):
                 continue
             param = params[option.name]
             assert param.annotation is not None
@@ -80,13 +84,13 @@ def test_every_overload_takes_every_option_of_its_callable() -> None:
             assert default is not None and ast.literal_eval(default) == option.default_for(
                 node.name
             ), (node.lineno, option.name)
-    assert seen == 8 + 12  # locked: one per kind of on_busy, keyed and not; limited: a keyed
-    # one per kind, and two shapes of each (the name positional or by keyword)
+    assert seen == 8 + 12 + 12  # locked: one per kind of on_busy, keyed and not; limited and
+    # throttled: a keyed one per kind, and two shapes of each (name positional or by keyword)
 
 
-@pytest.mark.parametrize("api", ["locked", "limited"])
+@pytest.mark.parametrize("api", DECORATORS)
 def test_run_time_signatures_are_the_tables(api: str) -> None:
-    func = {"locked": locked, "limited": limited}[api]
+    func = {"locked": locked, "limited": limited, "throttled": throttled}[api]
     params = inspect.signature(func).parameters
     options = [p for p in params.values() if p.name in BY_NAME]
     assert [p.name for p in options] == [o.name for o in options_of(api)]
@@ -140,7 +144,7 @@ def test_constructors_pass_every_option_to_build_options(api: str) -> None:
     [call] = [
         node
         for node in ast.walk(init)
-        if isinstance(node, ast.Call) and ast.unparse(node.func) == "build_options"
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in BUILDS
     ]
     assert [ast.literal_eval(arg) for arg in call.args] == [api]
     passed = {kw.arg: ast.unparse(kw.value) for kw in call.keywords}
@@ -159,11 +163,19 @@ def _builders() -> dict[str, list[Callable[..., object]]]:
             lambda **kw: Semaphore("x", **{"limit": 2, **kw}),
             lambda **kw: aio.Semaphore("x", **{"limit": 2, **kw}),
         ],
+        "throttled": [lambda **kw: throttled("x", **{"rate": 2, **kw})],
+        "Throttle": [
+            lambda **kw: Throttle("x", **{"rate": 2, **kw}),
+            lambda **kw: aio.Throttle("x", **{"rate": 2, **kw}),
+        ],
     }
 
 
 BAD = {  # one value of the wrong type for each option, and one out of its bounds where any
     "limit": ("3", 0),
+    "rate": ("5", 0),
+    "per": ("5", 0),
+    "burst": ("5", 0.5),
     "ttl": ("5", 0.001),
     "wait": ("5", -2),  # (-1 waits forever, as acquire(timeout=-1))
     "auto_renew": ("yes", None),
@@ -199,9 +211,9 @@ def test_every_callable_refuses_a_bad_value_naming_the_option(option: Option) ->
 def test_a_callable_that_does_not_take_an_option_says_which_it_takes(option: Option) -> None:
     for api in set(APIS) - set(option.takes):
         for build in _builders()[api]:
-            if option.name == "limit":
-                continue  # @locked and Lock: limit is a semaphore's
-            with pytest.raises(TypeError, match=rf"'{option.name}'.*it accepts: .*ttl"):
+            if option.default is REQUIRED:
+                continue  # limit (a semaphore's), rate (a throttle's): no default to pass
+            with pytest.raises(TypeError, match=rf"'{option.name}'.*it accepts: .*(ttl|rate)"):
                 build(**{option.name: option.default_for(api)})
 
 

@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from redlock_deco._options import APIS, OPTIONS, REQUIRED, Option, options_of
+from redlock_deco._options import APIS, LEASE_APIS, OPTIONS, REQUIRED, Option, options_of
 
 ROOT = Path(__file__).resolve().parents[2]
 API_MODULE = ROOT / "redlock_deco" / "_decorator_api.py"
@@ -50,7 +50,13 @@ FALLBACK_K = ("Callable[..., B]", "KeyedBusyDecorator[KP, B]")
 KEYED = {
     "locked": ("*", "name: Callable[KP, str]"),
     "limited": ("*", "name: Callable[KP, str]", "limit: int"),
+    "throttled": ("*", "name: Callable[KP, str]", "rate: float"),
 }
+# throttled's two shapes, as limited's: throttled(name, rate), or by keyword.
+T_POSITIONAL = ("name: NameArg", "rate: float", "*")
+T_KEYWORD = ("*", "name: NameArg = None", "rate: float")
+#: The option each decorator takes positionally after the name (placed by the shapes above).
+POSITIONAL_OPTION = {"limited": "limit", "throttled": "rate"}
 SHAPES = {
     "locked": [*((KEYED["locked"], kind) for kind in (RAISE_K, SKIP_K, ASYNC_FALLBACK_K,
                                                       FALLBACK_K)),
@@ -61,6 +67,11 @@ SHAPES = {
                 (POSITIONAL, RAISE), (KEYWORD, RAISE), (POSITIONAL, SKIP), (KEYWORD, SKIP),
                 (POSITIONAL, ASYNC_FALLBACK), (POSITIONAL, FALLBACK),
                 (KEYWORD, ASYNC_FALLBACK), (KEYWORD, FALLBACK)],
+    "throttled": [*((KEYED["throttled"], kind) for kind in (RAISE_K, SKIP_K, ASYNC_FALLBACK_K,
+                                                            FALLBACK_K)),
+                  (T_POSITIONAL, RAISE), (T_KEYWORD, RAISE), (T_POSITIONAL, SKIP),
+                  (T_KEYWORD, SKIP), (T_POSITIONAL, ASYNC_FALLBACK), (T_POSITIONAL, FALLBACK),
+                  (T_KEYWORD, ASYNC_FALLBACK), (T_KEYWORD, FALLBACK)],
 }  # fmt: skip
 BARE = "@overload\ndef locked(func: F, /) -> F: ...  # bare @locked: a def function in the name slot is decorated\n"  # noqa: E501
 
@@ -79,7 +90,8 @@ def parameter(option: Option, api: str, on_busy: str) -> str:
 def overload(api: str, head: tuple[str, ...], kind: tuple[str, str]) -> str:
     """One overload of ``api``: its own leading parameters, then every option it takes."""
     on_busy, returns = kind
-    params = [*head, *(parameter(o, api, on_busy) for o in options_of(api) if o.name != "limit")]
+    placed = POSITIONAL_OPTION.get(api)
+    params = [*head, *(parameter(o, api, on_busy) for o in options_of(api) if o.name != placed)]
     lines = "".join(f"    {one},\n" for one in params)
     ignore = (OVERLAP if kind in (ASYNC_FALLBACK, ASYNC_FALLBACK_K)
               else KEYED_OVERLAP if kind in (RAISE_K, SKIP_K, FALLBACK_K) else "")  # fmt: skip
@@ -94,6 +106,8 @@ def overloads(api: str) -> str:
 def taken_by(option: Option) -> str:
     if set(option.takes) == set(APIS):
         return "all"
+    if set(option.takes) == set(LEASE_APIS):
+        return "all but `@throttled`, `Throttle`"
     return ", ".join(api_name(api) for api in option.takes)
 
 
@@ -143,7 +157,7 @@ def rendered() -> dict[Path, str]:
     """Every file as the table would have it."""
     files = {}
     text = API_MODULE.read_text()
-    for api in ("locked", "limited"):
+    for api in ("locked", "limited", "throttled"):
         text = replace_region(text, f"# <generated: {api}", f"# </generated: {api}",
                               overloads(api) + "\n\n")  # fmt: skip
     files[API_MODULE] = text

@@ -1,0 +1,346 @@
+"""``Throttle`` and its asyncio twin: how many calls may *start* per period, per name.
+
+GCRA (the generic cell rate algorithm) on the Redis server's clock, in one script
+(``lua/throttle_admit.lua``): a name's key holds its *theoretical arrival time*, and in any
+``T`` seconds at most ``burst + rate * T / per`` calls start (a call of ``cost`` counts as
+``cost`` calls). One round trip decides a call, waiting included: a call that may wait
+*reserves* the next slot -- the script moves the arrival time past it, so the next caller
+queues behind -- and learns how far away it is; it then sleeps that long and runs, with no
+second request, no polling and no herd of waiters woken at once. Callers are served in the
+order their requests reach the server. A slot further away than the caller's ``wait`` is
+refused at once and nothing is taken (``Throttled``).
+
+What holds, and where:
+
+- The bound is on the server's schedule. A call starts after its slot, late by the reply's
+  delivery and the sleep's overshoot, never early (the sleep starts when the reply arrives,
+  not when the request left), so two calls' starts can be closer than their slots were when
+  the first one's reply was slow.
+- A re-sent request (the client's retry after a lost reply) finds its own token as the last
+  reservation and gets the same answer, counted once. If another caller reserved in between,
+  the re-sent request counts again: a slot wasted, never one too many admitted.
+- A call interrupted or cancelled while it sleeps for its slot gives the slot back (a second
+  round trip) when no later caller has reserved since; otherwise the slot stays used -- giving
+  it back would move the next slot before those already promised -- and costs the name one
+  call's worth of rate, once. A process killed while it sleeps costs the same.
+- The server's clock jumping forward admits at once what the jump made due (up to ``burst``);
+  jumping back makes callers wait (or be refused) until it has caught up. Never more than the
+  bound on the server's own clock.
+- Callers that disagree on ``rate``/``per``/``burst`` for one name share its arrival time,
+  each judged by its own terms at its admission (as ``limits`` and ``redis-cell`` do).
+- A quorum provider is refused (ProviderError): the quorum's majority vote has no sound
+  meaning for a shared arrival time -- masters that missed a reservation would admit calls
+  in its slot.
+
+Why one module: the pure decision (steps and replies), the sync class and its asyncio twin,
+side by side as ``_primitive.py`` keeps them (tests/core/test_twins.py compares them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from . import _events as events
+from . import _providers as providers
+from . import _scripts as scripts
+from . import _tokens as tokens
+from ._errors import KeyTemplateError, ProviderError, Throttled
+from ._events import Source
+from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
+from ._naming import bounded, has_address
+from ._options import THROTTLE_PREFIX, check_options, check_wait
+from ._protocol import Eval
+from ._scripts import Outcome
+from ._signatures import explains_bad_arguments
+
+DEFAULT: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleOptions:
+    """How one throttle admits calls (checked by ``_options``)."""
+
+    rate: float
+    per: float
+    burst: float
+    wait: float | None
+    provider: str
+    prefix: str
+    label: str | None = None
+    # The labels of its events, set once (see LeaseOptions.source).
+    source: Source | None = None
+
+    @property
+    def interval_us(self) -> float:
+        """Microseconds between two admissions at the steady rate."""
+        return self.per / self.rate * 1e6
+
+
+def build_throttle_options(api: str, /, **given: object) -> ThrottleOptions:
+    """Check ``api``'s options (defaults for those not given) and return them frozen."""
+    return throttle_options(check_options(api, given))
+
+
+def throttle_options(values: dict[str, Any]) -> ThrottleOptions:
+    """The checked values (``_options.check_options``) a throttle admits calls by."""
+    label = values["label"]
+    source = None if label is None else Source.direct(label, values["provider"])
+    return ThrottleOptions(values["rate"], values["per"], values["burst"], values["wait"],
+                           values["provider"], values["prefix"], label, source)  # fmt: skip
+
+
+# -- the decision, free of I/O ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A throttle's answer: admitted (its slot ``delay`` seconds after the server decided:
+    0 is at once), or refused with nothing taken (the earliest slot was ``delay`` away)."""
+
+    admitted: bool
+    delay: float
+
+
+def check_cost(cost: object, options: ThrottleOptions) -> float:
+    """``cost`` as a number above 0 and at most ``burst`` (a larger one could never start)."""
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise TypeError(f"cost must be a number above 0, got {cost!r:.40}")
+    if not 0 < cost <= options.burst:  # NaN fails the comparison too
+        raise ValueError(
+            f"cost must be above 0 and at most burst={options.burst:g} (no more may ever start "
+            f"at once, so a call of cost {cost!r:.20} would never be admitted), got {cost!r:.40}"
+        )
+    return float(cost)
+
+
+def admit_step(key: str, token: str, cost: float, options: ThrottleOptions,
+               wait: float | None) -> Eval:  # fmt: skip
+    """The one request that decides a call (and reserves its slot if it may wait)."""
+    interval = options.interval_us
+    longest = -1 if wait is None else math.floor(wait * 1e6)
+    return Eval(scripts.THROTTLE_ADMIT, (key,),
+                (token, repr(cost * interval), repr(options.burst * interval), longest,
+                 repr(interval), repr(options.burst)))  # fmt: skip
+
+
+def admission(reply: Any) -> Admission:
+    """The admit script's reply, read (an unknown code is an error, never a refusal)."""
+    decided = scripts.outcome("admit", reply[0])
+    return Admission(decided is Outcome.ADMITTED, int(reply[1]) / 1e6)
+
+
+def return_step(key: str, token: str, cost: float, options: ThrottleOptions) -> Eval:
+    """Give back the slot ``token`` reserved (see ``lua/throttle_return.lua``)."""
+    return Eval(scripts.THROTTLE_RETURN, (key,), (token, repr(cost * options.interval_us)))
+
+
+def call_token() -> str:
+    """A token for one call: 64 random bits are plenty to tell a re-sent request from
+    another caller's, and the key keeps only the last one."""
+    return tokens.new_token()[-16:]
+
+
+def _check_target(target: Any, options: ThrottleOptions) -> None:
+    if isinstance(target, (QuorumSyncTarget, QuorumAsyncTarget)):
+        raise ProviderError(
+            f"a throttle needs one Redis (a server, a cluster or a Sentinel primary): provider "
+            f"{options.provider!r} is a quorum of masters, where a master that missed a "
+            "reservation would admit another call in its slot; use a single-node provider",
+            provider=options.provider,
+        )
+
+
+def _decided(options: ThrottleOptions, name: str, key: str, answer: Admission) -> None:
+    if events.listeners:
+        source = options.source or Source.direct(name, options.provider)
+        kind: events.EventKind = "admitted" if answer.admitted else "throttled"
+        events.emit(kind, name, key, answer.delay, source)
+
+
+def refused(name: str, key: str, answer: Admission, wait: float | None) -> Throttled:
+    return Throttled(name=name, key=key, retry_after=answer.delay, wait=wait or 0.0)
+
+
+# -- the shells -------------------------------------------------------------------------------
+
+
+def admit(options: ThrottleOptions, name: str, key: str, cost: float,
+          wait: float | None) -> Admission:  # fmt: skip
+    """Decide a call; if it was given a slot ahead, sleep until it came. A call interrupted
+    while it sleeps gives the slot back where that is safe (see the module docstring)."""
+    target = providers.sync_target(options.provider)
+    _check_target(target, options)
+    token = call_token()
+    answer = admission(target.execute(admit_step(key, token, cost, options, wait)))
+    if answer.admitted and answer.delay > 0:
+        try:
+            time.sleep(answer.delay)
+        except BaseException:
+            _give_back(target, key, token, cost, options)
+            raise
+    _decided(options, name, key, answer)
+    return answer
+
+
+async def admit_async(options: ThrottleOptions, name: str, key: str, cost: float,
+                      wait: float | None) -> Admission:  # fmt: skip
+    """:func:`admit` on an asyncio client; a task cancelled while it sleeps gives the slot
+    back (shielded: a second cancellation does not stop the request) and is then cancelled."""
+    target = providers.async_target(options.provider)
+    _check_target(target, options)
+    token = call_token()
+    answer = admission(await target.execute(admit_step(key, token, cost, options, wait)))
+    if answer.admitted and answer.delay > 0:
+        try:
+            await asyncio.sleep(answer.delay)
+        except BaseException:
+            await _give_back_async(target, key, token, cost, options)
+            raise
+    _decided(options, name, key, answer)
+    return answer
+
+
+def _give_back(target: Any, key: str, token: str, cost: float, options: ThrottleOptions) -> None:
+    with contextlib.suppress(RedisError):  # unreachable: the slot stays used (rate, not safety)
+        target.execute(return_step(key, token, cost, options))
+
+
+async def _give_back_async(
+    target: Any, key: str, token: str, cost: float, options: ThrottleOptions
+) -> None:
+    request = asyncio.ensure_future(target.execute(return_step(key, token, cost, options)))
+    try:
+        await asyncio.shield(request)
+    except RedisError:
+        pass  # unreachable: the slot stays used, which costs rate, never safety
+    except asyncio.CancelledError:
+        pass  # cancelled again: the request goes on by itself, and the caller is cancelled
+
+
+# -- the classes ------------------------------------------------------------------------------
+
+
+class _ThrottleOptions:
+    """Name, options, and what both classes say of themselves."""
+
+    api_name: str
+
+    @explains_bad_arguments
+    def __init__(
+        self,
+        name: str,
+        *,
+        rate: float,
+        per: float = 1.0,
+        burst: float | None = None,
+        wait: float | None = 10.0,
+        provider: str = "default",
+        prefix: str = THROTTLE_PREFIX,
+        label: str | None = None,
+    ) -> None:
+        options = build_throttle_options(
+            "Throttle", rate=rate, per=per, burst=burst, wait=wait, provider=provider,
+            prefix=prefix, label=label,
+        )  # fmt: skip
+        if not isinstance(name, str):
+            raise TypeError(f"a throttle's name must be a str, got {name!r:.80}")
+        if has_address(name):
+            raise KeyTemplateError(
+                f"throttle name {name!r} holds an object's default repr (<... at 0x...>), "
+                "which differs per object and per process, so calls would share no rate; "
+                "build the name from a stable attribute (an id) instead",
+                template=name,
+            )
+        self.name: str = bounded(name)
+        self.key: str = options.prefix + self.name
+        self.options: ThrottleOptions = options
+
+    @property
+    def rate(self) -> float:
+        return self.options.rate
+
+    @property
+    def per(self) -> float:
+        return self.options.per
+
+    @property
+    def burst(self) -> float:
+        return self.options.burst
+
+    def __repr__(self) -> str:
+        o = self.options
+        return (f"<{self.api_name} name={self.name!r} rate={o.rate:g} per={o.per:g} "
+                f"burst={o.burst:g} key={self.key!r}>")  # fmt: skip
+
+    def _wait(self, wait: object) -> float | None:
+        return self.options.wait if wait is DEFAULT else check_wait(wait)
+
+
+class Throttle(_ThrottleOptions):
+    """A distributed rate limit: at most ``rate`` calls per ``per`` seconds start, per name,
+    ``burst`` at once after a quiet spell (see the module's docstring for what holds).
+
+    ``acquire(cost=1, wait=...)`` returns True once the call may start -- at once, or after
+    sleeping until the slot it reserved -- and False, taking nothing, when no slot comes
+    within ``wait`` (the object's ``wait`` when not given; ``None`` or ``-1``: any slot,
+    however far; ``0``: only at once). ``with throttle:`` acquires a cost of 1 and raises
+    ``Throttled`` instead of returning False; leaving the block gives nothing back (a call
+    that started has started).
+    """
+
+    api_name = "redlock_deco.Throttle"
+
+    def acquire(self, cost: float = 1, wait: float | None = DEFAULT) -> bool:
+        answer = admit(self.options, self.name, self.key, check_cost(cost, self.options),
+                       self._wait(wait))  # fmt: skip
+        return answer.admitted
+
+    def __enter__(self) -> Throttle:
+        wait = self.options.wait
+        answer = admit(self.options, self.name, self.key, 1.0, wait)
+        if not answer.admitted:
+            raise refused(self.name, self.key, answer, wait)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+class AsyncThrottle(_ThrottleOptions):
+    """``Throttle`` for asyncio (``redlock_deco.asyncio.Throttle``): ``await acquire()``,
+    ``async with``."""
+
+    api_name = "redlock_deco.asyncio.Throttle"
+
+    async def acquire(self, cost: float = 1, wait: float | None = DEFAULT) -> bool:
+        answer = await admit_async(self.options, self.name, self.key,
+                                   check_cost(cost, self.options), self._wait(wait))  # fmt: skip
+        return answer.admitted
+
+    async def __aenter__(self) -> AsyncThrottle:
+        wait = self.options.wait
+        answer = await admit_async(self.options, self.name, self.key, 1.0, wait)
+        if not answer.admitted:
+            raise refused(self.name, self.key, answer, wait)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
