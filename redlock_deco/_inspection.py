@@ -1,8 +1,11 @@
-"""``redlock-deco inspect``: the locks and semaphores held now on one Redis.
+"""``redlock-deco inspect``: the locks and semaphores held now on one Redis, and the throttles
+in use.
 
 Walks the keyspace with SCAN (never KEYS, which blocks the server), recognises locks (a string
 holding one of our tokens), locks held shared (a string saying so, with its readers' sorted
-set beside it) and semaphores (a sorted set of tokens scored by lease end), and
+set beside it), semaphores (a sorted set of tokens scored by lease end) and throttles (a hash
+of the theoretical arrival time and the rate it was last used with; an idle throttle has no
+key, so only those used within the last burst's worth of time show), and
 reports each holder as ``host:pid`` -- never the secret part of its token. On a cluster or a
 quorum, point it at each node in turn: SCAN sees one server.
 """
@@ -57,6 +60,8 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
             entry = _lock(client, raw_key, key, now_ms)
         elif kind == SEMAPHORE.redis_type:
             entry = _semaphore(client, raw_key, key, now_ms)
+        elif kind == "hash":
+            entry = _throttle(client, raw_key, key, seconds * 1_000_000 + micros)
         else:
             entry = None
         if entry is not None:
@@ -190,6 +195,30 @@ def _semaphore_entry(
     }
 
 
+def _throttle(client: redis.Redis, raw_key: bytes, key: str, now_us: int) -> dict[str, Any] | None:
+    """A throttle (lua/throttle_admit.lua): its rate and burst as last used, and how far away
+    a call that would start at once is (0: now), and how much is reserved ahead of it."""
+    tat, interval, burst = client.hmget(raw_key, "tat", "iv", "b")
+    try:
+        arrival, every, most = float(tat), float(interval), float(burst)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None  # not one of ours
+    if every <= 0:
+        return None
+    ahead = max(0.0, arrival - now_us)
+    return {
+        "kind": "throttle",
+        "key": key,
+        "holders": [],
+        "slots": None,
+        "limit": None,
+        "rate": 1e6 / every,  # per second
+        "burst": most,
+        "next_free": max(0.0, arrival - most * every - now_us) / 1e6,  # seconds
+        "reserved": ahead / every,  # calls' worth of slots taken ahead of now
+    }
+
+
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -223,6 +252,9 @@ def render_table(entries: list[dict[str, Any]]) -> str:
         return "nothing is held"
     rows = [("KIND", "KEY", "HOLDER (host:pid)", "REMAINING", "SLOTS")]
     for entry in entries:
+        if entry["kind"] == "throttle":
+            rows.append(_throttle_row(entry))
+            continue
         limit = entry["limit"] if entry["limit"] is not None else "?"
         slots = f"{entry['slots']}/{limit}"
         if entry["kind"] == SHARED.name:
@@ -242,4 +274,16 @@ def render_table(entries: list[dict[str, Any]]) -> str:
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
+    )
+
+
+def _throttle_row(entry: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    """A throttle's row: no holder; when the next call could start at once, and its terms."""
+    free = entry["next_free"]
+    return (
+        "throttle",
+        printable(entry["key"]),
+        "-",
+        "free now" if free <= 0 else f"next slot {free:.1f}s",
+        f"{entry['rate']:g}/s, burst {entry['burst']:g}, {entry['reserved']:.1f} reserved",
     )

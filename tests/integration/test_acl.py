@@ -20,7 +20,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redlock_deco import Lock, Semaphore, limited, locked, register_provider
+from redlock_deco import Lock, Semaphore, Throttle, limited, locked, register_provider
 from redlock_deco._protocol import sibling
 from redlock_deco.acl import acl_rules, acl_setuser
 from redlock_deco.testing import LocalCluster, RedisServer
@@ -49,7 +49,7 @@ def admin(server: RedisServer) -> Iterator[redis.Redis]:
 @pytest.fixture
 def least(server: RedisServer, admin: redis.Redis) -> Iterator[str]:
     """The restricted user, registered as provider "least"; its refusals checked at the end."""
-    rules = acl_rules(("lock:", "sem:", CUSTOM))
+    rules = acl_rules(("lock:", "sem:", "throttle:", CUSTOM))
     admin.execute_command("ACL", "SETUSER", USER, "on", f">{PASSWORD}", *rules)
     url = f"redis://{USER}:{PASSWORD}@127.0.0.1:{server.port}/0"
     register_provider("least", url)
@@ -148,12 +148,24 @@ def test_decorators_several_names_and_renewal_under_the_acl(least: str, r: redis
     assert all(key.endswith(b":fence") for key in r.keys("*"))
 
 
+@pytest.mark.parametrize("prefix", ["throttle:", CUSTOM])
+@pytest.mark.parametrize("name", NAMES)
+def test_throttles_of_every_layout_run_under_the_acl(
+    least: str, admin: redis.Redis, name: str, prefix: str
+) -> None:
+    limiter = Throttle(name, rate=1, per=0.2, burst=1, wait=None, provider="least", prefix=prefix)
+    assert limiter.acquire() and limiter.acquire()  # the second reserved its slot and slept
+    assert not limiter.acquire(wait=0)
+    assert admin.exists(prefix + name) == 1
+    until(lambda: admin.exists(prefix + name) == 0)  # expires as its slots come
+
+
 def test_the_acl_refuses_everything_else(least: str, admin: redis.Redis) -> None:
     restricted = redis.Redis.from_url(least)
     for refused in (
         lambda: restricted.get("payments:secret"),  # outside the prefixes
         lambda: restricted.set("{s1}:payments", 1),  # a slot tag, but not of our prefix
-        lambda: restricted.hset("lock:x", "f", "v"),  # our prefix, a command we never use
+        lambda: restricted.sadd("lock:x", "v"),  # our prefix, a command we never use
         lambda: restricted.keys("*"),
         lambda: restricted.flushall(),
         lambda: restricted.config_get("*"),

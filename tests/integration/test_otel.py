@@ -5,9 +5,11 @@ async -- and the clear ImportError without the ``otel`` extra."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +24,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from support.flavours import Api
 
-from redlock_deco import LockLost, add_listener, limited, locked, remove_listener
+from redlock_deco import LockLost, add_listener, limited, locked, remove_listener, throttled
 from redlock_deco.otel import (
     BUSY,
     HOLD_DURATION,
     HOLD_SPAN,
     LOST,
+    THROTTLE_DELAY,
+    THROTTLE_SPAN,
+    THROTTLED,
     WAIT_DURATION,
     WAIT_SPAN,
     OpenTelemetryListener,
@@ -196,6 +201,33 @@ def test_wait_and_hold_spans_are_children_of_the_callers_span(api: Api, otel: Te
     assert len(ours) == 2
     assert all(s.parent is not None and s.parent.span_id == parent for s in ours)
     assert all(s.attributes and s.attributes[T] == "otel:partner:{tenant}" for s in ours)
+
+
+def test_a_throttle_reports_admissions_waits_and_refusals(otel: Telemetry) -> None:
+    @throttled("otel:api:{tenant}", rate=10, per=1.0, burst=1, wait=0.15, on_busy="skip")
+    def call(tenant: str) -> str:
+        return tenant
+
+    assert call("acme") == "acme"
+    # The next slot is 0.1 s away (within wait), the one after 0.2 s (beyond it: refused).
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        later = pool.submit(call, "acme")
+        time.sleep(0.03)  # its reservation first
+        last = pool.submit(call, "acme")
+        assert sorted(map(str, [later.result(), last.result()])) == ["None", "acme"]
+    labels = {T: "otel:api:{tenant}", F: qualified(call), P: "default"}
+    spans = otel.spans(THROTTLE_SPAN)
+    assert sorted(s.attributes[O] for s in spans if s.attributes) == [
+        "admitted", "admitted", "throttled"
+    ]  # fmt: skip
+    spans.sort(key=lambda s: (s.attributes or {}).get(O) == "throttled")
+    assert spans[0].attributes == {**labels, O: "admitted", "redlock_deco.name": "otel:api:acme",
+                                   "redlock_deco.key": "throttle:otel:api:acme"}  # fmt: skip
+    assert 0.06 < duration(spans[1]) < 0.11 and duration(spans[2]) == 0  # slept for its slot
+    [delays] = otel.points(THROTTLE_DELAY)
+    assert dict(delays.attributes) == labels and delays.count == 2 and 0.06 < delays.sum < 0.11
+    [refused] = otel.points(THROTTLED)
+    assert dict(refused.attributes) == labels and refused.value == 1
 
 
 def test_losses_never_released_are_bounded(otel: Telemetry) -> None:

@@ -1,0 +1,392 @@
+"""``@throttled`` and ``Throttle`` on a real server: the GCRA bound on the server's clock
+(with processes), waiting in arrival order with one round trip, refusals that take nothing,
+a re-sent request counted once, a cancelled or interrupted waiter's slot given back only
+when that is safe, keys that expire, names from arguments, on_busy, events, a quorum
+refused, and a Redis Cluster.
+
+Times of admission are read from the server (TIME) right after each call is let in: a
+start is never before its slot, and late by at most the time to ask, which the bounds
+below allow for (``JITTER``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import pickle
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import redlock_deco
+import redlock_deco.asyncio as aio
+from redlock_deco import (
+    LockEvent,
+    ProviderError,
+    Throttle,
+    Throttled,
+    add_listener,
+    remove_listener,
+    throttled,
+)
+from redlock_deco import _inspection as inspection
+from redlock_deco import _providers as providers
+from redlock_deco import _throttle as throttle
+from redlock_deco._drivers import SyncTarget
+from redlock_deco.testing import LocalCluster, RedisServer
+
+spawn = multiprocessing.get_context("spawn")
+JITTER = 0.05  # seconds a start may lag its slot here (a reply and a TIME on a busy machine)
+
+
+def server_seconds(r: redis.Redis) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1e6
+
+
+def state(r: redis.Redis, key: str) -> dict[bytes, bytes]:
+    return r.hgetall(key)
+
+
+# -- the bound, with processes -----------------------------------------------------------------
+
+
+def _admitted_at(url: str, rate: float, per: float, burst: float, calls: int) -> list[float]:
+    """A worker process: ``calls`` waiting calls, each followed by the server's time."""
+    redlock_deco.register_provider("default", url)
+    limiter = Throttle("bound", rate=rate, per=per, burst=burst, wait=None)
+    r = redis.Redis.from_url(url)
+    times = []
+    for _ in range(calls):
+        assert limiter.acquire()
+        times.append(server_seconds(r))
+    return times
+
+
+def violations(starts: list[float], rate: float, per: float, burst: float) -> list[str]:
+    """Every window [starts[i], starts[j]] holding more starts than GCRA allows in it
+    (allowing JITTER of lateness for the window's first start)."""
+    found = []
+    for i in range(len(starts)):
+        for j in range(i, len(starts)):
+            allowed = burst + rate * (starts[j] - starts[i] + JITTER) / per
+            if j - i + 1 > allowed + 1e-9:
+                found.append(f"{j - i + 1} starts in {starts[j] - starts[i]:.4f} s > {allowed:.2f}")
+    return found
+
+
+def test_processes_that_wait_start_within_the_bound_and_at_the_rate(
+    server: RedisServer,
+) -> None:
+    rate, per, burst, calls, workers = 40.0, 1.0, 4.0, 15, 4
+    with spawn.Pool(workers) as pool:
+        results = pool.starmap(_admitted_at, [(server.url, rate, per, burst, calls)] * workers)
+    starts = sorted(t for times in results for t in times)
+    assert len(starts) == workers * calls
+    assert violations(starts, rate, per, burst) == []
+    # Saturated: after the burst, one start per interval -- the rate, not below it.
+    expected = (len(starts) - burst) / rate * per
+    took = starts[-1] - starts[0]
+    assert expected - 0.02 <= took <= expected + 0.25, (took, expected)
+
+
+def test_deciding_at_once_admits_the_burst_then_one_per_interval(r: redis.Redis) -> None:
+    limiter = Throttle("burst", rate=10, per=1.0, burst=3, wait=0)
+    admitted = [limiter.acquire() for _ in range(5)]
+    assert admitted == [True, True, True, False, False]
+    time.sleep(0.1 + 0.01)  # one interval
+    assert [limiter.acquire(), limiter.acquire()] == [True, False]
+
+
+def test_a_fractional_rate_and_a_weighted_call(r: redis.Redis) -> None:
+    limiter = Throttle("weighted", rate=0.5, per=1.0, burst=4, wait=0)  # one unit per 2 s
+    assert limiter.acquire(cost=3)
+    assert limiter.acquire(cost=1)
+    assert not limiter.acquire(cost=0.5)
+    with pytest.raises(ValueError, match=r"cost must be above 0 and at most burst=4"):
+        limiter.acquire(cost=5)
+    with pytest.raises(ValueError, match=r"cost must be above 0"):
+        limiter.acquire(cost=0)
+    with pytest.raises(TypeError, match=r"cost must be a number"):
+        limiter.acquire(cost="1")  # type: ignore[arg-type]  # refused
+
+
+# -- waiting: one round trip, in order, within wait ----------------------------------------------
+
+
+def test_a_waiting_call_sleeps_until_its_slot_with_one_request(r: redis.Redis) -> None:
+    limiter = Throttle("sleep", rate=5, per=1.0, burst=1, wait=1.0)
+    assert limiter.acquire()
+    before = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    started = time.monotonic()
+    assert limiter.acquire()
+    slept = time.monotonic() - started
+    after = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert 0.2 - 0.01 <= slept <= 0.2 + JITTER
+    assert after - before == 1  # reserved and slept: no second request, no polling
+
+
+def test_callers_are_served_in_arrival_order(r: redis.Redis) -> None:
+    limiter = Throttle("order", rate=20, per=1.0, burst=1, wait=None)
+    assert limiter.acquire()
+    done: list[int] = []
+
+    async def caller(index: int) -> None:
+        await aio.Throttle("order", rate=20, per=1.0, burst=1, wait=None).acquire()
+        done.append(index)
+
+    async def main() -> None:
+        tasks = []
+        for index in range(6):
+            tasks.append(asyncio.create_task(caller(index)))
+            await asyncio.sleep(0.005)  # each request reaches the server before the next
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert done == list(range(6))
+
+
+def test_a_slot_beyond_wait_is_refused_and_nothing_is_taken(r: redis.Redis) -> None:
+    limiter = Throttle("refuse", rate=1, per=10.0, burst=1, wait=2.0)
+    assert limiter.acquire()
+    before = state(r, "throttle:refuse")
+    started = time.monotonic()
+    assert not limiter.acquire()  # the next slot is ~10 s away
+    assert time.monotonic() - started < 0.5  # decided at once, not after waiting
+    assert state(r, "throttle:refuse") == before
+    with pytest.raises(Throttled) as refused, limiter:
+        pass
+    assert 9.0 < refused.value.retry_after <= 10.0
+    assert refused.value.key == "throttle:refuse" and refused.value.wait == 2.0
+
+
+# -- re-sent requests, interrupted and cancelled waiters ----------------------------------------
+
+
+def test_a_re_sent_request_is_counted_once(r: redis.Redis, server: RedisServer) -> None:
+    options = Throttle("again", rate=1, per=10.0, burst=2).options
+    target = SyncTarget(server.client())
+    step = throttle.admit_step("throttle:again", "tok-1", 1.0, options, None)
+    first = throttle.admission(target.execute(step))
+    tat = state(r, "throttle:again")[b"tat"]
+    again = throttle.admission(target.execute(step))  # the same command, re-sent
+    assert first.admitted and again.admitted and first.delay == again.delay == 0
+    assert state(r, "throttle:again")[b"tat"] == tat
+    # A reservation ahead: re-sent, it answers the same slot (less the time since).
+    later = throttle.admit_step("throttle:again", "tok-2", 1.0, options, None)
+    one = throttle.admission(target.execute(throttle.admit_step(
+        "throttle:again", "tok-3", 1.0, options, None)))  # fmt: skip
+    two = throttle.admission(target.execute(later))
+    two_again = throttle.admission(target.execute(later))
+    assert one.admitted and two.admitted and 9.0 < two.delay <= 10.0  # burst 2: one slot ahead
+    assert two.delay - 0.1 < two_again.delay <= two.delay
+
+
+def test_a_waiter_interrupted_while_it_sleeps_gives_its_slot_back(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = Throttle("interrupted", rate=1, per=10.0, burst=1, wait=None)
+    assert limiter.acquire()
+    tat = float(state(r, "throttle:interrupted")[b"tat"])
+
+    def interrupted(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(throttle.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        limiter.acquire()
+    monkeypatch.undo()
+    assert float(state(r, "throttle:interrupted")[b"tat"]) == tat  # as if it never asked
+    assert b"tok" not in state(r, "throttle:interrupted")
+
+
+def test_a_cancelled_waiter_gives_its_slot_back_only_if_nobody_reserved_after_it(
+    r: redis.Redis,
+) -> None:
+    async def main() -> tuple[float, float, float]:
+        limiter = aio.Throttle("cancelled", rate=1, per=1.0, burst=1, wait=None)
+        assert await limiter.acquire()
+        first = float(state(r, "throttle:cancelled")[b"tat"])
+        alone = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0.1)
+        alone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await alone
+        given_back = float(state(r, "throttle:cancelled")[b"tat"])
+        # Two reserve; the first is cancelled: its slot stays used (the second's is kept).
+        earlier = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0.05)
+        later = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0.05)
+        earlier.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await earlier
+        kept = float(state(r, "throttle:cancelled")[b"tat"])
+        later.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await later
+        return first, given_back, kept
+
+    first, given_back, kept = asyncio.run(main())
+    assert given_back == first
+    assert kept == first + 2 * 1e6  # both reservations stand: the later one's slot is promised
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+def test_the_key_expires_as_its_slots_come(r: redis.Redis) -> None:
+    limiter = Throttle("expires", rate=10, per=1.0, burst=2, wait=0)
+    assert limiter.acquire() and limiter.acquire()
+    fields = state(r, "throttle:expires")
+    assert set(fields) == {b"tat", b"tok", b"iv", b"b"}
+    assert float(fields[b"iv"]) == 100_000 and float(fields[b"b"]) == 2
+    assert 0 < r.pttl("throttle:expires") <= 201
+    time.sleep(0.25)
+    assert r.exists("throttle:expires") == 0  # an idle name costs nothing
+
+
+# -- the decorator -------------------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+
+    @throttled("api:{self.tenant}", rate=2, per=10.0, wait=0, on_busy="skip")
+    def call(self, payload: int) -> int:
+        return payload
+
+
+def test_names_come_from_the_arguments_and_on_busy_decides(r: redis.Redis) -> None:
+    acme, other = Client("acme"), Client("other")
+    assert [acme.call(1), acme.call(2), acme.call(3)] == [1, 2, None]
+    assert other.call(4) == 4  # another tenant, another throttle
+    assert r.exists("throttle:api:acme", "throttle:api:other") == 2
+
+    @throttled(name=lambda user: f"u:{user}", rate=1, per=10.0, wait=0)
+    def once(user: str) -> str:
+        return user
+
+    assert once("a") == "a"
+    with pytest.raises(Throttled) as refused:
+        once("a")
+    assert refused.value.name == "u:a" and refused.value.key == "throttle:u:a"
+    copy = pickle.loads(pickle.dumps(refused.value))
+    assert type(copy) is Throttled and copy.retry_after == refused.value.retry_after
+
+    @throttled("fb:{x}", rate=1, per=10.0, wait=0, on_busy=lambda x: -x)
+    def fallback(x: int) -> int:
+        return x
+
+    assert [fallback(5), fallback(5)] == [5, -5]
+
+
+def test_an_async_function_waits_for_its_slot_without_blocking_the_loop(r: redis.Redis) -> None:
+    @throttled("crawl:{host}", rate=10, per=1.0, burst=1, wait=5)
+    async def fetch(host: str) -> float:
+        return time.monotonic()
+
+    async def main() -> tuple[list[float], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        background = asyncio.create_task(ticker())
+        started = time.monotonic()
+        times = await asyncio.gather(*(fetch("example.org") for _ in range(4)))
+        background.cancel()
+        return [t - started for t in sorted(times)], ticks
+
+    times, ticks = asyncio.run(main())
+    assert times[-1] >= 0.3 - 0.01 and ticks >= 20  # 3 intervals, the loop kept running
+
+
+def test_bad_options_fail_at_decoration_with_what_to_do() -> None:
+    with pytest.raises(TypeError, match=r"throttled\(\) needs rate="):
+        throttled("x")  # type: ignore[call-overload]  # refused
+    with pytest.raises(ValueError, match=r"^rate must be a number above 0"):
+        throttled("x", rate=0)
+    with pytest.raises(ValueError, match=r"finer than the server's clock"):
+        throttled("x", rate=10_000_000, per=1.0)
+    with pytest.raises(ValueError, match=r"^burst must be"):
+        Throttle("x", rate=1, burst=0.5)
+    with pytest.raises(TypeError, match=r"'ttl'.*it accepts"):
+        throttled("x", rate=1, ttl=5)  # type: ignore[call-overload]  # refused
+    with pytest.raises(redlock_deco.KeyTemplateError, match=r"'missing'"):
+        throttled("x:{missing}", rate=1)(lambda user: user)
+
+
+# -- events, providers ---------------------------------------------------------------------------
+
+
+def test_events_say_admitted_and_throttled(r: redis.Redis) -> None:
+    seen: list[LockEvent] = []
+    add_listener(seen.append)
+    try:
+        limiter = Throttle("events", rate=10, per=1.0, burst=1, wait=0.5, label="partner")
+        assert limiter.acquire() and limiter.acquire()
+        assert not limiter.acquire(wait=0)
+    finally:
+        remove_listener(seen.append)
+    assert [e.kind for e in seen] == ["admitted", "admitted", "throttled"]
+    assert seen[0].seconds == 0 and 0.05 < (seen[1].seconds or 0) <= 0.1
+    assert 0.05 < (seen[2].seconds or 0) <= 0.1
+    assert {e.template for e in seen} == {"partner"} and seen[0].key == "throttle:events"
+
+
+def test_a_quorum_provider_is_refused(server: RedisServer) -> None:
+    redlock_deco.register_provider("q", [server.url] * 3)
+    with pytest.raises(ProviderError, match=r"quorum of masters"):
+        Throttle("x", rate=1, provider="q").acquire()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(masters=3) as local:
+        yield local
+
+
+@pytest.mark.slow
+def test_a_cluster_throttles_each_name_on_its_own_node(cluster: LocalCluster) -> None:
+    client = cluster.client()
+    redlock_deco.register_provider("cluster", client)
+    names = [f"tenant:{i}" for i in range(9)]
+    assert len({client.get_node_from_key(f"throttle:{n}").port for n in names}) > 1
+    for name in names:
+        limiter = Throttle(name, rate=1, per=10.0, burst=1, wait=0, provider="cluster")
+        assert limiter.acquire() and not limiter.acquire()
+
+    async def main() -> list[bool]:
+        port = cluster.servers[0].port
+        redlock_deco.register_provider(
+            "acluster", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+        )
+        limiter = aio.Throttle("tenant:0", rate=1, per=10.0, burst=1, wait=0, provider="acluster")
+        try:
+            return [await limiter.acquire()]
+        finally:
+            await providers.async_target("acluster").client.aclose()
+
+    assert asyncio.run(main()) == [False]  # the sync calls above took its one slot
+    client.close()
+
+
+def test_inspect_shows_a_throttle_in_use(r: redis.Redis, server: RedisServer) -> None:
+    options = Throttle("api:acme", rate=2, per=1.0, burst=2).options
+    target = SyncTarget(server.client())
+    for token in ("a", "b", "c"):  # reserved without sleeping: the third's slot is 0.5 s away
+        step = throttle.admit_step("throttle:api:acme", token, 1.0, options, None)
+        assert throttle.admission(target.execute(step)).admitted
+    [entry] = inspection.held(r, "throttle:*")
+    assert entry["kind"] == "throttle" and entry["key"] == "throttle:api:acme"
+    assert (entry["rate"], entry["burst"]) == (2.0, 2.0)
+    assert 2.9 < entry["reserved"] <= 3.0 and 0.4 < entry["next_free"] <= 0.5
+    table = inspection.render_table([entry])
+    assert "throttle:api:acme" in table and "2/s, burst 2" in table and "next slot 0.5s" in table
