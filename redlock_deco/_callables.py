@@ -117,6 +117,12 @@ def refuse_generator(decorator: str, func: Callable[..., Any]) -> NoReturn:
         )
     found = _generator_layer(func)
     behind = "" if found is func else " (a generator function under its decorators)"
+    if decorator == "throttled":  # no lease: what it limits would be the making, not the work
+        raise TypeError(
+            f"@throttled cannot throttle generator {describe(func)}{behind}: a call returns "
+            "the generator before its body runs, so the rate would limit making generators, "
+            "not the work they do; call Throttle(...).acquire() inside the generator instead"
+        )
     raise TypeError(
         f"@{decorator} cannot protect generator {describe(func)}{behind}: the lease would be "
         "given back when the generator is returned, before its body runs, not when iteration "

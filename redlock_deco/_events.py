@@ -130,4 +130,6 @@ class LoggingListener:
         timing = "" if event.seconds is None else f" after {event.seconds * 1000:.1f} ms"
         if event.kind == "released" and event.seconds is not None:
             timing = f", held {event.seconds * 1000:.1f} ms"
+        elif event.kind == "throttled" and event.seconds is not None:
+            timing = f", next slot in {event.seconds * 1000:.1f} ms"
         self.logger.log(self.level, "%s %s (%s)%s", event.kind, event.name, event.key, timing)

@@ -198,9 +198,10 @@ def _semaphore_entry(
 def _throttle(client: redis.Redis, raw_key: bytes, key: str, now_us: int) -> dict[str, Any] | None:
     """A throttle (lua/throttle_admit.lua): its rate and burst as last used, and how far away
     a call that would start at once is (0: now), and how much is reserved ahead of it."""
-    tat, interval, burst = client.hmget(raw_key, "tat", "iv", "b")
+    tat, base, interval, burst = client.hmget(raw_key, "tat", "base", "iv", "b")
     try:
-        arrival, every, most = float(tat), float(interval), float(burst)  # type: ignore[arg-type]
+        arrival = float(tat) + float(base)  # type: ignore[arg-type]
+        every, most = float(interval), float(burst)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None  # not one of ours
     if every <= 0:

@@ -27,7 +27,8 @@ What holds, and where:
   jumping back makes callers wait (or be refused) until it has caught up. Never more than the
   bound on the server's own clock.
 - Callers that disagree on ``rate``/``per``/``burst`` for one name share its arrival time,
-  each judged by its own terms at its admission (as ``limits`` and ``redis-cell`` do).
+  each judged by its own terms at its admission (as redis-cell's does; ``limits`` puts the
+  rate in the key, so callers with different rates count separately).
 - A quorum provider is refused (ProviderError): the quorum's majority vote has no sound
   meaning for a shared arrival time -- masters that missed a reservation would admit calls
   in its slot.
@@ -56,7 +57,7 @@ from ._errors import KeyTemplateError, ProviderError, Throttled
 from ._events import Source
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 from ._naming import bounded, has_address
-from ._options import THROTTLE_PREFIX, check_options, check_wait
+from ._options import check_options, check_wait
 from ._protocol import Eval
 from ._scripts import Outcome
 from ._signatures import explains_bad_arguments
@@ -113,7 +114,10 @@ def check_cost(cost: object, options: ThrottleOptions) -> float:
     """``cost`` as a number above 0 and at most ``burst`` (a larger one could never start)."""
     if isinstance(cost, bool) or not isinstance(cost, (int, float)):
         raise TypeError(f"cost must be a number above 0, got {cost!r:.40}")
-    if not 0 < cost <= options.burst:  # NaN fails the comparison too
+    if not cost > 0:  # NaN fails the comparison too
+        raise ValueError(f"cost must be above 0 and at most burst={options.burst:g}, got "
+                         f"{cost!r:.40}")  # fmt: skip
+    if cost > options.burst:
         raise ValueError(
             f"cost must be above 0 and at most burst={options.burst:g} (no more may ever start "
             f"at once, so a call of cost {cost!r:.20} would never be admitted), got {cost!r:.40}"
@@ -243,7 +247,7 @@ class _ThrottleOptions:
         burst: float | None = None,
         wait: float | None = 10.0,
         provider: str = "default",
-        prefix: str = THROTTLE_PREFIX,
+        prefix: str = "throttle:",
         label: str | None = None,
     ) -> None:
         options = build_throttle_options(
@@ -286,7 +290,15 @@ class _ThrottleOptions:
 
 class Throttle(_ThrottleOptions):
     """A distributed rate limit: at most ``rate`` calls per ``per`` seconds start, per name,
-    ``burst`` at once after a quiet spell (see the module's docstring for what holds).
+    ``burst`` (``rate`` by default, at least 1) at once after a quiet spell: in any ``T``
+    seconds at most ``burst + rate * T / per`` start, on the Redis server's clock (GCRA, one
+    round trip per call; the key is ``prefix + name``, one hash that expires when idle).
+
+    A call re-sent by the client's retry is counted once, unless another caller reserved in
+    between (then a slot is wasted, never one too many admitted); a call interrupted or
+    cancelled while it sleeps for its slot gives the slot back when nobody reserved after it.
+    A quorum provider is refused (ProviderError). Callers that disagree on the rate of a name
+    share its arrival time, each judged by its own terms.
 
     ``acquire(cost=1, wait=...)`` returns True once the call may start -- at once, or after
     sleeping until the slot it reserved -- and False, taking nothing, when no slot comes
@@ -299,6 +311,9 @@ class Throttle(_ThrottleOptions):
     api_name = "redlock_deco.Throttle"
 
     def acquire(self, cost: float = 1, wait: float | None = DEFAULT) -> bool:
+        """Let one call of ``cost`` (above 0, at most ``burst``) start: True at once or after
+        sleeping until its reserved slot; False, taking nothing, if no slot comes within
+        ``wait`` (not given: the object's; None or -1: however far; 0: only at once)."""
         answer = admit(self.options, self.name, self.key, check_cost(cost, self.options),
                        self._wait(wait))  # fmt: skip
         return answer.admitted
@@ -326,6 +341,8 @@ class AsyncThrottle(_ThrottleOptions):
     api_name = "redlock_deco.asyncio.Throttle"
 
     async def acquire(self, cost: float = 1, wait: float | None = DEFAULT) -> bool:
+        """``Throttle.acquire`` for asyncio: the task sleeps until its slot (a cancelled one
+        gives the slot back when nobody reserved after it)."""
         answer = await admit_async(self.options, self.name, self.key,
                                    check_cost(cost, self.options), self._wait(wait))  # fmt: skip
         return answer.admitted

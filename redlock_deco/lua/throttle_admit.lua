@@ -1,8 +1,10 @@
 -- Admit one call (of a cost) to a throttle by GCRA, the generic cell rate algorithm, on the
 -- server's clock; a call that may wait reserves its slot here and sleeps until it comes.
--- The key is a hash: tat, the theoretical arrival time (microseconds of the server's clock,
--- written with %.17g: a double's every digit), where the next call would be due if every
--- call came exactly on time; tok, the token of the last reservation (a retried command
+-- The key is a hash: tat, the theoretical arrival time, where the next call would be due if
+-- every call came exactly on time, in microseconds after base, the server's time when the key
+-- was made (an offset stays small, so the sums below keep a fraction of a microsecond: in
+-- absolute microseconds, ~1.7e15, a double's step is 0.25 us and an interval of 33333.3 us
+-- lost 0.08 us at every addition, a rate creeping up without bound); tok, the token of the last reservation (a retried command
 -- finds its own token and answers again instead of counting twice); iv and b, the last
 -- caller's interval and burst (read by inspect only). No key is a full bucket: the key
 -- expires as its tat passes, so an idle name costs no memory.
@@ -19,7 +21,9 @@
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local capacity = tonumber(ARGV[3])
-local state = redis.call('HMGET', KEYS[1], 'tat', 'tok')
+local state = redis.call('HMGET', KEYS[1], 'tat', 'tok', 'base')
+local base = tonumber(state[3]) or now
+now = now - base -- exact: both are whole microseconds, far below 2^53
 local tat = tonumber(state[1]) or now
 if state[2] == ARGV[1] then
   -- This call's own reservation, its reply lost and the command re-sent: the same answer.
@@ -34,7 +38,7 @@ local wait = tonumber(ARGV[4])
 if wait >= 0 and delay > wait then
   return {0, delay}
 end
-redis.call('HSET', KEYS[1], 'tat', string.format('%.17g', due), 'tok', ARGV[1], 'iv', ARGV[5],
-  'b', ARGV[6])
+redis.call('HSET', KEYS[1], 'tat', string.format('%.17g', due), 'tok', ARGV[1], 'base',
+  string.format('%.17g', base), 'iv', ARGV[5], 'b', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], math.ceil((due - now) / 1000) + 1)
 return {1, delay}

@@ -3,14 +3,15 @@
 -- reservation would bring the next slot before slots already promised to later callers.
 -- Once given back the token is gone, so a re-sent command gives nothing back twice.
 -- KEYS[1] throttle key
+-- (tat is in microseconds after base: see throttle_admit.lua)
 -- ARGV[1] the call's token; ARGV[2] its increment (c*iv, us, as it reserved)
 -- returns 1 given back | 0 kept: a later call reserved after it, or the key has gone
-local state = redis.call('HMGET', KEYS[1], 'tat', 'tok')
+local state = redis.call('HMGET', KEYS[1], 'tat', 'tok', 'base')
 if state[2] ~= ARGV[1] then
   return 0
 end
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2]) - tonumber(state[3])
 local tat = tonumber(state[1]) - tonumber(ARGV[2])
 if tat <= now then
   redis.call('DEL', KEYS[1])

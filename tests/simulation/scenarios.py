@@ -17,6 +17,7 @@ from typing import Any
 
 from redlock_deco import _protocol as protocol
 
+from . import throttle
 from .store import Store
 
 Transform = Callable[[str], str] | None
@@ -132,3 +133,5 @@ SCENARIOS: dict[str, Callable[[Transform], None]] = {
         delayed_try_then_confirm_leaves_the_queue,
     )
 }
+# The throttle's own seeded schedules (simulation/throttle.py), as one scenario.
+SCENARIOS["throttle"] = throttle.scenario

@@ -919,6 +919,37 @@ class Store:
             return [x for member, score in chosen for x in (member, format_double(score))]
         return [member for member, _ in chosen]
 
+    # -- hashes (a throttle's state) --------------------------------------------------------
+
+    def cmd_hset(self, args: list[str]) -> Any:
+        if len(args) < 3 or len(args) % 2 == 0:
+            raise CommandError("ERR wrong number of arguments for 'hset' command")
+        fields = self._typed(args[0], "hash")
+        if fields is None:
+            fields = {}
+            self._set(args[0], "hash", fields)
+        added = 0
+        for name, value in zip(args[1::2], args[2::2], strict=True):
+            added += name not in fields
+            fields[name] = value
+        return added
+
+    def cmd_hmget(self, args: list[str]) -> Any:
+        fields = self._typed(args[0], "hash") or {}
+        return [fields.get(name) for name in args[1:]]
+
+    def cmd_hdel(self, args: list[str]) -> Any:
+        fields = self._typed(args[0], "hash")
+        if fields is None:
+            return 0
+        gone = sum(1 for name in args[1:] if fields.pop(name, None) is not None)
+        self._emptied(args[0])
+        return gone
+
+    def cmd_hgetall(self, args: list[str]) -> Any:
+        fields = self._typed(args[0], "hash") or {}
+        return [x for name, value in fields.items() for x in (name, value)]
+
 
 _COMMANDS = {name[4:].upper(): name for name in dir(Store) if name.startswith("cmd_")}
 _NOT_IN_SCRIPTS = frozenset({"EVAL", "EVALSHA", "SCRIPT", "WAIT", "FLUSHALL", "SUBSCRIBE"})

@@ -21,6 +21,8 @@ from redis._parsers.base import BaseParser
 
 from redlock_deco import _admin as admin
 from redlock_deco import _protocol as protocol
+from redlock_deco import _scripts as scripts
+from redlock_deco import _throttle as throttle
 from redlock_deco._drivers import checkout
 from redlock_deco.testing import RedisServer
 
@@ -80,8 +82,29 @@ def token(rng: random.Random, reader: bool = False) -> str:
     return rng.choice(PREFIXES) + secret + (protocol.READER_SUFFIX if reader else "")
 
 
+THROTTLE = "dt:t"
+
+
+def throttle_command(rng: random.Random) -> tuple[Any, ...]:
+    """A throttle's admit or give-back, as the production builders make them."""
+    # Intervals of 20 s and more: its key's expiry stays long, as every key's here.
+    options = throttle.ThrottleOptions(
+        rng.choice((1.0, 0.5)), rng.choice((20.0, 60.0)), rng.choice((1.0, 3.0)), None,
+        "default", "throttle:",
+    )  # fmt: skip
+    token = f"t{rng.randrange(3)}"
+    if rng.random() < 0.25:
+        step = throttle.return_step(THROTTLE, token, 1.0, options)
+    else:
+        wait = rng.choice((None, 0.0, 30.0, 200.0))
+        step = throttle.admit_step(THROTTLE, token, rng.choice((1.0, 0.5)), options, wait)
+    return ("EVAL", step.script.source, len(step.keys), *step.keys, *step.args)
+
+
 def command(rng: random.Random, now_ms: int) -> tuple[Any, ...]:
     """One random command: mostly the library's scripts, some plain commands and probes."""
+    if rng.random() < 0.1:
+        return throttle_command(rng)
     draw = rng.random()
     name = rng.choice(LOCKS)
     ttl = rng.choice(TTLS)
@@ -226,6 +249,12 @@ def state(run: Any) -> dict[str, Any]:
             value = run("LRANGE", key, 0, -1)
         elif kind == b"zset":
             value = run("ZRANGE", key, 0, -1, "WITHSCORES")
+        elif kind == b"hash":  # a throttle's: its times (us) compared in ms, as the rest
+            fields = run("HGETALL", key)
+            value = [
+                int(float(v) // 1000) if f in (b"tat", b"base") else v
+                for f, v in zip(fields[::2], fields[1::2], strict=True)
+            ]
         else:
             value = kind
         found[key] = [kind, value, run("PTTL", key)]
@@ -255,6 +284,8 @@ def test_store_matches_a_real_server(real: Real, block: int) -> None:
     def sim(*args: Any) -> Any:
         return simulated.execute(args)
 
+    throttle_source = scripts.THROTTLE_ADMIT.source
+
     for sequence in range(block * SEQUENCES // 4, (block + 1) * SEQUENCES // 4):
         rng = random.Random(f"differential:{sequence}")
         real("FLUSHALL")
@@ -266,6 +297,10 @@ def test_store_matches_a_real_server(real: Real, block: int) -> None:
             args = command(rng, clock["us"] // 1000)
             expected = normal(real(*args))
             got = normal(sim(*args))
+            if args[1] == throttle_source:  # its delay in us: compared in ms, as the rest
+                expected, got = (
+                    [r[0], r[1] // 1000] if isinstance(r, list) else r for r in (expected, got)
+                )
             shown = args if args[0] != "EVAL" or len(args[1]) < 80 else ("EVAL", "<script>",
                                                                        *args[2:])  # fmt: skip
             history.append(f"{shown} -> {expected!r}")

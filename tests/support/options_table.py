@@ -118,9 +118,14 @@ def api_name(api: str) -> str:
 def default(option: Option) -> str:
     if option.default is REQUIRED:
         return "required"
-    others = ", ".join(api_name(name) for name, _ in option.defaults)
     shown = f"`{literal(option.default)}`"
-    return f"{shown} (`{literal(option.defaults[0][1])}` for {others})" if others else shown
+    # The callables whose own default differs, grouped by that default ("sem:" for the
+    # semaphores, "throttle:" for the throttles): each value named with its own callables.
+    by_value: dict[str, list[str]] = {}
+    for name, value in option.defaults:
+        by_value.setdefault(literal(value), []).append(api_name(name))
+    others = "; ".join(f"`{value}` for {', '.join(names)}" for value, names in by_value.items())
+    return f"{shown} ({others})" if others else shown
 
 
 def docs_table() -> str:
