@@ -375,6 +375,14 @@ def _check_throttle(values: dict[str, Any]) -> None:
         )
     if values["burst"] is None:
         values["burst"] = max(1.0, rate)
+    if values["burst"] * per / rate > MAX_SECONDS:
+        # Beyond it the script's microsecond sums overflow: a delay past 2**63 us came back
+        # negative and the call started at once; PEXPIRE got "1e+21" after HSET had run.
+        raise ValueError(
+            f"burst={values['burst']:g} calls at rate={rate:g} per={per:g} s take "
+            f"{values['burst'] * per / rate:.3g} s to refill, more than 1e9 s (about 31 "
+            "years); raise rate or lower per or burst"
+        )
 
 
 def lease_options(values: Mapping[str, Any]) -> LeaseOptions:

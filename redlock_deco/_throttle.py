@@ -57,7 +57,7 @@ from ._errors import KeyTemplateError, ProviderError, Throttled
 from ._events import Source
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 from ._naming import bounded, has_address
-from ._options import check_options, check_wait
+from ._options import MAX_SECONDS, check_options, check_wait
 from ._protocol import Eval
 from ._scripts import Outcome
 from ._signatures import explains_bad_arguments
@@ -129,7 +129,9 @@ def admit_step(key: str, token: str, cost: float, options: ThrottleOptions,
                wait: float | None) -> Eval:  # fmt: skip
     """The one request that decides a call (and reserves its slot if it may wait)."""
     interval = options.interval_us
-    longest = -1 if wait is None else math.floor(wait * 1e6)
+    # "However far" is at most MAX_SECONDS too: sums stay far below what a double and
+    # Redis's integers hold (a slot 2**63 us away came back negative, and ran at once).
+    longest = math.floor((MAX_SECONDS if wait is None else wait) * 1e6)
     return Eval(scripts.THROTTLE_ADMIT, (key,),
                 (token, repr(cost * interval), repr(options.burst * interval), longest,
                  repr(interval), repr(options.burst)))  # fmt: skip

@@ -318,6 +318,8 @@ def test_bad_options_fail_at_decoration_with_what_to_do() -> None:
         throttled("x", rate=0)
     with pytest.raises(ValueError, match=r"finer than the server's clock"):
         throttled("x", rate=10_000_000, per=1.0)
+    with pytest.raises(ValueError, match=r"take 1e\+13 s to refill, more than 1e9 s"):
+        Throttle("x", rate=1e-4, per=1e9)  # review: its delays overflowed the script's numbers
     with pytest.raises(ValueError, match=r"^burst must be"):
         Throttle("x", rate=1, burst=0.5)
     with pytest.raises(TypeError, match=r"'ttl'.*it accepts"):
@@ -342,6 +344,21 @@ def test_events_say_admitted_and_throttled(r: redis.Redis) -> None:
     assert seen[0].seconds == 0 and 0.05 < (seen[1].seconds or 0) <= 0.1
     assert 0.05 < (seen[2].seconds or 0) <= 0.1
     assert {e.template for e in seen} == {"partner"} and seen[0].key == "throttle:events"
+
+
+def test_waiting_however_far_is_bounded_by_the_longest_wait(r: redis.Redis) -> None:
+    """wait=None reserves up to 1e9 s ahead, no further: past that, sums would overflow."""
+    limiter = Throttle("far", rate=1, per=9e8, burst=1, wait=None)
+    assert limiter.acquire()  # the next slot is 9e8 s away: reserved by the next call
+    options = limiter.options
+    target = SyncTarget(r)
+    ahead = throttle.admission(target.execute(throttle.admit_step("throttle:far", "x", 1.0,
+                                                                  options, None)))  # fmt: skip
+    assert ahead.admitted and 8.9e8 < ahead.delay <= 9e8
+    beyond = throttle.admission(target.execute(throttle.admit_step("throttle:far", "y", 1.0,
+                                                                   options, None)))  # fmt: skip
+    assert not beyond.admitted and beyond.delay > 1e9  # refused, nothing taken
+    assert 0 < r.pttl("throttle:far") <= 2 * 9e8 * 1000 + 1
 
 
 def test_a_quorum_provider_is_refused(server: RedisServer) -> None:
