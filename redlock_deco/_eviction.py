@@ -2,7 +2,8 @@
 
 Under memory pressure an ``allkeys-*`` policy evicts any key and a ``volatile-*`` policy any
 key with an expiry -- every lock key has one -- so a held lock can vanish and a second holder
-get in, with nothing to tell the first. Only ``noeviction`` (or a dedicated instance that
+get in, with nothing to tell the first (and a throttle's arrival time can vanish, letting a new
+burst in: its first call checks too). Only ``noeviction`` (or a dedicated instance that
 never fills up) keeps locks safe; see GUARANTEES.md. The check runs once per target, after
 its first successful acquisition on a thread of its own (sync), or in line before the first
 acquisition for at most 0.25 s once per server and process (asyncio), and logs one warning
@@ -48,8 +49,9 @@ def warning_for(policy: str | None, where: str) -> str | None:
         return None
     return (
         f"redlock-deco: {where} has maxmemory-policy {policy!r}: under memory pressure it "
-        "may evict lock keys, letting a second holder in. Use maxmemory-policy noeviction "
-        "(or a dedicated instance) for locks; see GUARANTEES.md"
+        "may evict lock keys, letting a second holder in (or a throttle's, letting a new burst "
+        "in). Use maxmemory-policy noeviction (or a dedicated instance) for locks; see "
+        "GUARANTEES.md"
     )
 
 

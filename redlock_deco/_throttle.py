@@ -50,6 +50,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from . import _events as events
+from . import _eviction as eviction
 from . import _providers as providers
 from . import _scripts as scripts
 from . import _tokens as tokens
@@ -186,6 +187,8 @@ def admit(options: ThrottleOptions, name: str, key: str, cost: float,
     _check_target(target, options)
     token = call_token()
     answer = admission(target.execute(admit_step(key, token, cost, options, wait)))
+    if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
+        eviction.start_check(target)
     if answer.admitted and answer.delay > 0:
         try:
             time.sleep(answer.delay)
@@ -202,6 +205,8 @@ async def admit_async(options: ThrottleOptions, name: str, key: str, cost: float
     back (shielded: a second cancellation does not stop the request) and is then cancelled."""
     target = providers.async_target(options.provider)
     _check_target(target, options)
+    if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
+        await eviction.check_async_once(target)
     token = call_token()
     answer = admission(await target.execute(admit_step(key, token, cost, options, wait)))
     if answer.admitted and answer.delay > 0:

@@ -3,6 +3,7 @@ clean-up, missing replicas are named as such, and an evicting server is warned a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -15,11 +16,13 @@ from redis.retry import Retry
 from redlock_deco import (
     LockNotAcquired,
     LockNotReplicated,
+    Throttle,
     locked,
     register_provider,
 )
 from redlock_deco._lifecycle import Cleanup
 from redlock_deco._renewal import renewer
+from redlock_deco.asyncio import Throttle as AsyncThrottle
 from redlock_deco.testing import RedisServer
 
 NO_RETRY = Retry(NoBackoff(), 0)
@@ -177,6 +180,28 @@ def _evicting_server_warnings(policy: str, caplog: pytest.LogCaptureFixture) -> 
 def test_an_evicting_server_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
     warnings = _evicting_server_warnings("allkeys-lru", caplog)
     assert len(warnings) == 1 and "noeviction" in warnings[0] and "allkeys-lru" in warnings[0]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_throttle_on_an_evicting_server_is_warned_about(
+    caplog: pytest.LogCaptureFixture, flavour: str
+) -> None:
+    """Review 8, t02: evicted, a throttle's arrival time lets a new burst in."""
+    with RedisServer(args=("--maxmemory-policy", "volatile-ttl")) as own:
+        register_provider("evicting", own.url)
+        with caplog.at_level(logging.WARNING, logger="redlock_deco"):
+            if flavour == "sync":
+                assert Throttle("evict", rate=5, provider="evicting").acquire()
+                time.sleep(0.5)  # the check runs in the background, off the call's path
+            else:
+
+                async def main() -> bool:
+                    limiter = AsyncThrottle("evict", rate=5, provider="evicting")
+                    return await limiter.acquire()
+
+                assert asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert len(warnings) == 1 and "volatile-ttl" in warnings[0] and "new burst" in warnings[0]
 
 
 def test_noeviction_is_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
