@@ -1,9 +1,9 @@
 """``python -m benchmarks``: every scenario in one run, then BENCHMARKS.md and the plot.
 
 Starts its own redis-server; needs the ``bench`` extra (python-redis-lock, pottery,
-py-redis-semaphore, matplotlib) for the comparison libraries and the plot, and
-``pip install --no-deps redis-semaphore-eval`` for the last semaphore anchor (its metadata pins
-redis<4, so it cannot be in the extra; skipped with a note when absent).
+py-redis-semaphore, limits, pyrate-limiter, matplotlib) for the comparison libraries and the
+plot, and ``pip install --no-deps redis-semaphore-eval`` for the last semaphore anchor (its
+metadata pins redis<4, so it cannot be in the extra; skipped with a note when absent).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from . import (
     scale,
     semaphore_bench,
     shared_bench,
+    throttle_bench,
     uncontended,
     waiters,
 )
@@ -80,6 +81,10 @@ def main() -> int:
             results.semaphore[library] = semaphore_bench.measure(
                 server.url, library, 8, args.seconds
             )
+        # Its tight-loop rounds are 0.1 s each (short, to interleave finely): twice as many.
+        results.throttle = throttle_bench.measure(
+            server.url, args.seconds, 2 * args.rounds, step=step
+        )
         step("reader-writer lock: reader scaling, writer under a reader stream")
         results.shared = shared_bench.measure(server.url, args.seconds)
         for mode in ("threads", "asyncio tasks"):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from . import quorum_bench, scale, semaphore_bench, shared_bench
+from . import quorum_bench, scale, semaphore_bench, shared_bench, throttle_bench
 from .contention import Contended
 from .uncontended import FLOOR, SCRIPTS
 from .waiters import Waiters
@@ -40,6 +40,7 @@ class Results:
     # seconds per acquisition); and the skipped ones
     semaphore: dict[str, tuple[float, int, float, float]] = field(default_factory=dict)
     semaphore_missing: dict[str, str] = field(default_factory=dict)
+    throttle: throttle_bench.ThrottleRun | None = None  # the rate limit against its anchors
     shared: shared_bench.SharedRun | None = None  # the reader-writer lock
     waiters: list[Waiters] = field(default_factory=list)
     asyncio: str = ""
@@ -74,7 +75,8 @@ def markdown(r: Results) -> str:
         f"- redlock-deco {_version('redlock-deco')}, python-redis-lock "
         f"{_version('python-redis-lock')}, pottery {_version('pottery')}, py-redis-semaphore "
         f"{_version('py-redis-semaphore')}, redis-semaphore-eval "
-        f"{_version('redis-semaphore-eval')}",
+        f"{_version('redis-semaphore-eval')}, limits {_version('limits')}, pyrate-limiter "
+        f"{_version('pyrate-limiter')}",
         "",
         "## Uncontended acquire + release",
         "",
@@ -162,6 +164,8 @@ def markdown(r: Results) -> str:
         "milliseconds, so a wake-up is exact to about 1 ms).",
         "",
         *semaphore_section(r),
+        "",
+        *throttle_section(r),
         "",
         *shared_section(r),
         "",
@@ -260,6 +264,142 @@ def semaphore_section(r: Results) -> list[str]:
     for name, install in r.semaphore_missing.items():
         out += ["", f"{name} was not installed, so it was skipped: `{install}` to include it."]
     return out
+
+
+def throttle_section(r: Results) -> list[str]:
+    """The rate limit: decisions/s, server load, memory per name, accuracy under 8 processes."""
+    t = throttle_bench
+    run = r.throttle
+    title = "## Rate limit: `Throttle` (GCRA) against limits and pyrate-limiter"
+    if run is None or not run.loops:
+        return [title, "", "not measured"]
+    rate, per, burst = t.ACCURATE
+    empty = t.Loop()
+    ours = {
+        limit: run.loops.get(t.OURS, {}).get(limit, empty).rate for limit in ("allowed", "denied")
+    }
+    out = [
+        title,
+        "",
+        "Decisions from one process in a tight loop on one name, each deciding at once",
+        f"(redlock-deco: `Throttle(name, rate=..., wait=0).acquire()`): the median of {run.rounds}",
+        f"interleaved rounds of {t.LOOP:g} s, with a limit that allows everything "
+        f"({t.OPEN[0]:,}/s) and one that denies all but ~{t.SHUT[0]}/s.",
+        "",
+        "| library | semantics | decisions/s, all allowed | vs redlock-deco | decisions/s, "
+        "mostly denied | vs redlock-deco | server commands / decision | server CPU µs / "
+        "decision | client CPU µs / decision |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, by_limit in run.loops.items():
+        a, d = by_limit["allowed"], by_limit["denied"]
+        semantics = t.LIMITERS[name][3] if name in t.LIMITERS else "context, not an anchor"
+        out.append(
+            f"| {name} | {semantics} | {a.rate:,.0f} | {a.rate / ours['allowed']:.2f}x | "
+            f"{d.rate:,.0f} | {d.rate / ours['denied']:.2f}x | "
+            f"{a.commands_per_decision:.1f} / {d.commands_per_decision:.1f} | "
+            f"{_us(a, a.server_cpu, '.1f')} / {_us(d, d.server_cpu, '.1f')} | "
+            f"{_us(a, a.client_cpu, ',.0f')} / {_us(d, d.client_cpu, ',.0f')} |"
+        )
+    for limit, words in (("allowed", "all allowed"), ("denied", "mostly denied")):
+        best = t.best_anchor(run, limit)
+        if best and t.OURS in run.loops:
+            out += ["", f"redlock-deco vs the fastest anchor, {words} ({best[0]}): "
+                        f"**{ours[limit] / best[1]:.2f}x**."]  # fmt: skip
+    out += [
+        "",
+        "x / y: all allowed / mostly denied. Server commands: `INFO commandstats` after",
+        "`CONFIG RESETSTAT`, which counts a script's inner commands as commands too (an",
+        "EVALSHA whose script runs TIME, HMGET, HSET and PEXPIRE counts 5); every library here",
+        "sends one command, an EVALSHA, per decision (one round trip). Server CPU: `INFO cpu`",
+        "over the loop (networking included, inner commands counted once). The context row",
+        "sends redlock-deco's own admit script through redis-py's `evalsha`, the client path",
+        "the anchors use: the same round trip and script, so the difference between it and",
+        "redlock-deco is the client side, not the script.",
+    ]
+    if run.memory:
+        out += [
+            "",
+            f"Server memory per name: one decision on each of {run.names:,} names at "
+            f"{t.MEMORY[0]} per {t.MEMORY[1]:g} s (so no key expires while measured);",
+            "`used_memory` after minus before, per name (the keyspace's tables included).",
+            "",
+            "| library | bytes / name | keys / name | keys with a TTL | TTL after one decision |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name, m in run.memory.items():
+            ttl = f"{m.ttl:.1f} s" if m.ttl >= 0 else "none"
+            out.append(
+                f"| {name} | {m.bytes_per_name:,.0f} | {m.keys_per_name:.2f} | "
+                f"{m.expiring:.0%} | {ttl} |"
+            )
+        out += [
+            "",
+            "redlock-deco's key (one small hash, `lua/throttle_admit.lua`) expires when its",
+            "arrival time passes: an idle name holds nothing (1 per 60 s keeps it 60 s after one",
+            "decision). limits' keys expire with their window (the moving window's list) or twice",
+            "it (the counter); pyrate-limiter's GCRA hash after twice the time to drain its",
+            "burst; its `RedisBucket` sorted set never expires (a `Limiter`'s background",
+            "leaker trims old entries every 10 s, and the key goes when it empties).",
+        ]
+    if run.accuracy:
+        windows = " and ".join(f"{w * 1000:g} ms" if w < 1 else f"{w:g} s" for w in t.WINDOWS)
+        out += [
+            "",
+            f"Accuracy: {t.PROCESSES} processes hammer one name for {run.seconds:g} s at "
+            f"{rate:g} per {per:g} s with a burst of {burst}",
+            f"(limits: `{rate:g}/second`; pyrate-limiter: `Rate({rate:g}, Duration.SECOND)`, "
+            f"its GCRA with `burst={burst}`).",
+            f"The GCRA bound: at most {burst} + {rate:g} · T / {per:g} s admitted in any T "
+            f"seconds; checked over the run and every sliding {windows} window.",
+            "",
+            "| library | calls | admitted | bound for the run | over (+) / under (-) | most in "
+            f"any 1 s (bound {burst + rate / per:g}): by reply / definitely | most in any 100 ms "
+            f"(bound {burst + rate * 0.1 / per:g}): by reply / definitely | admitted per process, "
+            "min-max |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for name, acc in run.accuracy.items():
+            one, tenth = (f"{acc.by_reply(w)} / {acc.definite(w)}" for w in (1.0, 0.1))
+            out.append(
+                f"| {name} | {acc.calls:,} | {acc.admitted:,} | {acc.ideal:.0f} | "
+                f"{acc.error:+.1%} | {one} | {tenth} | "
+                f"{min(acc.per_process)}-{max(acc.per_process)} |"
+            )
+        if t.WAITING in run.accuracy:
+            steady = run.accuracy[t.WAITING].steady_rate()
+            out += [
+                "",
+                f"redlock-deco with `wait=None` (every call sleeps until the slot it reserved): "
+                f"**{steady:.2f} admitted/s** after the burst ({steady / (rate / per) - 1:+.2%} "
+                f"vs {rate / per:g}/s; the slope of admissions against the instants the calls "
+                "returned).",
+            ]
+        out += [
+            "",
+            "Each process records the instant it sent every admitted call and the instant the",
+            "reply came (`time.time()`: the server runs on this host, on the same clock). The",
+            "bound for the run spans the first request sent to the last reply, so admitting",
+            "more is a definite over-admission. In a window, *by reply* counts admissions by",
+            "their reply's instant (the client's view: a reply delivered late moves an",
+            "admission into a later window, so this may exceed the bound by delivery jitter);",
+            "*definitely* counts those sent at or after the window's start and replied by its",
+            "end -- decided inside it on the server's schedule -- which must never exceed it.",
+            "limits and pyrate-limiter's `RedisBucket` have no burst: `100/second` admits up to",
+            "100 in any second, all at once if they come at once, so their 100 ms column shows",
+            "their semantics, not a fault; their own promise is the 1 s column's 100. limits'",
+            "moving window and pyrate-limiter stamp calls with the clients' clocks;",
+            "pyrate-limiter's `RedisBucket` counts only entries stamped at or before a call's",
+            "own stamp, so a call stamped earlier that arrives later can overshoot the limit.",
+        ]
+    for name, install in run.missing.items():
+        out += ["", f"{name} was not installed, so it was skipped: `{install}` to include it."]
+    return out
+
+
+def _us(loop: throttle_bench.Loop, seconds: float, spec: str) -> str:
+    """``seconds`` per decision of ``loop``, in µs."""
+    return format(loop.per_decision(seconds) * 1e6, spec)
 
 
 def shared_section(r: Results) -> list[str]:
@@ -504,6 +644,7 @@ def design_table(r: Results) -> list[str]:
             rows.append(("semaphore vs the best anchor", ">= 2x", "no anchor installed", False))
         over = max(0, peak - semaphore_bench.LIMIT)
         at_most("semaphore over-admissions (redlock-deco)", over, 0, str(over))
+    throttle_rows(r, rows)
     if r.quorum:
         single, q3, q5 = r.quorum.values()
         ratio("quorum of 3 masters vs 1", q3 / single, 0.5)
@@ -528,6 +669,38 @@ def design_table(r: Results) -> list[str]:
     lines = ["| figure | target | measured | met |", "| --- | --- | ---: | :---: |"]
     lines += [f"| {a} | {b} | {c} | {'yes' if ok else '**no**'} |" for a, b, c, ok in rows]
     return lines
+
+
+def throttle_rows(r: Results, rows: list[tuple[str, str, str, bool]]) -> None:
+    """The rate limit's goals: faster than the anchors, few commands, exact to the bound."""
+    t = throttle_bench
+    run = r.throttle
+    if run is None or t.OURS not in run.loops:
+        return
+    best = t.best_anchor(run)
+    if best:
+        value = run.loops[t.OURS]["allowed"].rate / best[1]
+        rows.append((f"throttle: decisions/s vs the fastest anchor ({best[0]}), all allowed",
+                     ">= 1.5x", f"{value:.3f}x", value >= 1.5))  # fmt: skip
+    for words, value in zip(("admitted", "refused"), t.commands_per_call(run, t.OURS), strict=True):
+        rows.append((f"throttle: server commands per {words} call (commandstats, a script's "
+                     "inner commands included)", "<= 3", f"{value:.2f}", value <= 3))  # fmt: skip
+    ours = run.accuracy.get(t.OURS)
+    if ours is not None:
+        # On the server's schedule: the run, and the admissions definitely inside a window.
+        over = max(0, ours.admitted - math.floor(ours.ideal))
+        over += sum(max(0, ours.definite(w) - math.floor(ours.bound(w))) for w in t.WINDOWS)
+        # The client's view (by reply instant) adds the replies' delivery jitter: shown.
+        jitter = max(0, ours.by_reply(1.0) - math.floor(ours.bound(1.0)))
+        rows.append((f"throttle: admissions above the GCRA bound, {t.PROCESSES} processes (the "
+                     "run, any 1 s, any 100 ms; on the server's schedule)", "0",
+                     f"{over} (by reply instant, any 1 s: +{jitter})", over == 0))  # fmt: skip
+    waiting = run.accuracy.get(t.WAITING)
+    if waiting is not None:
+        rate = t.ACCURATE[0] / t.ACCURATE[1]
+        error = waiting.steady_rate() / rate - 1
+        rows.append((f"throttle wait=None, {t.PROCESSES} processes: admitted/s vs the rate",
+                     "within 1%", f"{error:+.2%}", abs(error) <= 0.01))  # fmt: skip
 
 
 def _num(value: float) -> str:
