@@ -3,9 +3,9 @@ in use.
 
 Walks the keyspace with SCAN (never KEYS, which blocks the server), recognises locks (a string
 holding one of our tokens), locks held shared (a string saying so, with its readers' sorted
-set beside it), semaphores (a sorted set of tokens scored by lease end) and throttles (a hash
-of the theoretical arrival time and the rate it was last used with; an idle throttle has no
-key, so only those used within the last burst's worth of time show), and
+set beside it), semaphores (a sorted set of tokens scored by lease end) and throttles (a
+string ``gcra ...`` of the theoretical arrival time and the rate it was last used with; an
+idle throttle has no key, so only those used within the last burst's worth of time show), and
 reports each holder as ``host:pid`` -- never the secret part of its token. On a cluster or a
 quorum, point it at each node in turn: SCAN sees one server.
 """
@@ -60,8 +60,6 @@ def held(client: redis.Redis, pattern: str = "*") -> list[dict[str, Any]]:
             entry = _lock(client, raw_key, key, now_ms)
         elif kind == SEMAPHORE.redis_type:
             entry = _semaphore(client, raw_key, key, now_ms)
-        elif kind == "hash":
-            entry = _throttle(client, raw_key, key, seconds * 1_000_000 + micros)
         else:
             entry = None
         if entry is not None:
@@ -118,6 +116,9 @@ def one(client: redis.Redis, key: str, force: bool = False) -> Found:
 
 def _lock(client: redis.Redis, raw_key: bytes, key: str, now_ms: int) -> dict[str, Any] | None:
     value = client.get(raw_key)
+    if isinstance(value, bytes) and value.startswith(THROTTLE_MARK):
+        seconds, micros = client.time()
+        return _throttle(value, key, seconds * 1_000_000 + micros)
     if value is not None and decoded(value) == SHARED_VALUE:
         return _shared(client, key, now_ms)[0]
     holder = holder_in(value) if isinstance(value, bytes) else None
@@ -195,15 +196,18 @@ def _semaphore_entry(
     }
 
 
-def _throttle(client: redis.Redis, raw_key: bytes, key: str, now_us: int) -> dict[str, Any] | None:
+THROTTLE_MARK = b"gcra "
+
+
+def _throttle(value: bytes, key: str, now_us: int) -> dict[str, Any] | None:
     """A throttle (lua/throttle_admit.lua): its rate and burst as last used, and how far away
     a call that would start at once is (0: now), and how much is reserved ahead of it."""
-    tat, base, interval, burst = client.hmget(raw_key, "tat", "base", "iv", "b")
     try:
-        arrival = float(tat) + float(base)  # type: ignore[arg-type]
-        every, most = float(interval), float(burst)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None  # not one of ours
+        tat, base, _token, interval, burst = value.split()[1:6]
+        arrival = float(tat) + float(base)
+        every, most = float(interval), float(burst)
+    except ValueError:  # too few fields, or no numbers: not one of ours
+        return None
     if every <= 0:
         return None
     ahead = max(0.0, arrival - now_us)

@@ -299,7 +299,7 @@ class Throttle(_ThrottleOptions):
     """A distributed rate limit: at most ``rate`` calls per ``per`` seconds start, per name,
     ``burst`` (``rate`` by default, at least 1) at once after a quiet spell: in any ``T``
     seconds at most ``burst + rate * T / per`` start, on the Redis server's clock (GCRA, one
-    round trip per call; the key is ``prefix + name``, one hash that expires when idle).
+    round trip per call; the key is ``prefix + name``, one string that expires when idle).
 
     A call re-sent by the client's retry is counted once, unless another caller reserved in
     between (then a slot is wasted, never one too many admitted); a call interrupted or

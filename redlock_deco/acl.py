@@ -39,7 +39,6 @@ SCRIPT_COMMANDS = (
     "get", "set", "del", "exists", "pttl", "pexpire", "time",
     "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore",
     "rpush", "lpush", "lpop", "lindex", "lpos", "lrem", "publish", "pubsub|numsub",
-    "hmget", "hset", "hdel",  # a throttle's hash (lua/throttle_*.lua)
 )  # fmt: skip
 #: The hand-off channels (one per waiting process).
 CHANNELS = ("redlock-deco:*",)

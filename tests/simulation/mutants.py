@@ -307,10 +307,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_cancellation.py"),
     # -- the throttle (lua/throttle_*.lua; its own seeded schedules: simulation/throttle.py) --
     lua("throttle-retry-counts-twice", "a re-sent admit is judged as a new call",
-        "throttle_admit.lua", "if state[2] == ARGV[1] then", "if false then",
+        "throttle_admit.lua", "if token == ARGV[1] then", "if false then",
         scenario="throttle"),
     lua("throttle-past-wait", "a slot beyond the caller's wait is reserved anyway",
-        "throttle_admit.lua", "if wait >= 0 and delay > wait then", "if false then",
+        "throttle_admit.lua", "if delay > tonumber(ARGV[4]) then", "if false then",
         scenario="throttle"),
     lua("throttle-one-interval-early", "a waiting call's slot comes one interval early",
         "throttle_admit.lua", "math.ceil(due - capacity - now))",
@@ -318,16 +318,17 @@ MUTANTS: tuple[Mutant, ...] = (
     lua("throttle-idle-credit", "a quiet spell saves up more than the burst",
         "throttle_admit.lua", "if tat < now then\n  tat = now\nend", "", scenario="throttle"),
     lua("throttle-expires-early", "the key expires before its arrival time has passed",
-        "throttle_admit.lua", "math.ceil((due - now) / 1000) + 1", "math.ceil((due - now) / 2000)",
-        scenario="throttle"),
+        "throttle_admit.lua", "'PX', math.ceil((due - now) / 1000) + 1",
+        "'PX', math.ceil((due - now) / 2000)", scenario="throttle"),
     lua("throttle-absolute-time", "the arrival time kept in absolute microseconds (a double's "
         "step there is 0.25 us: sums drift)", "throttle_admit.lua",
-        "local base = tonumber(state[3]) or now", "local base = 0", scenario="throttle"),
+        "base = base or now", "base = 0", scenario="throttle"),
     lua("throttle-return-any", "a give-back undoes a reservation others reserved after",
-        "throttle_return.lua", "if state[2] ~= ARGV[1] then", "if false then",
+        "throttle_return.lua", "if token ~= ARGV[1] then", "if false then",
         scenario="throttle"),
     lua("throttle-return-twice", "a re-sent give-back gives back twice",
-        "throttle_return.lua", "redis.call('HDEL', KEYS[1], 'tok')", "", scenario="throttle"),
+        "throttle_return.lua", "'gcra %.17g %s - %s'", "'gcra %.17g %s ' .. token .. ' %s'",
+        scenario="throttle"),
 )  # fmt: skip
 
 

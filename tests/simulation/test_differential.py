@@ -245,16 +245,13 @@ def state(run: Any) -> dict[str, Any]:
         kind = run("TYPE", key)
         if kind == b"string":
             value = run("GET", key)
+            if value.startswith(b"gcra "):  # a throttle's: its times (us) compared in ms
+                parts = value.split()
+                value = [parts[0], *(int(float(p) // 1000) for p in parts[1:3]), *parts[3:]]
         elif kind == b"list":
             value = run("LRANGE", key, 0, -1)
         elif kind == b"zset":
             value = run("ZRANGE", key, 0, -1, "WITHSCORES")
-        elif kind == b"hash":  # a throttle's: its times (us) compared in ms, as the rest
-            fields = run("HGETALL", key)
-            value = [
-                int(float(v) // 1000) if f in (b"tat", b"base") else v
-                for f, v in zip(fields[::2], fields[1::2], strict=True)
-            ]
         else:
             value = kind
         found[key] = [kind, value, run("PTTL", key)]

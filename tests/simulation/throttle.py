@@ -85,11 +85,13 @@ class World:
         return tat, token
 
     def raw(self) -> tuple[float | None, int | None, str | None]:
-        """tat (us after base), base, tok as stored."""
-        fields = self.store.execute(("HMGET", KEY, "tat", "base", "tok"))
-        return (None if fields[0] is None else float(fields[0]),
-                None if fields[1] is None else int(float(fields[1])),
-                None if fields[2] is None else fields[2].decode())  # fmt: skip
+        """tat (us after base), base, tok as stored (``gcra <tat> <base> <tok> <iv> <b>``)."""
+        value = self.store.execute(("GET", KEY))
+        if value is None:
+            return None, None, None
+        mark, tat, base, token = value.decode().split()[:4]
+        assert mark == "gcra", value
+        return float(tat), int(float(base)), token
 
     # -- checks ------------------------------------------------------------------------------
 
