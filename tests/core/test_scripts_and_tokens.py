@@ -10,8 +10,10 @@ import time
 from importlib import resources
 
 import pytest
+import redis
 from support.samples import TOKEN
 
+from redlock_deco import _drivers as drivers
 from redlock_deco._cli import _watch_arguments
 from redlock_deco._quorum import quorum, validity_ms
 from redlock_deco._tokens import holder_of, new_token
@@ -78,3 +80,20 @@ def test_an_unconfirmed_quorum_release_is_judged_by_the_holders_clock() -> None:
     fresh.expires_at = time.monotonic() + 10
     assert _released(fresh, None, was_lost=False) is True and not fresh.lost
     assert _released(stale, None, was_lost=False) is False and stale.lost
+
+
+PACKED = [
+    ("EVALSHA", "0" * 40, 1, "throttle:ü€😀", "tok", "1.5", 1_000_000_000_000_000, 0),
+    ("SET", "lock:order:7", "host:1:ab:cd", "NX", "PX", 30000),
+    ("GET", ""),
+    ("EVAL", "return 1\r\n-- a script's text\n", 0),
+]
+
+
+@pytest.mark.parametrize("args", PACKED)
+def test_commands_are_packed_as_redis_py_packs_them(args: tuple[str | int, ...]) -> None:
+    """The direct path's packing (hiredis's where installed, else ours) writes the bytes
+    redis-py's own connection would."""
+    expected = b"".join(redis.Connection().pack_command(*args))
+    assert drivers.pack_text(args) == expected
+    assert drivers.pack(args) == expected
