@@ -200,8 +200,9 @@ THROTTLE_MARK = b"gcra "
 
 
 def _throttle(value: bytes, key: str, now_us: int) -> dict[str, Any] | None:
-    """A throttle (lua/throttle_admit.lua): its rate and burst as last used, and how far away
-    a call that would start at once is (0: now), and how much is reserved ahead of it."""
+    """A throttle (lua/throttle_admit.lua): its rate and burst as last used, how far away the
+    first moment is when a call of cost 1 would start at once (0: now), and how much is
+    reserved ahead of now."""
     try:
         tat, base, _token, interval, burst = value.split()[1:6]
         arrival = float(tat) + float(base)
@@ -219,7 +220,10 @@ def _throttle(value: bytes, key: str, now_us: int) -> dict[str, Any] | None:
         "limit": None,
         "rate": 1e6 / every,  # per second
         "burst": most,
-        "next_free": max(0.0, arrival - most * every - now_us) / 1e6,  # seconds
+        # When a call of cost 1 could start at once: its own interval on from the arrival
+        # time, less the burst (review 8, t05: without its interval, "free now" was shown
+        # while calls were refused for a whole interval).
+        "next_free": max(0.0, arrival + every - most * every - now_us) / 1e6,  # seconds
         "reserved": ahead / every,  # calls' worth of slots taken ahead of now
     }
 

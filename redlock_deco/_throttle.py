@@ -29,6 +29,10 @@ What holds, and where:
 - Callers that disagree on ``rate``/``per``/``burst`` for one name share its arrival time,
   each judged by its own terms at its admission (as redis-cell's does; ``limits`` puts the
   rate in the key, so callers with different rates count separately).
+- A failover loses what the replica had not received: on a primary with replicas (Sentinel,
+  a cluster shard), reservations made just before the primary died are forgotten, and the
+  promoted replica admits a new burst. A throttle has no ``replicas=`` (WAIT) option: where
+  that matters, keep throttles on a primary without failover, or accept one extra burst.
 - A quorum provider is refused (ProviderError): the quorum's majority vote has no sound
   meaning for a shared arrival time -- masters that missed a reservation would admit calls
   in its slot.
@@ -42,12 +46,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
-
-from redis.exceptions import RedisError
 
 from . import _events as events
 from . import _eviction as eviction
@@ -201,39 +204,63 @@ def admit(options: ThrottleOptions, name: str, key: str, cost: float,
 
 async def admit_async(options: ThrottleOptions, name: str, key: str, cost: float,
                       wait: float | None) -> Admission:  # fmt: skip
-    """:func:`admit` on an asyncio client; a task cancelled while it sleeps gives the slot
-    back (shielded: a second cancellation does not stop the request) and is then cancelled."""
+    """:func:`admit` on an asyncio client. A task cancelled while it sleeps, or while its
+    request was out (redis-py 8 can complete a cancelled task's command and swallow the
+    cancellation: review 8, t03), gives the slot back and is cancelled."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+; 3.10 relies on redis-py
+    before = cancelling() if cancelling is not None else 0
     target = providers.async_target(options.provider)
     _check_target(target, options)
     if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
         await eviction.check_async_once(target)
     token = call_token()
     answer = admission(await target.execute(admit_step(key, token, cost, options, wait)))
-    if answer.admitted and answer.delay > 0:
-        try:
+    try:
+        if cancelling is not None and cancelling() > before:
+            raise asyncio.CancelledError
+        if answer.admitted and answer.delay > 0:
             await asyncio.sleep(answer.delay)
-        except BaseException:
+    except BaseException:
+        if answer.admitted:
             await _give_back_async(target, key, token, cost, options)
-            raise
+        raise
     _decided(options, name, key, answer)
     return answer
 
 
+#: How long an interrupted or cancelled call waits for its give-back at most: it only saves
+#: rate, and an unreachable server must not hold a Ctrl-C or a cancellation for the client's
+#: whole timeout-and-retry budget (review 8, t04: 40 s and more with redis-py 8's defaults).
+GIVE_BACK_WAIT = 0.25
+
+
 def _give_back(target: Any, key: str, token: str, cost: float, options: ThrottleOptions) -> None:
-    with contextlib.suppress(RedisError):  # unreachable: the slot stays used (rate, not safety)
-        target.execute(return_step(key, token, cost, options))
+    def send() -> None:
+        with contextlib.suppress(Exception):  # unreachable: the slot stays used (rate only)
+            target.execute(return_step(key, token, cost, options))
+
+    # On a thread of its own: the interrupt goes on after GIVE_BACK_WAIT whatever happens.
+    sender = threading.Thread(target=send, name="redlock-deco-give-back", daemon=True)
+    sender.start()
+    sender.join(GIVE_BACK_WAIT)
 
 
 async def _give_back_async(
     target: Any, key: str, token: str, cost: float, options: ThrottleOptions
 ) -> None:
     request = asyncio.ensure_future(target.execute(return_step(key, token, cost, options)))
-    try:
-        await asyncio.shield(request)
-    except RedisError:
-        pass  # unreachable: the slot stays used, which costs rate, never safety
-    except asyncio.CancelledError:
-        pass  # cancelled again: the request goes on by itself, and the caller is cancelled
+    request.add_done_callback(_quiet)
+    # Shielded and bounded: a second cancellation, or a slow server, lets the caller go on
+    # while the request finishes by itself (or fails, costing rate only).
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(request), GIVE_BACK_WAIT)
+
+
+def _quiet(request: asyncio.Future[Any]) -> None:
+    """Read a give-back's outcome, so a failed one is never "never retrieved" noise."""
+    if not request.cancelled():
+        request.exception()
 
 
 # -- the classes ------------------------------------------------------------------------------

@@ -12,10 +12,13 @@ below allow for (``JITTER``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import pickle
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -33,8 +36,9 @@ from redlock_deco import (
 )
 from redlock_deco import _inspection as inspection
 from redlock_deco import _providers as providers
+from redlock_deco import _scripts as scripts
 from redlock_deco import _throttle as throttle
-from redlock_deco._drivers import SyncTarget
+from redlock_deco._drivers import AsyncTarget, SyncTarget
 from redlock_deco.testing import LocalCluster, RedisServer
 
 spawn = multiprocessing.get_context("spawn")
@@ -246,6 +250,79 @@ def test_a_cancelled_waiter_gives_its_slot_back_only_if_nobody_reserved_after_it
     assert kept == first + 2 * 1e6  # both reservations stand: the later one's slot is promised
 
 
+def test_an_interrupt_is_not_held_by_a_give_back_to_an_unreachable_server(
+    server: RedisServer, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 8, t04: the give-back only saves rate; a paused server held Ctrl-C (and a
+    cancellation) for the client's whole timeout-and-retry budget."""
+    limiter = Throttle("unreachable", rate=1, per=10.0, burst=1, wait=None)
+    assert limiter.acquire()
+
+    def interrupted(seconds: float) -> None:
+        server.pause()  # the give-back will find nobody answering
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(throttle.time, "sleep", interrupted)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            limiter.acquire()
+        assert time.monotonic() - started < throttle.GIVE_BACK_WAIT + 0.5
+    finally:
+        server.resume()
+    monkeypatch.undo()
+
+    async def main() -> float:
+        waiter = asyncio.create_task(aio.Throttle("unreachable", rate=1, per=10.0,
+                                                  wait=None).acquire())  # fmt: skip
+        await asyncio.sleep(0.1)  # reserved, sleeping
+        server.pause()
+        began = time.monotonic()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        return time.monotonic() - began
+
+    try:
+        assert asyncio.run(main()) < throttle.GIVE_BACK_WAIT + 0.5
+    finally:
+        server.resume()
+
+
+def test_a_cancellation_swallowed_during_the_request_still_cancels(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 8, t03: redis-py can complete a cancelled task's command and swallow the
+    cancellation; the call must not run (its slot is given back) and the task is cancelled."""
+    sent = AsyncTarget.execute
+    swallowed: list[str] = []
+
+    async def swallowing(self: AsyncTarget, step: Any) -> Any:
+        reply = await sent(self, step)
+        if getattr(step, "script", None) is scripts.THROTTLE_ADMIT and not swallowed:
+            swallowed.append(step.args[0])
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed, as redis-py did:
+                await asyncio.sleep(0)  # only cancelling() > 0 is left of it
+        return reply
+
+    async def main() -> None:
+        limiter = aio.Throttle("swallowed", rate=1, per=10.0, burst=1, wait=0)
+        with pytest.raises(asyncio.CancelledError):
+            await limiter.acquire()
+        assert swallowed
+
+    monkeypatch.setattr(AsyncTarget, "execute", swallowing)
+    if sys.version_info < (3, 11):
+        pytest.skip("3.10 has no Task.cancelling(): redis-py raises the cancellation there")
+    asyncio.run(main())
+    monkeypatch.undo()
+    time.sleep(0.1)  # the give-back, shielded, finished by itself
+    assert Throttle("swallowed", rate=1, per=10.0, burst=1, wait=0).acquire()  # given back
+
+
 # -- keys ------------------------------------------------------------------------------------------
 
 
@@ -410,12 +487,15 @@ def test_a_cluster_throttles_each_name_on_its_own_node(cluster: LocalCluster) ->
 def test_inspect_shows_a_throttle_in_use(r: redis.Redis, server: RedisServer) -> None:
     options = Throttle("api:acme", rate=2, per=1.0, burst=2).options
     target = SyncTarget(server.client())
-    for token in ("a", "b", "c"):  # reserved without sleeping: the third's slot is 0.5 s away
+    for token in ("a", "b", "c"):  # reserved without sleeping: a fourth call's slot is 1 s away
         step = throttle.admit_step("throttle:api:acme", token, 1.0, options, None)
         assert throttle.admission(target.execute(step)).admitted
     [entry] = inspection.held(r, "throttle:*")
     assert entry["kind"] == "throttle" and entry["key"] == "throttle:api:acme"
     assert (entry["rate"], entry["burst"]) == (2.0, 2.0)
-    assert 2.9 < entry["reserved"] <= 3.0 and 0.4 < entry["next_free"] <= 0.5
+    assert 2.9 < entry["reserved"] <= 3.0 and 0.9 < entry["next_free"] <= 1.0
     table = inspection.render_table([entry])
-    assert "throttle:api:acme" in table and "2/s, burst 2" in table and "next slot 0.5s" in table
+    assert "throttle:api:acme" in table and "2/s, burst 2" in table and "next slot 1.0s" in table
+    refused = throttle.admission(target.execute(throttle.admit_step(
+        "throttle:api:acme", "d", 1.0, options, 0.0)))  # fmt: skip
+    assert not refused.admitted and abs(refused.delay - entry["next_free"]) < 0.05
