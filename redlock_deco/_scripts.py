@@ -102,6 +102,7 @@ REPLIES: dict[tuple[str, int], Outcome] = {
     ("force_release", 5): Outcome.NOT_A_LOCK,
     ("admit", 1): Outcome.ADMITTED,
     ("admit", 0): Outcome.BUSY,
+    ("admit", 2): Outcome.WRONG_TYPE,
     ("return", 1): Outcome.RETURNED,
     ("return", 0): Outcome.KEPT,
 }

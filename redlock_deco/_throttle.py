@@ -57,7 +57,7 @@ from . import _eviction as eviction
 from . import _providers as providers
 from . import _scripts as scripts
 from . import _tokens as tokens
-from ._errors import KeyTemplateError, ProviderError, Throttled
+from ._errors import KeyTemplateError, ProviderError, RedlockDecoError, Throttled
 from ._events import Source
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 from ._naming import bounded, has_address
@@ -141,9 +141,16 @@ def admit_step(key: str, token: str, cost: float, options: ThrottleOptions,
                  repr(interval), repr(options.burst)))  # fmt: skip
 
 
-def admission(reply: Any) -> Admission:
+def admission(reply: Any, key: str = "") -> Admission:
     """The admit script's reply, read (an unknown code is an error, never a refusal)."""
     decided = scripts.outcome("admit", reply[0])
+    if decided is Outcome.WRONG_TYPE:
+        raise RedlockDecoError(
+            f"{key!r} holds a value that is no throttle's state (a lock's token, or data of "
+            "the application's), so it was left as it was and the call not admitted; give "
+            "the throttle another name or prefix",
+            key=key,
+        )
     return Admission(decided is Outcome.ADMITTED, int(reply[1]) / 1e6)
 
 
@@ -189,7 +196,7 @@ def admit(options: ThrottleOptions, name: str, key: str, cost: float,
     target = providers.sync_target(options.provider)
     _check_target(target, options)
     token = call_token()
-    answer = admission(target.execute(admit_step(key, token, cost, options, wait)))
+    answer = admission(target.execute(admit_step(key, token, cost, options, wait)), key)
     if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
         eviction.start_check(target)
     if answer.admitted and answer.delay > 0:
@@ -215,7 +222,7 @@ async def admit_async(options: ThrottleOptions, name: str, key: str, cost: float
     if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
         await eviction.check_async_once(target)
     token = call_token()
-    answer = admission(await target.execute(admit_step(key, token, cost, options, wait)))
+    answer = admission(await target.execute(admit_step(key, token, cost, options, wait)), key)
     try:
         if cancelling is not None and cancelling() > before:
             raise asyncio.CancelledError

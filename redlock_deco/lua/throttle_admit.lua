@@ -21,6 +21,8 @@
 -- ARGV[5] iv (us); ARGV[6] burst (both kept for inspect)
 -- returns {1, delay} admitted: its slot is delay us from now (0: at once)
 --       | {0, delay} refused, nothing taken: the earliest slot is delay us from now
+--       | {2, 0} the key holds another string (a lock's token, the application's data):
+--         nothing touched (review 8, t07: overwritten, a lock's key let a second holder in)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local capacity = tonumber(ARGV[3])
@@ -28,6 +30,9 @@ local tat, base, token
 local state = redis.call('GET', KEYS[1])
 if state then
   tat, base, token = string.match(state, '^gcra (%S+) (%S+) (%S+)')
+  if not token then
+    return {2, 0}
+  end
   tat, base = tonumber(tat), tonumber(base)
 end
 base = base or now

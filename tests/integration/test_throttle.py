@@ -323,6 +323,21 @@ def test_a_cancellation_swallowed_during_the_request_still_cancels(
     assert Throttle("swallowed", rate=1, per=10.0, burst=1, wait=0).acquire()  # given back
 
 
+def test_a_key_holding_something_else_is_left_alone(r: redis.Redis) -> None:
+    """Review 8, t07: a string that is no throttle's state (the application's data, a lock's
+    token) was overwritten; a lock's key so overwritten let a second holder in."""
+    r.set("session:42", "user=alice")
+    with pytest.raises(redlock_deco.RedlockDecoError, match=r"no throttle's state"):
+        Throttle("session:42", rate=5, prefix="").acquire()
+    assert r.get("session:42") == b"user=alice"
+    held = redlock_deco.Lock("reports", wait=0)
+    assert held.acquire()
+    with pytest.raises(redlock_deco.RedlockDecoError, match=r"'lock:reports'"):
+        Throttle("reports", rate=5, prefix="lock:").acquire()
+    assert r.get("lock:reports") == held.lease.token.encode()  # type: ignore[union-attr]
+    held.release()
+
+
 # -- keys ------------------------------------------------------------------------------------------
 
 

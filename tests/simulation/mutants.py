@@ -323,6 +323,9 @@ MUTANTS: tuple[Mutant, ...] = (
     lua("throttle-absolute-time", "the arrival time kept in absolute microseconds (a double's "
         "step there is 0.25 us: sums drift)", "throttle_admit.lua",
         "base = base or now", "base = 0", scenario="throttle"),
+    lua("throttle-overwrites-foreign", "a string that is no throttle's state is overwritten",
+        "throttle_admit.lua", "  if not token then\n    return {2, 0}\n  end\n", "",
+        scenario="throttle"),
     lua("throttle-return-any", "a give-back undoes a reservation others reserved after",
         "throttle_return.lua", "if token ~= ARGV[1] then", "if false then",
         scenario="throttle"),

@@ -230,9 +230,21 @@ def no_drift(transform: Transform = None, calls: int = 3000) -> None:
         world.fail("bound", f"after {calls} calls the arrival time is {tat}, not {float(exact)}")
 
 
+def foreign(transform: Transform = None) -> None:
+    """A string at the key that is no throttle's state (a lock's token) is left as it is, and
+    the call refused with code 2: overwritten, a lock's key let a second holder in."""
+    world = World(random.Random("throttle:foreign"), transform)
+    world.store.execute(("SET", KEY, "host:1:ab:cd", "PX", 30000))
+    reply = world.send(throttle.admit_step(KEY, "f", 1.0, world.options, None))
+    value = world.store.execute(("GET", KEY))
+    if reply != [2, 0] or value != b"host:1:ab:cd":
+        world.fail("foreign", f"answered {reply}, and the key holds {value!r}")
+
+
 def scenario(transform: Transform = None, seeds: int = SEEDS) -> None:
-    """Every seed, then :func:`no_drift` (the mutants' scenario): AssertionError at the first
-    broken check."""
+    """Every seed, then :func:`no_drift` and :func:`foreign` (the mutants' scenario):
+    AssertionError at the first broken check."""
     for seed in range(seeds):
         run(seed, transform)
     no_drift(transform)
+    foreign(transform)
