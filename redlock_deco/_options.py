@@ -301,7 +301,7 @@ OPTIONS: tuple[Option, ...] = (
            "extend the lease in the background while it is held", values=_FLAG),
     Option("on_busy", "OnBusyArg", "raise", _DECORATORS, _on_busy,
            "when `wait` runs out (a throttle: when no slot comes within it): raise "
-           "`LockNotAcquired` (`Throttled`); `\"skip\"` the call and return "
+           "`LockNotAcquired` (a throttle: `Throttled`); `\"skip\"` the call and return "
            "`None` (typed `T | None`); or call the fallback with the call's arguments "
            "(`self`/`cls` included) and return its result (typed `T | R`; an `async def` may "
            "take an async one, awaited)", values='`"raise"`, `"skip"` or a callable'),

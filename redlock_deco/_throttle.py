@@ -33,6 +33,9 @@ What holds, and where:
   a cluster shard), reservations made just before the primary died are forgotten, and the
   promoted replica admits a new burst. A throttle has no ``replicas=`` (WAIT) option: where
   that matters, keep throttles on a primary without failover, or accept one extra burst.
+- A call cancelled by a timeout around it keeps its slot used whenever someone reserved after
+  it, and those behind still wait their turn after it: keep ``wait`` below any timeout around
+  the call, so a call that would not reach its slot in time is refused at once instead.
 - A quorum provider is refused (ProviderError): the quorum's majority vote has no sound
   meaning for a shared arrival time -- masters that missed a reservation would admit calls
   in its slot.
@@ -222,7 +225,13 @@ async def admit_async(options: ThrottleOptions, name: str, key: str, cost: float
     if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
         await eviction.check_async_once(target)
     token = call_token()
-    answer = admission(await target.execute(admit_step(key, token, cost, options, wait)), key)
+    try:
+        reply = await target.execute(admit_step(key, token, cost, options, wait))
+    except asyncio.CancelledError:
+        # The request may have run: its slot back, if it is still the last one reserved.
+        await _give_back_async(target, key, token, cost, options)
+        raise
+    answer = admission(reply, key)
     try:
         if cancelling is not None and cancelling() > before:
             raise asyncio.CancelledError

@@ -289,6 +289,31 @@ def test_an_interrupt_is_not_held_by_a_give_back_to_an_unreachable_server(
         server.resume()
 
 
+def test_a_call_cancelled_while_its_request_is_out_gives_back_what_it_took(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    """Review 8: the request may have run, and its token is known: the give-back (which
+    checks the token) returns the slot if it is still the last one reserved."""
+
+    async def main() -> bool:
+        limiter = aio.Throttle("in-flight", rate=1, per=10.0, burst=1, wait=0)
+        assert await aio.Throttle("warm", rate=1, wait=0).acquire()  # connected first
+        server.pause()
+        try:
+            call = asyncio.create_task(limiter.acquire())
+            await asyncio.sleep(0.1)  # its request is out, unanswered
+            call.cancel()
+            await asyncio.sleep(0.05)
+        finally:
+            server.resume()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.sleep(0.3)  # the shielded give-back finishes by itself
+        return await limiter.acquire()
+
+    assert asyncio.run(main())  # the slot the cancelled request took was given back
+
+
 def test_a_cancellation_swallowed_during_the_request_still_cancels(
     r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
