@@ -102,14 +102,16 @@ def test_processes_that_wait_start_within_the_bound_and_at_the_rate(
     # Saturated: after the burst, one start per interval -- the rate, not below it.
     expected = (len(starts) - burst) / rate * per
     took = starts[-1] - starts[0]
-    assert expected - 0.02 <= took <= expected + 0.25, (took, expected)
+    # Late callers on a busy machine can leave gaps (the server keeps no slot for a caller
+    # that has not asked yet): bounded above loosely, below exactly.
+    assert expected - 0.02 <= took <= expected + 0.6, (took, expected)
 
 
 def test_deciding_at_once_admits_the_burst_then_one_per_interval(r: redis.Redis) -> None:
-    limiter = Throttle("burst", rate=10, per=1.0, burst=3, wait=0)
+    limiter = Throttle("burst", rate=5, per=1.0, burst=3, wait=0)
     admitted = [limiter.acquire() for _ in range(5)]
     assert admitted == [True, True, True, False, False]
-    time.sleep(0.1 + 0.01)  # one interval
+    time.sleep(0.2 + 0.01)  # one interval (the next one needs 0.2 s more)
     assert [limiter.acquire(), limiter.acquire()] == [True, False]
 
 
@@ -131,13 +133,14 @@ def test_a_fractional_rate_and_a_weighted_call(r: redis.Redis) -> None:
 
 def test_a_waiting_call_sleeps_until_its_slot_with_one_request(r: redis.Redis) -> None:
     limiter = Throttle("sleep", rate=5, per=1.0, burst=1, wait=1.0)
+    started = time.monotonic()  # before the first admission: the second's slot is 0.2 s on
     assert limiter.acquire()
     before = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-    started = time.monotonic()
     assert limiter.acquire()
-    slept = time.monotonic() - started
+    took = time.monotonic() - started
     after = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-    assert 0.2 - 0.01 <= slept <= 0.2 + JITTER
+    # Not before its slot; late by the replies and the INFO between (CI: 11 ms of it once).
+    assert 0.2 - 0.002 <= took <= 0.2 + JITTER + 0.2
     assert after - before == 1  # reserved and slept: no second request, no polling
 
 
@@ -467,8 +470,9 @@ def test_events_say_admitted_and_throttled(r: redis.Redis) -> None:
     finally:
         remove_listener(seen.append)
     assert [e.kind for e in seen] == ["admitted", "admitted", "throttled"]
-    assert seen[0].seconds == 0 and 0.05 < (seen[1].seconds or 0) <= 0.1
-    assert 0.05 < (seen[2].seconds or 0) <= 0.1
+    # Each slot is 0.1 s after the last, less the time between the calls (busy machines).
+    assert seen[0].seconds == 0 and 0 < (seen[1].seconds or 0) <= 0.1
+    assert 0 < (seen[2].seconds or 0) <= 0.1
     assert {e.template for e in seen} == {"partner"} and seen[0].key == "throttle:events"
 
 
