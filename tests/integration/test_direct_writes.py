@@ -26,6 +26,7 @@ from redis.retry import Retry
 from redlock_deco import Lock, register_provider
 from redlock_deco import _drivers as drivers
 from redlock_deco import _providers as providers
+from redlock_deco._drivers import checkout
 from redlock_deco.testing import RedisServer
 
 
@@ -131,6 +132,27 @@ def test_a_connection_forgotten_while_idle_is_retried(
     finally:
         if isinstance(provider, redis.Redis):
             provider.close()  # its sockets, whatever the run left in the pool
+    assert r.dbsize() == 0
+
+
+def test_a_scripts_first_run_after_a_reset_is_retried_on_every_connection(
+    proxy: SilentDropProxy, r: redis.Redis
+) -> None:
+    """CI (3.10, redis-py 5.0): a script's EVALSHA reconnected and met an empty script
+    cache; its EVAL went through execute_command, which redis-py 5 does not retry, onto the
+    pool's other connection, also forgotten: ConnectionError. The fallback now takes the
+    direct path and its retries (redis-py 6+ retries either way; the 3.10 leg runs 5.0)."""
+    register_provider("silent", f"redis://127.0.0.1:{proxy.port}/0")
+    with Lock("quiet", provider="silent", wait=1):
+        pass
+    pool = _target("silent").direct
+    idle = checkout(pool, [])  # a second idle connection in the pool, beside the kept one
+    idle.connect()
+    pool.release(idle)
+    r.script_flush()
+    proxy.forget()
+    with Lock("quiet", provider="silent", wait=1) as lock:
+        assert lock.owned()  # lock_owned: NOSCRIPT, then EVAL, each on a forgotten connection
     assert r.dbsize() == 0
 
 
