@@ -68,6 +68,20 @@ def has_address(text: str) -> bool:
     return _ADDRESS_HINT in text and _ADDRESS.search(text) is not None
 
 
+def stable_name(name: str, what: str, harm: str) -> str:
+    """``name`` as a key's name (:func:`bounded`), for a primitive built with it directly;
+    KeyTemplateError if it holds an object's default repr, which differs per object and per
+    process (``what``: "lock name"; ``harm``: what would follow, "it would exclude nobody")."""
+    if has_address(name):
+        raise KeyTemplateError(
+            f"{what} {name!r} holds an object's default repr (<... at 0x...>), which differs "
+            f"per object and per process, so {harm}; build the name from a stable attribute "
+            "(an id) instead",
+            template=name,
+        )
+    return bounded(name)
+
+
 #: Values whose text is data, whatever it looks like: a user's ticket title
 #: "<meeting at 0xCAFE>" made every call of a ``"ticket:{title}"`` function fail (b03).
 _DATA = (str, bytes, bytearray, numbers.Number)

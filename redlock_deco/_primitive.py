@@ -23,9 +23,9 @@ from . import _guard as guard
 from . import _ownership as ownership
 from . import _providers as providers
 from . import _renewal as renewal
-from ._errors import KeyTemplateError, LockNotAcquired, LockNotOwned
+from ._errors import LockNotAcquired, LockNotOwned
 from ._lifecycle import Lease
-from ._naming import bounded, has_address
+from ._naming import stable_name
 from ._options import LeaseOptions, acquire_wait, check_wait, extension, to_ms
 from ._protocol import Kind
 
@@ -80,14 +80,7 @@ class Base:
                 "on_lost='cancel' needs the asyncio primitive: only a task can be "
                 "cancelled; pass a callback instead"
             )
-        if has_address(name):
-            raise KeyTemplateError(
-                f"lock name {name!r} holds an object's default repr (<... at 0x...>), which "
-                "differs per object and per process, so it would exclude nobody; build the "
-                "name from a stable attribute (an id) instead",
-                template=name,
-            )
-        self.name: str = bounded(name)
+        self.name: str = stable_name(name, "lock name", "it would exclude nobody")
         self.key: str = options.prefix + self.name
         self.options: LeaseOptions = options
         self.limit: int = options.limit

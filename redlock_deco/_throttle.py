@@ -60,10 +60,10 @@ from . import _eviction as eviction
 from . import _providers as providers
 from . import _scripts as scripts
 from . import _tokens as tokens
-from ._errors import KeyTemplateError, ProviderError, RedlockDecoError, Throttled
+from ._errors import ProviderError, RedlockDecoError, Throttled
 from ._events import Source
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
-from ._naming import bounded, has_address
+from ._naming import stable_name
 from ._options import MAX_SECONDS, check_options, check_wait
 from ._protocol import Eval
 from ._scripts import Outcome
@@ -306,14 +306,7 @@ class _ThrottleOptions:
         )  # fmt: skip
         if not isinstance(name, str):
             raise TypeError(f"a throttle's name must be a str, got {name!r:.80}")
-        if has_address(name):
-            raise KeyTemplateError(
-                f"throttle name {name!r} holds an object's default repr (<... at 0x...>), "
-                "which differs per object and per process, so calls would share no rate; "
-                "build the name from a stable attribute (an id) instead",
-                template=name,
-            )
-        self.name: str = bounded(name)
+        self.name: str = stable_name(name, "throttle name", "calls would share no rate")
         self.key: str = options.prefix + self.name
         self.options: ThrottleOptions = options
 
