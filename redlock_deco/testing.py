@@ -46,6 +46,8 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 __all__ = [
     "ENV_BINARY",
@@ -125,15 +127,33 @@ def find_redis_server() -> str:
     )
 
 
-def free_port(below: int = 65536) -> int:
-    """A free loopback port under ``below`` (cluster nodes also need port + 10000 free)."""
+def free_port(below: int = 65536, *, also: int | None = None) -> int:
+    """A free loopback port under ``below``; with ``also``, port + ``also`` is free too
+    (a cluster node listens on port + 10000 for its bus).
+
+    Free when asked, not reserved: another process can bind it before the server does
+    (the kernel hands the same range out for client connections), which is why
+    :meth:`RedisServer.start` tries another port when the one it chose was taken.
+    """
     for _ in range(1000):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port: int = sock.getsockname()[1]
-        if port < below:
-            return port
+        if port >= below:
+            continue
+        if also is not None and not _bindable(port + also):
+            continue
+        return port
     raise RuntimeError(f"no free loopback port below {below}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class RedisServer:
@@ -162,8 +182,9 @@ class RedisServer:
         self, *, port: int | None = None, args: tuple[str, ...] = (), config: str | None = None
     ) -> None:
         self.binary = find_redis_server()
-        cluster = "--cluster-enabled" in args
-        self.port = port or free_port(below=55536 if cluster else 65536)
+        self._cluster = "--cluster-enabled" in args
+        self._choose_port = port is None
+        self.port = port or self._free_port()
         self.extra_args = args
         self.process = None
         self._dir = tempfile.mkdtemp(prefix="redlock-deco-redis-")
@@ -189,8 +210,31 @@ class RedisServer:
         """A new sync client for this server (keyword arguments go to ``redis.Redis``)."""
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
+    def _free_port(self) -> int:
+        # A cluster node's bus listens on port + 10000: both must be free, under 65536.
+        return free_port(below=55536, also=10000) if self._cluster else free_port()
+
     def start(self) -> RedisServer:
-        """Start the process and return once it answers PING (RuntimeError with its log if not)."""
+        """Start the process and return once it answers PING (RuntimeError with its log if not).
+
+        A port this object chose can be bound by another process between the choice and the
+        server's own bind (client connections take ports from the same range; on a busy
+        machine a cluster's bus port was taken so, and the start failed): the server then
+        starts on another free port, up to three times. A port given, or kept by
+        :meth:`restart`, is never changed.
+        """
+        for attempt in range(3):
+            try:
+                self._launch()
+                break
+            except _PortTaken:
+                if not self._choose_port or attempt == 2:
+                    raise
+                self.port = self._free_port()
+        self._choose_port = False  # from now on the port is this server's: restart keeps it
+        return self
+
+    def _launch(self) -> None:
         command = [
             self.binary,
             *([self.config_file] if self.config_file else []),
@@ -211,11 +255,12 @@ class RedisServer:
             )
         _running.add(self)
         self._await_ready()
-        return self
 
     def _await_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        probe = self.client(socket_timeout=1, socket_connect_timeout=1)
+        # No retries: redis-py 8 retries a timed-out PING for seconds, past START_TIMEOUT,
+        # while the process that should answer may have exited already.
+        probe = self.client(socket_timeout=1, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
         try:
             while True:
                 assert self.process is not None
@@ -225,11 +270,17 @@ class RedisServer:
                         for path in (self.log_file + ".stderr", self.log_file)
                         if Path(path).exists()
                     )
-                    raise RuntimeError(f"{self.binary} exited at start on port {self.port}: {log}")
+                    self.kill()
+                    failure = _PortTaken if "Address already in use" in log else RuntimeError
+                    raise failure(f"{self.binary} exited at start on port {self.port}: {log}")
                 try:
                     if probe.ping():
                         return
-                except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
+                except (
+                    redis.exceptions.ConnectionError,
+                    redis.exceptions.TimeoutError,  # another process's listener on the port
+                    redis.exceptions.BusyLoadingError,
+                ):
                     pass
                 if time.monotonic() > deadline:
                     self.kill()
@@ -275,6 +326,10 @@ class RedisServer:
         """Kill the process and delete its directory (log and config file)."""
         self.kill()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _PortTaken(RuntimeError):
+    """The server exited at start because another process had bound its port."""
 
 
 _Group = TypeVar("_Group", bound="_ServerGroup")

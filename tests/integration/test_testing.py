@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,33 @@ def test_lifecycle() -> None:
         assert srv.pid != pid and srv.client().ping()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def occupy(port: int) -> socket.socket:
+    """A listening socket on ``port``, as another process's would be."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize("bus", [False, True], ids=["port", "cluster bus port"])
+def test_a_chosen_port_taken_before_the_server_binds_it_is_replaced(bus: bool) -> None:
+    # CI's README leg: another process's connection took a cluster node's bus port between
+    # the choice and the bind, and the docs page's LocalCluster failed to start.
+    server = RedisServer(args=("--cluster-enabled", "yes") if bus else ())
+    taken = server.port
+    with occupy(taken + 10000 if bus else taken), server:
+        assert server.port != taken
+        assert server.client().ping()
+        server.restart()  # the port it started on is its own from now on
+        assert server.client().ping()
+
+
+def test_a_given_port_that_is_taken_fails_the_start_with_the_servers_log() -> None:
+    port = RedisServer().port
+    with occupy(port), pytest.raises(RuntimeError, match="Address already in use"):
+        RedisServer(port=port).start()
 
 
 def installed(wheel: str) -> Path:

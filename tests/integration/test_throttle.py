@@ -103,8 +103,10 @@ def test_processes_that_wait_start_within_the_bound_and_at_the_rate(
     expected = (len(starts) - burst) / rate * per
     took = starts[-1] - starts[0]
     # Late callers on a busy machine can leave gaps (the server keeps no slot for a caller
-    # that has not asked yet): bounded above loosely, below exactly.
-    assert expected - 0.02 <= took <= expected + 0.6, (took, expected)
+    # that has not asked yet): bounded above loosely. Below by the GCRA bound, less the
+    # lateness of the first start's own reading of TIME (CI's README leg, under load: 1.376
+    # s for 1.4, its first start read 24 ms late; the exact bound is violations()' work).
+    assert expected - JITTER <= took <= expected + 0.6, (took, expected)
 
 
 def test_deciding_at_once_admits_the_burst_then_one_per_interval(r: redis.Redis) -> None:
