@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
 from . import _process as process
-from ._drivers import AsyncTarget, SyncTarget, count_resent
+from ._drivers import AsyncTarget, CheckedAsyncConnection, SyncTarget, count_resent
 from ._errors import ProviderError, ProviderNotFound
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 
@@ -246,6 +246,9 @@ def _from_url(url: str, flavour: str, *, node: bool) -> Any:
     if flavour == "sync":
         return redis.Redis.from_url(url, **kwargs)
     client = redis.asyncio.Redis.from_url(url, **kwargs)
+    pool = client.connection_pool
+    plain = pool.connection_class  # redis://, rediss:// or unix://: as the URL says
+    pool.connection_class = type(f"Checked{plain.__name__}", (CheckedAsyncConnection, plain), {})
     process.loop_state().clients.append(client)  # ours to close at the loop's shutdown
     return client
 

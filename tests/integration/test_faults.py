@@ -89,6 +89,42 @@ def test_server_killed_and_restarted_mid_hold_and_between_calls(
     assert own_server.client().dbsize() == 0
 
 
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "reader"])
+def test_asyncio_holder_hears_a_restart_that_ended_its_lease(
+    own_server: RedisServer, kind: str
+) -> None:
+    # Review 9, 05: the release went out on a pooled connection the restart had closed, its
+    # read failed, the URL client's retry sent it again, counted as re-sent, and the re-sent
+    # release that found no key was judged by the holder's clock: a clean exit, no LockLost,
+    # while a second holder was inside. Only a command that may have run is counted re-sent.
+    import asyncio
+
+    import redlock_deco.asyncio as aio
+
+    # A URL client (they count what they re-send), with the timeout raised from 2 s: under
+    # CI's load a reconnect's handshake with the restarted server once took longer.
+    register_provider("fragile", own_server.url + "?socket_timeout=10")
+    name = f"restart-{kind}"
+    key = f"{'semaphore' if kind == 'semaphore' else 'lock'}:{name}"
+    primitive = {
+        "lock": lambda: aio.Lock(name, provider="fragile", ttl=30),
+        "semaphore": lambda: aio.Semaphore(name, limit=1, provider="fragile", ttl=30),
+        "reader": lambda: aio.Lock(name, shared=True, provider="fragile", ttl=30),
+    }[kind]
+
+    async def hold() -> bool:
+        async with primitive():
+            await asyncio.sleep(0.05)
+            own_server.restart()  # every lease the server held is gone
+            second = own_server.client().set(key, "someone-else", nx=True, px=5000)
+            await asyncio.sleep(0.2)  # the loop sees the closed connections
+        return bool(second)
+
+    with pytest.raises(LockLost):
+        asyncio.run(hold())
+    assert own_server.client().get(key) == b"someone-else"  # and ours deleted nothing
+
+
 def test_socket_timeout_on_a_paused_server_leaves_nothing_held(own_server: RedisServer) -> None:
     client = own_server.client(socket_timeout=0.3, retry=NO_RETRY)
     register_provider("paused", client)
