@@ -282,7 +282,7 @@ class Spares:
         conn = slot[0]
         try:
             sock = conn._sock
-            stale = sock is not None and _readable(sock)
+            stale = sock is not None and readable(sock)
             stale = stale or bool(getattr(conn, "should_reconnect", bool)())
         except (OSError, ValueError):  # closed under us (pool.disconnect from another thread)
             stale = True
@@ -350,7 +350,7 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-def _readable(sock: Any) -> bool:
+def readable(sock: Any) -> bool:
     """Has ``sock`` anything to read (data, or the peer's close), without waiting? ``poll``
     where there is one: ``select`` refuses a descriptor above 1,023, which a process with many
     open files gives its sockets."""
@@ -362,55 +362,6 @@ def _readable(sock: Any) -> bool:
 
 
 _POLL = hasattr(select, "poll")
-
-
-# Set while an AsyncTarget sends one of our commands (a ContextVar: the task's own), so that
-# the connections of URL clients check before writing (see CheckedAsyncConnection) only for
-# our commands, never for a subscriber's, whose connection has messages to read by design.
-_SENDING_OURS: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "redlock_deco_sending_ours", default=False
-)
-
-
-class CheckedAsyncConnection:
-    """A mixin for the redis.asyncio connections of the URL clients we build: before one of
-    our commands is written, a connection the server closed while it sat in the pool (its
-    reader at EOF, or anything to read on a plain socket) is disconnected, so the command goes
-    out on a new connection, once, as the sync direct path's poll (:class:`Spares`) does.
-
-    redis-py's own check at checkout misses it (8.x skips it while maintenance notifications
-    are "auto", the default; 5.0 reads EOF as "nothing to read"): the command was written to
-    a dead socket, its read failed, and the retry sent it again, counted as re-sent -- so a
-    release after a server restart (the lease gone, a second holder in) found no key and was
-    judged by the holder's clock a clean release (review 9, 05: no LockLost). A write cannot
-    run on a connection the server had closed before it; only a re-send after a command that
-    may have run is counted.
-    """
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if _SENDING_OURS.get():
-            # Once per command, at its first write: later writes of the same call (a connect's
-            # handshake, sent before its replies are read; a NOSCRIPT's EVAL) find replies
-            # waiting on a healthy socket by design (CI under load: the handshake's second
-            # command found the first one's reply, and the connection was closed mid-connect).
-            _SENDING_OURS.set(False)
-            if _closed_while_idle(self):
-                await self.disconnect()  # type: ignore[attr-defined]
-        await super().send_packed_command(command, check_health)  # type: ignore[misc]
-
-
-def _closed_while_idle(conn: Any) -> bool:
-    reader = getattr(conn, "_reader", None)
-    writer = getattr(conn, "_writer", None)
-    if reader is None or writer is None:
-        return False  # not connected: redis-py connects it
-    if reader.exception() is not None or reader.at_eof():
-        return True
-    transport = writer.transport
-    if transport.get_extra_info("sslcontext") is not None:
-        return False  # TLS records (a session ticket) may be waiting on a healthy socket
-    sock = transport.get_extra_info("socket")
-    return sock is not None and _readable(sock)
 
 
 def _takes_command_name(pool: Any) -> bool:
@@ -722,16 +673,12 @@ class AsyncTarget:
     async def _send(self, step: Step) -> Any:
         if type(step) is Replicated:
             return await self._send_replicated(step)
-        ours = _SENDING_OURS.set(True)
+        if type(step) is Call and step.route is not None:
+            return await self.client.execute_command(*step.args, **routing(self.client, step))
         try:
-            if type(step) is Call and step.route is not None:
-                return await self.client.execute_command(*step.args, **routing(self.client, step))
-            try:
-                return await self.client.execute_command(*command(step))
-            except NoScriptError:
-                return await self.client.execute_command(*fallback(step))
-        finally:
-            _SENDING_OURS.reset(ours)
+            return await self.client.execute_command(*command(step))
+        except NoScriptError:
+            return await self.client.execute_command(*fallback(step))
 
     async def _send_replicated(self, step: Replicated) -> Any:
         """The attempt, then (if it took the lease) WAIT, on one connection."""

@@ -12,6 +12,7 @@ and asyncio clients per event loop beside it, without reshaping the registry.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -25,7 +26,7 @@ from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
 from . import _process as process
-from ._drivers import AsyncTarget, CheckedAsyncConnection, SyncTarget, count_resent
+from ._drivers import AsyncTarget, SyncTarget, count_resent, readable
 from ._errors import ProviderError, ProviderNotFound
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
 
@@ -241,14 +242,75 @@ def url_client_options(flavour: str, *, node: bool = False) -> dict[str, Any]:
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
 
 
+# A command of a URL client's redis.asyncio.Redis is on its way (a ContextVar: the task's
+# own) and has not been written yet: its connection checks it is fit at the first write.
+_UNWRITTEN: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "redlock_deco_unwritten", default=False
+)
+
+
+class _CheckedRedis(redis.asyncio.Redis):
+    """The redis.asyncio client of a URL: each command marks itself unwritten, for
+    :class:`_CheckedConnection`. A subscriber's commands (PubSub) and pipelines are not
+    marked: their connections have replies and messages waiting by design."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        unwritten = _UNWRITTEN.set(True)
+        try:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        finally:
+            _UNWRITTEN.reset(unwritten)
+
+
+class _CheckedConnection:
+    """A mixin for the connections of a URL's redis.asyncio client: before a command is
+    written, a connection the server closed while it sat in the pool (its reader at EOF, or
+    anything to read on a plain socket) is disconnected, so the command goes out on a new
+    connection, once, as the sync direct path's poll (``_drivers.Spares``) does.
+
+    redis-py's own check at checkout misses it (8.x skips it while maintenance notifications
+    are "auto", the default; 5.0 reads EOF as "nothing to read"): the command was written to
+    a dead socket, its read failed, and the retry sent it again, counted as re-sent -- so a
+    release after a server restart (the lease gone, a second holder in) found no key and was
+    judged by the holder's clock a clean release (review 9, 05: no LockLost). A write cannot
+    run on a connection the server had closed before it; only a re-send after a command that
+    may have run is counted.
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if _UNWRITTEN.get():
+            # Once per command, at its first write: later writes of the same call (a connect's
+            # handshake, sent before its replies are read) find replies waiting on a healthy
+            # socket by design (under load the handshake's second command found the first
+            # one's reply, and a check there closed the connection mid-connect).
+            _UNWRITTEN.set(False)
+            if _closed_while_idle(self):
+                await self.disconnect()  # type: ignore[attr-defined]
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+def _closed_while_idle(conn: Any) -> bool:
+    reader = getattr(conn, "_reader", None)
+    writer = getattr(conn, "_writer", None)
+    if reader is None or writer is None:
+        return False  # not connected: redis-py connects it
+    if reader.exception() is not None or reader.at_eof():
+        return True
+    transport = writer.transport
+    if transport.get_extra_info("sslcontext") is not None:
+        return False  # TLS records (a session ticket) may be waiting on a healthy socket
+    sock = transport.get_extra_info("socket")
+    return sock is not None and readable(sock)
+
+
 def _from_url(url: str, flavour: str, *, node: bool) -> Any:
     kwargs = url_client_options(flavour, node=node)
     if flavour == "sync":
         return redis.Redis.from_url(url, **kwargs)
-    client = redis.asyncio.Redis.from_url(url, **kwargs)
+    client = _CheckedRedis.from_url(url, **kwargs)
     pool = client.connection_pool
     plain = pool.connection_class  # redis://, rediss:// or unix://: as the URL says
-    pool.connection_class = type(f"Checked{plain.__name__}", (CheckedAsyncConnection, plain), {})
+    pool.connection_class = type(f"Checked{plain.__name__}", (_CheckedConnection, plain), {})
     process.loop_state().clients.append(client)  # ours to close at the loop's shutdown
     return client
 

@@ -4,9 +4,14 @@
 -- KEYS[1] holders zset; KEYS[2] limit (its expiry follows the holders')
 -- ARGV[1] the token holding the slot; ARGV[2] the adopter's new token; ARGV[3] new lease
 -- ttl in ms
--- returns 1 adopted | 0 not a live holder (nothing was touched)
+-- returns 1 adopted (also when the new token holds a live slot already: this command's first
+--   run, its reply lost and the command re-sent) | 0 not a live holder (nothing touched)
 local ttl = tonumber(ARGV[3])
 local now = now_ms()
+local mine = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if mine and tonumber(mine) > now then
+  return 1  -- review 9, 01: the re-sent copy answered 0, and nobody knew the new token
+end
 local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not ends or tonumber(ends) <= now then
   return 0

@@ -4,11 +4,16 @@
 -- KEYS[1] lock key; KEYS[2] readers
 -- ARGV[1] the reader token holding it; ARGV[2] the adopter's new reader token; ARGV[3] new
 -- lease ttl in ms
--- returns 1 adopted | 0 not a live reader (nothing was touched)
+-- returns 1 adopted (also when the new token is a live reader already: this command's first
+--   run, its reply lost and the command re-sent) | 0 not a live reader (nothing touched)
 local ttl = tonumber(ARGV[3])
 local now = now_ms()
 if redis.call('GET', KEYS[1]) ~= SHARED then
   return 0
+end
+local mine = redis.call('ZSCORE', KEYS[2], ARGV[2])
+if mine and tonumber(mine) > now then
+  return 1  -- review 9, 01: the re-sent copy answered 0, and nobody knew the new token
 end
 local ends = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not ends or tonumber(ends) <= now then

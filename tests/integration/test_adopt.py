@@ -17,6 +17,7 @@ from support.flavours import Api
 
 import redlock_deco
 from redlock_deco import Lock, LockNotOwned
+from redlock_deco import _scripts as scripts
 from redlock_deco.testing import FaultProxy, RedisServer
 
 
@@ -243,3 +244,59 @@ def test_repr_says_a_lease_known_to_have_ended_is_not_held(r: redis.Redis) -> No
     assert repr(lock).endswith("held=False>")  # expired, by this process's reckoning
     with pytest.raises(LockNotOwned):
         lock.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "shared", "semaphore"])
+def test_an_adoption_re_sent_after_it_ran_is_still_an_adoption(
+    r: redis.Redis, server: RedisServer, kind: str
+) -> None:
+    """Review 9, 01: an adopt whose reply was lost to a reset, re-sent by the URL client's
+    retry, found the old token gone (its own first run had retired it) and answered 0:
+    adopt() said False while the key held the adopter's new token, known to nobody, for a
+    whole ttl. The adopt scripts answer 1 when the new token holds the lease already."""
+    import threading
+
+    def make(provider: str) -> Lock | redlock_deco.Semaphore:
+        if kind == "semaphore":
+            return redlock_deco.Semaphore("resent", limit=1, ttl=5, provider=provider)
+        return Lock("resent", ttl=5, shared=kind == "shared", provider=provider)
+
+    key = (
+        "sem:resent"
+        if kind == "semaphore"
+        else ("{lock:resent}:readers" if kind == "shared" else "lock:resent")
+    )
+
+    def holders() -> set[bytes]:
+        if r.type(key) == b"zset":
+            return set(r.zrange(key, 0, -1))
+        value = r.get(key)
+        return {value} if value is not None else set()
+
+    with FaultProxy(server.port) as proxy:
+        redlock_deco.register_provider("proxied", proxy.url + "?socket_timeout=10")
+        giver = make("default")
+        assert giver.acquire(wait=0)
+        token = giver.hand_over()
+        taker = make("proxied")
+        taker.holders()  # the proxied connection is open before the fault
+        for script in (scripts.LOCK_ADOPT, scripts.SHARED_ADOPT, scripts.SEM_ADOPT):
+            r.script_load(script.source)  # a NOSCRIPT reply would be withheld too
+        answer: list[bool] = []
+        proxy.withhold_replies()
+        adopting = threading.Thread(target=lambda: answer.append(taker.adopt(token)))
+        adopting.start()
+        deadline = time.monotonic() + 5
+        while token.encode() in holders() and time.monotonic() < deadline:
+            time.sleep(0.005)  # the adoption ran on the server; its reply is withheld
+        assert token.encode() not in holders()
+        proxy.resume()
+        proxy.drop()  # the reply is lost to a reset: the client's retry sends it again
+        adopting.join(15)
+        assert answer == [True]
+        assert taker.owned()
+        other = make("default") if kind == "semaphore" else Lock("resent", wait=0)
+        assert not other.acquire(wait=0)  # and no writer (no other slot) gets in
+        taker.release()
+        redlock_deco.unregister_provider("proxied")
+    assert r.dbsize() == 0
