@@ -14,16 +14,21 @@ if ARGV[4] == '1' then
   redis.call('LREM', KEYS[2], 0, ARGV[5])
 end
 local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not ends then
-  return 2
+if ends then
+  redis.call('ZREM', KEYS[1], ARGV[1])
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
 local now = now_ms()
 -- Holders whose lease has ended give their slot back too, before the queue is served.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- Served even when this token held nothing: a waiter giving up may have been the head, held
+-- back by its own smaller limit, and the waiter behind it may fit a free slot now (review 9,
+-- 04: it slept until its own recheck, ~0.6 s, with a slot free).
 sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[2], ARGV[6], ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])  -- the last holder left: leave no key behind
+end
+if not ends then
+  return 2
 end
 if tonumber(ends) <= now then
   return 0

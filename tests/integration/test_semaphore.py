@@ -191,6 +191,41 @@ class Exporter:
         return r.keys("sem:*")
 
 
+def test_a_head_waiter_held_back_by_its_own_limit_leaving_lets_the_next_in_at_once(
+    r: redis.Redis,
+) -> None:
+    """Review 9, 04: the head of the queue, held back by its own smaller limit, gave up; its
+    leaving release answered 'not listed' before serving, and the waiter behind it, whose
+    limit fit the free slot, slept until its own recheck (~0.6 s, up to 1 s)."""
+    holders = [Semaphore("pool", limit=3, ttl=30) for _ in range(2)]
+    assert all(holder.acquire(wait=0) for holder in holders)  # 2 of 3 slots held
+
+    def head() -> None:
+        assert not Semaphore("pool", limit=2, ttl=30).acquire(wait=0.5)  # 2 held >= 2
+
+    queued_head = threading.Thread(target=head)
+    queued_head.start()
+    while r.llen("{sem:pool}:queue") < 1:
+        time.sleep(0.005)
+    served: list[float] = []
+
+    def behind() -> None:
+        waiter = Semaphore("pool", limit=3, ttl=30)
+        assert waiter.acquire(wait=5)
+        served.append(time.monotonic())
+        waiter.release()
+
+    queued_behind = threading.Thread(target=behind)
+    queued_behind.start()
+    queued_head.join(5)
+    left = time.monotonic()
+    queued_behind.join(5)
+    assert served and served[0] - left < 0.2, served and served[0] - left
+    for holder in holders:
+        holder.release()
+    assert r.dbsize() == 0
+
+
 def test_templates_methods_and_callables(r: redis.Redis) -> None:
     assert Exporter("acme").export(r) == [b"sem:export:acme"]
     assert Exporter.inner(r, 1) == [b"sem:Exporter:1"]
