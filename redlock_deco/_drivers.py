@@ -353,15 +353,15 @@ os.register_at_fork(after_in_child=_forked)
 def readable(sock: Any) -> bool:
     """Has ``sock`` anything to read (data, or the peer's close), without waiting? ``poll``
     where there is one: ``select`` refuses a descriptor above 1,023, which a process with many
-    open files gives its sockets."""
-    if _POLL:
-        poller = select.poll()
+    open files gives its sockets. Looked up at each call, not at import: eventlet's
+    ``monkey_patch()``, run after this module was imported, removes ``select.poll`` (peer
+    suites: every release and renewal then raised AttributeError and left the lock held)."""
+    poll = getattr(select, "poll", None)
+    if poll is not None:
+        poller = poll()
         poller.register(sock, select.POLLIN)
         return bool(poller.poll(0))
-    return bool(select.select((sock,), (), (), 0)[0])  # pragma: no cover - Windows
-
-
-_POLL = hasattr(select, "poll")
+    return bool(select.select((sock,), (), (), 0)[0])
 
 
 def _takes_command_name(pool: Any) -> bool:

@@ -424,3 +424,17 @@ def test_a_refused_connection_fails_a_call_once_not_once_per_retry() -> None:
             redis.connection.Connection._connect = original  # type: ignore[method-assign]
             bare.close()
         assert attempts[0] - one_command == one_command
+
+
+def test_a_select_module_patched_after_import_still_serves(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """eventlet's monkey_patch(), run after redlock_deco was imported, removes select.poll:
+    the kept connections' check looked poll up once at import and raised AttributeError on
+    every release and renewal, leaving the lock held (found running python-redis-lock's
+    suite under eventlet)."""
+    monkeypatch.delattr(select, "poll")
+    for _ in range(3):  # the second use of a kept connection checks it
+        with Lock("patched", ttl=5):
+            assert r.exists("lock:patched")
+    assert r.dbsize() == 0
