@@ -83,10 +83,12 @@ def lua(
     *alternatives: str,
     equivalent: str = "",
     scenario: str = "",
+    tests: tuple[str, ...] = (),
 ) -> Mutant:
-    """``alternatives``: more (old, new) pairs, flattened."""
+    """``alternatives``: more (old, new) pairs, flattened. ``tests``: real-server test files
+    that kill it, run instead of the simulator (a script it does not drive, such as adopt)."""
     pairs = tuple(zip(alternatives[::2], alternatives[1::2], strict=True))
-    return Mutant(f"lua:{name}", what, where, old, new, alternatives=pairs,
+    return Mutant(f"lua:{name}", what, where, old, new, tests, alternatives=pairs,
                   equivalent=equivalent, scenario=scenario)  # fmt: skip
 
 
@@ -213,6 +215,13 @@ MUTANTS: tuple[Mutant, ...] = (
     lua("sem-release-without-handoff", "a semaphore release serves nobody",
         "sem_release.lua",
         "sem_serve(KEYS[1], KEYS[2], KEYS[3], now, ARGV[2], ARGV[6], ARGV[3])\n", ""),
+    lua("sem-leaving-serves-nobody",
+        "a waiter giving up that holds no slot serves nobody (review 9, 04: the waiter behind "
+        "a head held back by its own limit slept with a slot free)",
+        "sem_release.lua", "local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif ends then",
+        "local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not ends then\n  return 2\n"
+        "end\nif ends then",
+        tests=("tests/integration/test_semaphore.py",)),
     lua("ended-slot-released", "releasing an ended slot or share says released",
         "sem_release.lua", "if tonumber(ends) <= now then\n  return 0\nend\nreturn 1",
         "return 1"),
@@ -220,6 +229,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "shared_release.lua",
         "lock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], live)\nif tonumber(ends)",
         "if tonumber(ends)"),
+    # -- adopting (review 9, 01: an adopt re-sent after its reply was lost answered 0) -------
+    lua("adopt-resent-refused", "a re-sent adoption of a lock finds its own token and says no",
+        "lock_adopt.lua", "if held_by == ARGV[2] then", "if false then",
+        tests=("tests/integration/test_adopt.py",)),
+    lua("sem-adopt-resent-refused", "a re-sent adoption of a slot finds its own and says no",
+        "sem_adopt.lua", "if mine and tonumber(mine) > now then", "if false then",
+        tests=("tests/integration/test_adopt.py",)),
+    lua("shared-adopt-resent-refused", "a re-sent adoption of a reader finds its own, says no",
+        "shared_adopt.lua", "if mine and tonumber(mine) > now then", "if false then",
+        tests=("tests/integration/test_adopt.py",)),
     # -- renewing ------------------------------------------------------------------------------
     lua("extend-without-token-check", "a renewal extends the lock whoever holds it",
         "lock_extend.lua", "if redis.call('GET', KEYS[1]) ~= ARGV[1] then",
@@ -530,7 +549,8 @@ def run_tests(mutant: Mutant) -> dict[str, Any]:
         shutil.copytree(PACKAGE, copy / "redlock_deco", ignore=ignore)
         shutil.copytree(ROOT / "tests", copy / "tests", ignore=ignore)
         shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-        target = copy / "redlock_deco" / f"{mutant.where}.py"
+        package = copy / "redlock_deco"
+        target = package / "lua" / mutant.where if mutant.lua else package / f"{mutant.where}.py"
         source = target.read_text("utf-8")
         pair = mutant.pair(source)
         assert pair is not None
