@@ -599,12 +599,13 @@ class SyncTarget:
             out: list[Any] = []  # the connection taken, if any (see checkout)
             try:
                 conn = checkout(pool, out)
+                sock = conn._sock
                 try:
                     reply = roundtrip(conn, command(attempt))
                 except NoScriptError:
                     reply = roundtrip(conn, fallback(attempt))
                 acked = roundtrip(conn, step.wait_command()) if took(reply) else None
-                return reply, acked
+                return reply, confirmed(acked, conn._sock is sock)
             except ResponseError:
                 raise
             except BaseException:
@@ -616,14 +617,24 @@ class SyncTarget:
                     pool.release(taken)
         single = one_connection(self.client, attempt.keys[0])
         try:
+            sock = single.connection._sock
             try:
                 reply = single.execute_command(*command(attempt))
             except NoScriptError:
                 reply = single.execute_command(*fallback(attempt))
             acked = single.execute_command(*step.wait_command()) if took(reply) else None
-            return reply, acked
+            return reply, confirmed(acked, single.connection._sock is sock)
         finally:
             single.close()
+
+
+def confirmed(acked: Any, same_socket: bool) -> Any:
+    """WAIT's count, or 0 when the connection was replaced between the attempt's first
+    sending and WAIT's reply (a retry's reconnect, a fitness check): WAIT counts only its
+    own socket's writes, and on a new socket that has written nothing Valkey counts every
+    replica at once (review 10, 01: an acquisition no replica had was confirmed; Redis
+    answers 0 there). 0 gives the lease back as not replicated: the safe side."""
+    return acked if same_socket or acked is None else 0
 
 
 class AsyncTarget:
@@ -707,12 +718,14 @@ class AsyncTarget:
                 node.release(conn)
         single = self.client.client()
         try:
+            await single.initialize()  # its one connection, connected before the attempt
+            stream = single.connection._writer
             try:
                 reply = await single.execute_command(*command(attempt))
             except NoScriptError:
                 reply = await single.execute_command(*fallback(attempt))
             acked = await single.execute_command(*step.wait_command()) if took(reply) else None
-            return reply, acked
+            return reply, confirmed(acked, single.connection._writer is stream)
         finally:
             await (getattr(single, "aclose", None) or single.close)()
 

@@ -12,6 +12,7 @@ and asyncio clients per event loop beside it, without reshaping the registry.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 from collections.abc import Callable
@@ -284,23 +285,34 @@ class _CheckedConnection:
             # socket by design (under load the handshake's second command found the first
             # one's reply, and a check there closed the connection mid-connect).
             _UNWRITTEN.set(False)
-            if _closed_while_idle(self):
+            if await _closed_while_idle(self):
                 await self.disconnect()  # type: ignore[attr-defined]
         await super().send_packed_command(command, check_health)  # type: ignore[misc]
 
 
-def _closed_while_idle(conn: Any) -> bool:
+async def _closed_while_idle(conn: Any) -> bool:
     reader = getattr(conn, "_reader", None)
     writer = getattr(conn, "_writer", None)
     if reader is None or writer is None:
         return False  # not connected: redis-py connects it
-    if reader.exception() is not None or reader.at_eof():
+    if _ended(reader):
         return True
     transport = writer.transport
-    if transport.get_extra_info("sslcontext") is not None:
-        return False  # TLS records (a session ticket) may be waiting on a healthy socket
     sock = transport.get_extra_info("socket")
-    return sock is not None and readable(sock)
+    if sock is None or not readable(sock):
+        return False
+    if transport.get_extra_info("sslcontext") is None:
+        return True  # anything to read on an idle plain socket: the server's close, or junk
+    # TLS: records (a session ticket) may wait on a healthy socket. Let the loop read what
+    # is there, then ask the stream (review 10, 02: a restart during a body that never gave
+    # the loop a turn went unseen, and the release went out on the dead socket).
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return _ended(reader)
+
+
+def _ended(reader: Any) -> bool:
+    return reader.exception() is not None or bool(reader.at_eof())
 
 
 def _from_url(url: str, flavour: str, *, node: bool) -> Any:

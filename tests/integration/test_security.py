@@ -18,6 +18,7 @@ from support.samples import TOKEN
 
 from redlock_deco import (
     Lock,
+    LockLost,
     ProviderError,
     Semaphore,
     limited,
@@ -184,8 +185,8 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     return ca, cert, key
 
 
-@pytest.mark.slow
-def test_tls_through_a_rediss_url(tmp_path: Path) -> None:
+def _tls_server(tmp_path: Path) -> tuple[RedisServer, str]:
+    """A started server with a TLS port, and a ``rediss://`` URL for it (or a skip)."""
     if subprocess.run(["which", "openssl"], capture_output=True).returncode:
         pytest.skip("openssl is not installed")
     ca, cert, key = _certificates(tmp_path)
@@ -201,10 +202,46 @@ def test_tls_through_a_rediss_url(tmp_path: Path) -> None:
         if "Failed finding TLS support" in str(exc) or ">>> 'tls-port" in str(exc):
             pytest.skip(f"this server was built without TLS ({server.binary})")
         raise
+    return server, f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}"
+
+
+@pytest.mark.slow
+def test_tls_through_a_rediss_url(tmp_path: Path) -> None:
+    server, url = _tls_server(tmp_path)
     try:
-        register_provider("tls", f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}")
+        register_provider("tls", url)
         with Lock("over-tls", provider="tls", ttl=5) as lock:
             assert lock.owned()
             assert server.client().exists("lock:over-tls")
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["yields", "blocks"])
+def test_an_asyncio_holder_over_tls_hears_a_restart(tmp_path: Path, body: str) -> None:
+    """Review 10, 02: over TLS a socket can hold records while healthy, so the check of an
+    idle connection did not poll it; with a body that gave the loop no turn after the
+    restart, the release went out on the dead socket, was re-sent, found no key and was
+    judged a clean exit (no LockLost) while a second holder was inside."""
+    import asyncio
+
+    import redlock_deco.asyncio as aio
+
+    server, url = _tls_server(tmp_path)
+    try:
+        register_provider("tls", url + "&socket_timeout=10")
+
+        async def hold() -> None:
+            async with aio.Lock("tls-restart", provider="tls", ttl=30):
+                await asyncio.sleep(0.05)
+                server.restart()  # the lease is gone with the server's data
+                assert server.client().set("lock:tls-restart", "someone-else", nx=True, px=5000)
+                if body == "yields":
+                    await asyncio.sleep(0.2)
+
+        with pytest.raises(LockLost):
+            asyncio.run(hold())
+        assert server.client().get("lock:tls-restart") == b"someone-else"
     finally:
         server.__exit__(None, None, None)

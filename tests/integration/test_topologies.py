@@ -271,6 +271,66 @@ def test_replicas_are_counted_on_the_connection_that_carried_the_acquire(flavour
             link.heal()
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_wait_re_sent_on_a_new_connection_confirms_nothing(
+    flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 10, 01: the acquire's connection reset as WAIT went out; the URL client's retry
+    reconnected and sent WAIT again on a socket that had written nothing, where Valkey counts
+    every replica at once: an acquisition no replica had (the link is stalled here) was
+    confirmed. A WAIT whose connection was replaced since the attempt confirms nothing."""
+    from redlock_deco.testing import FaultProxy
+
+    cuts: list[str] = []
+
+    def at_wait(command: object) -> bool:
+        parts = command if isinstance(command, (list, tuple)) else [command]
+        return not cuts and any(b"WAIT" in bytes(part) for part in parts)  # type: ignore[call-overload]
+
+    sync_send = redis.Connection.send_packed_command
+    async_send = redis.asyncio.Connection.send_packed_command
+
+    def cut_sync(self: redis.Connection, command: object, check_health: bool = True) -> None:
+        if at_wait(command):
+            cuts.append("WAIT")
+            self.disconnect()  # as a reset: the retry reconnects and sends WAIT again
+            raise redis.exceptions.ConnectionError("reset at WAIT (test)")
+        sync_send(self, command, check_health)  # type: ignore[arg-type]
+
+    async def cut_async(
+        self: redis.asyncio.Connection, command: object, check_health: bool = True
+    ) -> None:
+        if at_wait(command):
+            cuts.append("WAIT")
+            await self.disconnect()
+            raise redis.exceptions.ConnectionError("reset at WAIT (test)")
+        await async_send(self, command, check_health)  # type: ignore[arg-type]
+
+    with (
+        RedisServer(args=PRIMARY_ARGS) as primary,
+        FaultProxy(primary.port) as link,
+        RedisServer(args=("--replicaof", "127.0.0.1", str(link.port))),
+    ):
+        await_replication(primary, 1)
+        link.stall()  # the replica acknowledges nothing from now on
+        register_provider("cut", primary.url)  # a URL client: its retry sends again
+        monkeypatch.setattr(redis.Connection, "send_packed_command", cut_sync)
+        monkeypatch.setattr(redis.asyncio.Connection, "send_packed_command", cut_async)
+        if flavour == "sync":
+            with pytest.raises(LockNotAcquired):  # LockNotReplicated, 0 of 1
+                Lock("recut", provider="cut", replicas=1, wait=0).acquire()
+        else:
+
+            async def scenario() -> None:
+                with pytest.raises(LockNotAcquired):
+                    await AsyncLock("recut", provider="cut", replicas=1, wait=0).acquire()
+
+            asyncio.run(scenario())
+        assert cuts == ["WAIT"]
+        assert not primary.client().exists("lock:recut")  # given back
+        link.heal()
+
+
 # -- Sentinel ----------------------------------------------------------------------------
 
 
