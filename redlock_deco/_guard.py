@@ -690,32 +690,55 @@ async def _abandon_async(lease: Lease, exc: BaseException) -> None:
 
 async def _give_back_async(lease: Lease) -> bool:
     """Release ``lease``; True unless it had already ended. A task cancelled while
-    releasing still releases."""
+    releasing still releases, and still hears what the release found."""
     if lease.pid != os.getpid():
         return True
     process.loop_state().leases.discard(lease)
     renewal.async_renewer().remove(lease)
     was_lost = lease.lost
     lease._releasing()
-    release = lease.target.algorithms.release
-    before = drivers.resent()
-    try:
-        answer = await drivers.run_async(release(lease.claim), lease.target)
-    except asyncio.CancelledError:
-        # Cancelled mid-release: finish it shielded before the cancellation goes on (a second
-        # release is harmless: it compares the token). Shielding only here keeps a Task per
-        # call off the hot path.
+    # The release is a task of its own, shielded: a cancellation that arrives while it is out
+    # neither cuts it short nor loses its answer. (A cancelled release sent again cannot tell
+    # "the first one ran" from "the lease had ended before": review 11 saw a lost lease exit
+    # as clean, and a server that did not answer the second one put its TimeoutError in place
+    # of the cancellation, with no background clean-up.) One cancellation waits for the answer
+    # (then goes on, noted); a second stops waiting, and the release runs on by itself.
+    releasing = asyncio.ensure_future(_send_release(lease))
+    cancelled: asyncio.CancelledError | None = None
+    while True:
         try:
-            await asyncio.shield(drivers.run_async(release(lease.claim), lease.target))
-        finally:
-            lease._release()
-        raise
-    except BaseException as exc:
-        lease._release()
-        if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
-            renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
-        raise
-    return _released(lease, answer, was_lost, drivers.resent() != before)
+            answer, resent = await asyncio.shield(releasing)
+            break
+        except asyncio.CancelledError as exc:
+            if cancelled is not None or releasing.cancelled():
+                lease._release()  # cancelled twice, or the release itself (the loop ends)
+                raise
+            cancelled = exc
+        except BaseException as exc:
+            lease._release()  # not renewed any more either way
+            if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
+                renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
+            if cancelled is None:
+                raise
+            add_note(
+                cancelled,
+                f"releasing {lease.key!r} failed too ({exc!r}); it is released in the "
+                "background once the server answers, else expires within its ttl",
+            )
+            raise cancelled from exc
+    kept = _released(lease, answer, was_lost, resent)
+    if cancelled is not None:
+        if not kept:
+            add_note(cancelled, f"the lease on {lease.key!r} was also lost while the call ran")
+        raise cancelled
+    return kept
+
+
+async def _send_release(lease: Lease) -> tuple[bool | None, bool]:
+    """The release's answer, and whether the client sent it again (counted in this task)."""
+    before = drivers.resent()
+    answer = await drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
+    return answer, drivers.resent() != before
 
 
 async def open_section_async(

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import redis
 
-from redlock_deco import Lock, locked
+from redlock_deco import Lock, locked, register_provider
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.asyncio import Semaphore as AsyncSemaphore
 
@@ -356,3 +356,95 @@ def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
     assert stop_at > 100  # every line of the acquire, the call and the release
     call()  # and the name works as ever
     assert r.dbsize() == 0
+
+
+def test_a_cancellation_during_the_release_still_hears_what_the_release_found(
+    server: Any, r: redis.Redis
+) -> None:
+    """Review 11, A: the lease was taken over before the exit, and the task was cancelled
+    while its release was out. The release was sent again, its answer ignored: a bare
+    CancelledError, no note, no 'lost' event. The release now runs on as a task of its own,
+    and its answer is judged and noted on the cancellation, as a cancelled body's is."""
+    from redlock_deco import add_listener, remove_listener
+    from redlock_deco.testing import FaultProxy
+
+    seen: list[str] = []
+
+    def listener(event: Any) -> None:
+        seen.append(event.kind)
+
+    add_listener(listener)
+    try:
+        with FaultProxy(server.port) as proxy:
+            register_provider("slow", proxy.url + "?socket_timeout=10")
+
+            async def holder(out: asyncio.Event) -> None:
+                async with AsyncLock("taken", provider="slow", ttl=20):
+                    r.set("lock:taken", "someone-else", px=20_000)  # taken over
+                    proxy.latency(0.4)  # the release will be out for a while
+                    out.set()
+
+            async def scenario() -> BaseException | None:
+                out = asyncio.Event()
+                task = asyncio.create_task(holder(out))
+                await out.wait()
+                await asyncio.sleep(0.1)  # the release is out now
+                task.cancel()
+                try:
+                    await task
+                except BaseException as exc:  # what ended it is the finding
+                    return exc
+                return None
+
+            ended = asyncio.run(scenario())
+            proxy.heal()
+    finally:
+        remove_listener(listener)
+    assert isinstance(ended, asyncio.CancelledError)
+    assert any("was also lost" in note for note in getattr(ended, "__notes__", []))
+    assert seen[-2:] == ["lost", "released"]
+    assert r.get("lock:taken") == b"someone-else"  # nothing of the new holder's touched
+
+
+def test_a_cancellation_during_a_release_the_server_never_answers_leaves_a_clean_up(
+    server: Any, r: redis.Redis
+) -> None:
+    """Review 11, B: cancelled while its release was out to a server that did not answer:
+    the second release's TimeoutError replaced the cancellation, and nothing released the
+    key once the server answered again: it stayed held for its ttl. Now the cancellation
+    goes on, noted, and a background clean-up releases the key when the server is back."""
+    from redlock_deco.testing import FaultProxy
+
+    with FaultProxy(server.port) as proxy:
+        register_provider("stalled", proxy.url)  # a URL client: 2 s socket timeout
+
+        async def holder(out: asyncio.Event) -> None:
+            async with AsyncLock("unreached", provider="stalled", ttl=15):
+                proxy.stall()
+                out.set()
+
+        async def scenario() -> BaseException | None:
+            out = asyncio.Event()
+            task = asyncio.create_task(holder(out))
+            await out.wait()
+            await asyncio.sleep(0.2)
+            task.cancel()
+            try:
+                await task
+            except BaseException as exc:  # what ended it is the finding
+                return exc
+            return None
+
+        async def run() -> BaseException | None:
+            ended = await scenario()
+            proxy.drop()
+            proxy.heal()
+            deadline = time.monotonic() + 5  # the clean-up retries every <= 0.5 s
+            while r.exists("lock:unreached") and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return ended
+
+        ended = asyncio.run(run())
+    assert isinstance(ended, asyncio.CancelledError)
+    assert any("failed too" in note for note in getattr(ended, "__notes__", []))
+    assert not r.exists("lock:unreached")  # released in the background, not at its ttl
