@@ -40,7 +40,7 @@ MODES = ("r", "w")  # reader (shared=True), writer (exclusive)
 # kept alive by the renewer.
 VARIANTS: dict[str, dict[str, Any]] = {
     "manual": {"ttl": 0.3, "auto_renew": False},
-    "renewed": {"ttl": 1.0, "auto_renew": True},
+    "renewed": {"ttl": 2.0, "auto_renew": True},
 }
 CALL_TIMEOUT = 15.0
 

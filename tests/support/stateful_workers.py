@@ -26,7 +26,7 @@ LIMIT = 2
 # after their short ttl; "renewed" ones are kept alive by the renewer.
 VARIANTS: dict[str, dict[str, Any]] = {
     "manual": {"ttl": 0.3, "auto_renew": False},
-    "renewed": {"ttl": 1.0, "auto_renew": True},
+    "renewed": {"ttl": 2.0, "auto_renew": True},
 }
 
 
