@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar, overload
 
 from . import _decorators as decorators
+from . import _throttled as throttling
 from ._options import REQUIRED, OnBusy, OnLost
 from ._signatures import (
     KP,
@@ -688,4 +689,4 @@ def throttled(name: NameArg = None, rate: float = REQUIRED, **given: Any) -> Any
     both for both). See ``redlock_deco.Throttle`` for what holds under retries, interrupts
     and clock jumps.
     """
-    return decorators.decorate_throttled(name, rate, given)
+    return throttling.decorate_throttled(name, rate, given)

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from . import _callables as callables
 from . import _guard as guard
-from . import _throttle as throttle
 from ._errors import LockNotAcquired
 from ._naming import (
     Renderer,
@@ -32,7 +31,7 @@ from ._options import LeaseOptions, OnBusyArg, check_options, lease_options
 from ._protected import Protected
 from ._protected import _by_reference as _by_reference  # what pickles made before 0.3 name
 from ._protocol import LOCK, SEMAPHORE, SHARED, Kind
-from ._throttle import ThrottleOptions, throttle_options
+from ._throttle import ThrottleOptions
 
 
 class _Unset:
@@ -70,7 +69,7 @@ def _not_callable(decorator: str, func: object, names: tuple[Any, ...]) -> str:
 Refusal = Callable[[], BaseException]
 
 
-def _busy_handlers(
+def busy_handlers(
     decorator: str, on_busy: OnBusyArg, underlying: Any, run_async: bool
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The sync and async handlers of a call that was not let in (``wait`` ran out, or a
@@ -108,7 +107,7 @@ def _busy_handlers(
 Opts = TypeVar("Opts", LeaseOptions, ThrottleOptions)
 
 
-def _prepare(
+def prepare(
     decorator: str, names: tuple[Any, ...], options: Opts, func: Any
 ) -> tuple[Any, list[Renderer], Opts, bool]:
     """What every decorator works out once: the function under ``classmethod``/
@@ -141,10 +140,10 @@ def _decorate(
     on_busy: OnBusyArg,
     func: Any,
 ) -> Any:
-    underlying, renders, options, run_async = _prepare(decorator, names, options, func)
+    underlying, renders, options, run_async = prepare(decorator, names, options, func)
     render = renders[0]
     prefix = options.prefix
-    busy_sync, busy_async = _busy_handlers(decorator, on_busy, underlying, run_async)
+    busy_sync, busy_async = busy_handlers(decorator, on_busy, underlying, run_async)
 
     def busy(lock_name: str, key: str, started: float) -> Refusal:
         return lambda: LockNotAcquired(name=lock_name, key=key, waited=time.monotonic() - started)
@@ -287,52 +286,3 @@ def decorate_limited(name: Any, limit: Any, given: dict[str, Any]) -> Any:
     check_name(name)
     options, busy = lease_options(values), values["on_busy"]
     return lambda func: _decorate("limited", SEMAPHORE, (name,), options, busy, func)
-
-
-def decorate_throttled(name: Any, rate: Any, given: dict[str, Any]) -> Any:
-    """``throttled(name, rate, **given)``: the decorator."""
-    if inspect.isclass(name):
-        callables.refuse_class("throttled", name)  # @throttled on a class
-    values = check_options("throttled", {**given, "rate": rate})
-    check_name(name)
-    options, busy = throttle_options(values), values["on_busy"]
-    return lambda func: _throttle("throttled", name, options, busy, func)
-
-
-def _throttle(
-    decorator: str, name: Any, options: ThrottleOptions, on_busy: OnBusyArg, func: Any
-) -> Any:
-    """Admit each call by the throttle of its rendered name; a call refused (no slot within
-    ``wait``) goes to ``on_busy``. Nothing to give back afterwards: a throttle holds nothing."""
-    underlying, renders, options, run_async = _prepare(decorator, (name,), options, func)
-    render, prefix, wait = renders[0], options.prefix, options.wait
-    busy_sync, busy_async = _busy_handlers(decorator, on_busy, underlying, run_async)
-
-    def refusal(lock_name: str, key: str, answer: throttle.Admission) -> Refusal:
-        return lambda: throttle.refused(lock_name, key, answer, wait)
-
-    def call_throttled(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
-        lock_name = render(instance, args, kwargs)
-        key = prefix + lock_name
-        answer = throttle.admit(options, lock_name, key, 1.0, wait)
-        if not answer.admitted:
-            return busy_sync(refusal(lock_name, key, answer), instance, args, kwargs)
-        result = wrapped(*args, **kwargs)
-        if callables.returned_unrun(result, awaitable=True):  # its body would run unthrottled
-            callables.refuse_unrun(decorator, underlying, result)
-        return result
-
-    async def call_throttled_async(
-        wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: Any
-    ) -> Any:
-        lock_name = render(instance, args, kwargs)
-        key = prefix + lock_name
-        answer = await throttle.admit_async(options, lock_name, key, 1.0, wait)
-        if not answer.admitted:
-            return await busy_async(refusal(lock_name, key, answer), instance, args, kwargs)
-        result = await wrapped(*args, **kwargs)
-        if callables.returned_unrun(result, awaitable=False):  # an async generator behind
-            callables.refuse_unrun(decorator, underlying, result)  # a wrapper without wraps
-        return result
-
-    return Protected(func, call_throttled_async if run_async else call_throttled)
