@@ -28,8 +28,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "guard": ("_guard", "_ownership"),
     "user-facing": (
-        "_callables", "_signatures", "_naming", "_decorators", "_throttled", "_protected", "_decorator_api",
-        "_primitive", "_admin", "_lock", "_semaphore", "_throttle", "asyncio", "__init__",
+        "_callables", "_signatures", "_naming", "_decorators", "_throttled", "_protected",
+        "_decorator_api", "_primitive", "_admin", "_lock", "_semaphore", "_throttle", "asyncio",
+        "__init__",
     ),
     "operator": ("_inspection", "_cli", "_demo", "__main__", "acl", "otel", "testing"),
 }  # fmt: skip
