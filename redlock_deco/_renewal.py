@@ -328,8 +328,14 @@ class Renewer:
                 self._run(job)
         except Exception:  # a bug or an unexpected error must not end renewals
             log.exception("renewing %r failed", job.key)
+            now = time.monotonic()
             if type(job) is Lease:
-                job._retry_later(time.monotonic())
+                job._retry_later(now)
+            elif isinstance(job, Cleanup) and job.attempted(now, done=False):  # tried: next, or end
+                # Without this a clean-up whose client raised something unexpected stayed
+                # due at once: the renewer spun on it for good, logging, and starved other
+                # leases' renewals (CI's slow leg: a lease 0.6 s past its renewal).
+                self.remove(job)
         finally:
             job.renewing = False
             with self._lock:
@@ -450,8 +456,14 @@ class AsyncRenewer:
                 await self._run(job)
         except Exception:  # a bug or an unexpected error must not end renewals
             log.exception("renewing %r failed", job.key)
+            now = time.monotonic()
             if type(job) is Lease:
-                job._retry_later(time.monotonic())
+                job._retry_later(now)
+            elif isinstance(job, Cleanup) and job.attempted(now, done=False):  # tried: next, or end
+                # Without this a clean-up whose client raised something unexpected stayed
+                # due at once: the renewer spun on it for good, logging, and starved other
+                # leases' renewals (CI's slow leg: a lease 0.6 s past its renewal).
+                self.remove(job)
         finally:
             job.renewing = False
             self._wake.set()
