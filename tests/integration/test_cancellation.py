@@ -358,6 +358,11 @@ def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
     assert r.dbsize() == 0
 
 
+# Python 3.10's ``await task`` raises a new CancelledError, not the one the task raised: the
+# notes a cancelled call's error carries reach whoever awaits it on 3.11+ only.
+NOTES_REACH_THE_AWAITER = sys.version_info >= (3, 11)
+
+
 def test_a_cancellation_during_the_release_still_hears_what_the_release_found(
     server: Any, r: redis.Redis
 ) -> None:
@@ -401,7 +406,8 @@ def test_a_cancellation_during_the_release_still_hears_what_the_release_found(
     finally:
         remove_listener(listener)
     assert isinstance(ended, asyncio.CancelledError)
-    assert any("was also lost" in note for note in getattr(ended, "__notes__", []))
+    if NOTES_REACH_THE_AWAITER:
+        assert any("was also lost" in note for note in getattr(ended, "__notes__", []))
     assert seen[-2:] == ["lost", "released"]
     assert r.get("lock:taken") == b"someone-else"  # nothing of the new holder's touched
 
@@ -446,5 +452,6 @@ def test_a_cancellation_during_a_release_the_server_never_answers_leaves_a_clean
 
         ended = asyncio.run(run())
     assert isinstance(ended, asyncio.CancelledError)
-    assert any("failed too" in note for note in getattr(ended, "__notes__", []))
+    if NOTES_REACH_THE_AWAITER:
+        assert any("failed too" in note for note in getattr(ended, "__notes__", []))
     assert not r.exists("lock:unreached")  # released in the background, not at its ttl
