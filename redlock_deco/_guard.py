@@ -704,6 +704,7 @@ async def _give_back_async(lease: Lease) -> bool:
     # of the cancellation, with no background clean-up.) One cancellation waits for the answer
     # (then goes on, noted); a second stops waiting, and the release runs on by itself.
     releasing = asyncio.ensure_future(_send_release(lease))
+    releasing.add_done_callback(_retrieved)  # read even when nobody waits for it any more
     cancelled: asyncio.CancelledError | None = None
     while True:
         try:
@@ -715,9 +716,7 @@ async def _give_back_async(lease: Lease) -> bool:
                 raise
             cancelled = exc
         except BaseException as exc:
-            lease._release()  # not renewed any more either way
-            if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
-                renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
+            lease._release()  # not renewed any more either way (a clean-up: _send_release)
             if cancelled is None:
                 raise
             add_note(
@@ -735,10 +734,24 @@ async def _give_back_async(lease: Lease) -> bool:
 
 
 async def _send_release(lease: Lease) -> tuple[bool | None, bool]:
-    """The release's answer, and whether the client sent it again (counted in this task)."""
+    """The release's answer, and whether the client sent it again (counted in this task).
+
+    A release that cannot reach the server, or that the loop's shutdown cancels, is left to a
+    background clean-up here, in the task, whoever still waits for it: the shutdown sends the
+    clean-ups left (review 12: a caller cancelled twice, or a loop ending, left the key held
+    by nobody for its ttl)."""
     before = drivers.resent()
-    answer = await drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
+    try:
+        answer = await drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
+    except (*renewal.UNREACHABLE, asyncio.CancelledError):
+        renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
+        raise
     return answer, drivers.resent() != before
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # read: no "Task exception was never retrieved" for an orphan
 
 
 async def open_section_async(

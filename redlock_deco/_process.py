@@ -108,7 +108,9 @@ class LoopState:
                     SHUTDOWN_TIMEOUT,
                 )
         if self.renewer is not None:
-            self.renewer.stop()
+            stopping = self.renewer.stop()
+            if stopping:  # let the cancelled tasks end while the loop still runs
+                await asyncio.wait(stopping, timeout=SHUTDOWN_TIMEOUT)
         for target in self.targets.values():
             stop = getattr(target, "stop", None)  # its subscriber, on a client closed next
             if stop is not None:

@@ -8,6 +8,10 @@ application are used as given; redis-py's connection pool already resets itself 
 
 A provider is registered as one *source* and resolved per *flavour*: the sync flavour today,
 and asyncio clients per event loop beside it, without reshaping the registry.
+
+Why one module: the clients a URL builds (their timeouts, their counted retries, the asyncio
+connections' fitness check) are the registry's to make; split off, a URL client's settings
+would live apart from the one place that decides which client a name gets.
 """
 
 from __future__ import annotations
@@ -256,11 +260,13 @@ class _CheckedRedis(redis.asyncio.Redis):
     marked: their connections have replies and messages waiting by design."""
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        unwritten = _UNWRITTEN.set(True)
+        _UNWRITTEN.set(True)
         try:
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         finally:
-            _UNWRITTEN.reset(unwritten)
+            # set, not reset by token: a coroutine closed at a loop's shutdown runs this in
+            # another context, where a token's reset raises ValueError (review 12).
+            _UNWRITTEN.set(False)
 
 
 class _CheckedConnection:

@@ -374,6 +374,7 @@ class AsyncRenewer:
         self._wake = asyncio.Event()
         self._next_wake = math.inf
         self._task: asyncio.Task[None] | None = None
+        self._rounds: set[asyncio.Task[None]] = set()  # rounds in flight, stopped with it
 
     def add(self, job: Job) -> None:
         if not self._table.add(job):
@@ -416,10 +417,17 @@ class AsyncRenewer:
 
         await asyncio.gather(*(once(job) for job in jobs))  # together: one timeout in all
 
-    def stop(self) -> None:
+    def stop(self) -> set[asyncio.Task[None]]:
+        """Cancel the task and the rounds in flight; returns them, for the loop's shutdown
+        to let them end (a round started as the loop ended -- a release the shutdown cut
+        short queues its clean-up -- was otherwise destroyed pending: review 12)."""
+        stopping = set(self._rounds)
         if self._task is not None:
-            self._task.cancel()
+            stopping.add(self._task)
             self._task = None
+        for task in stopping:
+            task.cancel()
+        return stopping
 
     async def _loop(self) -> None:
         try:
@@ -445,7 +453,9 @@ class AsyncRenewer:
             self._next_wake = now
             for job in ready:
                 job.renewing = True
-                background(self._run_safely(job), name="redlock-deco-renewal")
+                round_ = background(self._run_safely(job), name="redlock-deco-renewal")
+                self._rounds.add(round_)
+                round_.add_done_callback(self._rounds.discard)
 
     async def _run_safely(self, job: Job) -> None:
         try:
