@@ -25,8 +25,8 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Iterable
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -148,6 +148,8 @@ async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
             await state.aclose()
 
 
+_T = TypeVar("_T")
+
 _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopState] = (
     weakref.WeakKeyDictionary()
 )
@@ -158,7 +160,7 @@ def loop_state() -> LoopState:
     loop = asyncio.get_running_loop()
     state = _loops.get(loop)
     if state is None:
-        for closed in [known for known in list(_loops) if known.is_closed()]:
+        for closed in [known for known in _copied(_loops.keys) if known.is_closed()]:
             _loops.pop(closed, None)  # closed without asyncio.run or aclose(): forget
         state = _loops[loop] = LoopState(loop)
         state.watch_shutdown()
@@ -167,7 +169,18 @@ def loop_state() -> LoopState:
 
 def loop_states() -> list[LoopState]:
     """The states of every event loop known in this process."""
-    return list(_loops.values())
+    return _copied(_loops.values)
+
+
+def _copied(view: Callable[[], Iterable[_T]]) -> list[_T]:
+    """A list of what ``view()`` yields, taken again if another thread's loop changed the
+    mapping meanwhile (a WeakKeyDictionary iterates in Python, between thread switches:
+    review 13 saw "dictionary keys changed during iteration" with loops in 12 threads)."""
+    while True:
+        try:
+            return list(view())
+        except RuntimeError:
+            continue
 
 
 async def aclose() -> None:

@@ -80,7 +80,10 @@ def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]
     asyncio holds only weak references to tasks: one nobody references can be collected
     while pending, its coroutine closed mid-flight.
     """
-    for stale in [t for t in _running if t.get_loop().is_closed()]:
+    # A copy first (list() of a set runs in C, between no two thread switches): other
+    # threads' loops add and discard tasks while this looks at each (review 13: "Set changed
+    # size during iteration" with loops in 12 threads).
+    for stale in [t for t in list(_running) if t.get_loop().is_closed()]:
         _running.discard(stale)
     task = asyncio.get_running_loop().create_task(coro, name=name)
     _running.add(task)
