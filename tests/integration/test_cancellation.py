@@ -358,6 +358,15 @@ def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
     assert r.dbsize() == 0
 
 
+async def ending(task: asyncio.Task[None]) -> BaseException | None:
+    """What ended ``task`` (the finding), or None if it returned."""
+    try:
+        await task
+    except BaseException as exc:
+        return exc
+    return None
+
+
 # Python 3.10's ``await task`` raises a new CancelledError, not the one the task raised: the
 # notes a cancelled call's error carries reach whoever awaits it on 3.11+ only.
 NOTES_REACH_THE_AWAITER = sys.version_info >= (3, 11)
@@ -395,11 +404,7 @@ def test_a_cancellation_during_the_release_still_hears_what_the_release_found(
                 await out.wait()
                 await asyncio.sleep(0.1)  # the release is out now
                 task.cancel()
-                try:
-                    await task
-                except BaseException as exc:  # what ended it is the finding
-                    return exc
-                return None
+                return await ending(task)
 
             ended = asyncio.run(scenario())
             proxy.heal()
@@ -439,11 +444,7 @@ def test_a_cancellation_during_a_release_the_server_never_answers_leaves_a_clean
             if cancels == 2:  # the second stops waiting; the release task runs on alone and
                 await asyncio.sleep(0.05)  # queues the clean-up itself (review 12, 02)
                 task.cancel()
-            try:
-                await task
-            except BaseException as exc:  # what ended it is the finding
-                return exc
-            return None
+            return await ending(task)
 
         async def run() -> BaseException | None:
             ended = await scenario()
