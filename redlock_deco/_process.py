@@ -13,8 +13,10 @@ the loop's async-generator shutdown, which runs *after* every task has been canc
 finished -- so holders cancelled at shutdown release their locks on clients that are still
 open (a task-based reaper was cancelled together with them and closed the clients under their
 releases). Code that manages loops by hand calls ``await redlock_deco.aclose()``. A loop
-closed without either is forgotten at the next loop's first use, with no pending task left
-behind to be destroyed noisily.
+closed without either is forgotten at the next loop's first use: what it still held lapses
+after its ttl, its connections are dropped unclosed (a ResourceWarning under ``-W default``,
+as for any client nobody closed), and its idle grant subscriber is destroyed without the
+"Task was destroyed but it is pending" report (it holds nothing, see ``_waiting``).
 """
 
 from __future__ import annotations

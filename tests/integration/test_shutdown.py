@@ -138,12 +138,17 @@ def run_script(server: RedisServer, *parts: str) -> subprocess.CompletedProcess[
     )
 
 
-# What each hand-managed loop runs: every kind of primitive, and a lease held across a
-# renewal (so the loop's renewer and a renewal round have run in it).
+# What each hand-managed loop runs: every kind of primitive, a lease held across a
+# renewal (so the loop's renewer and a renewal round have run in it), and a wait for a held
+# lock (so the loop's grant subscriber has started, and idles on when the loop closes).
 JOB = """
 @locked("job:lock", ttl=5)
 async def guarded():
     return 1
+
+@locked("job:contended", ttl=5, wait=5)
+async def contended(hold):
+    await asyncio.sleep(hold)
 
 @limited("job:sem", limit=2, ttl=5)
 async def limited_job():
@@ -158,6 +163,7 @@ async def job():
     assert await lock.acquire(wait=1)
     await asyncio.sleep(0.1)  # renewed at 0.05 s
     await lock.release()
+    await asyncio.gather(contended(0.05), contended(0))
 """
 
 
