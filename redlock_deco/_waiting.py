@@ -433,7 +433,7 @@ class AsyncWaiting:
             # pending, which is harmless, so asyncio is told not to report it (review 13: a
             # "Task was destroyed but it is pending!" after each contended hand-run loop).
             # asyncio's own shield() and run_until_complete() do the same for their futures.
-            self._task._log_destroy_pending = False
+            self._task._log_destroy_pending = False  # type: ignore[attr-defined]
         try:
             await asyncio.wait_for(self._ready.wait(), max(0.0, min(timeout, START_TIMEOUT)))
         except (TimeoutError, asyncio.TimeoutError):
