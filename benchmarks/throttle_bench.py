@@ -62,6 +62,7 @@ Factory = Callable[[str, float, float, int], Decide]
 OURS = "redlock-deco Throttle (wait=0)"
 WAITING = "redlock-deco Throttle (wait=None)"
 RAW = "its script via redis-py's evalsha"
+FLOOR = "its script over a bare socket"
 OPEN = (1_000_000, 1.0, 1_000_000)  # rate, per, burst: everything allowed
 SHUT = (10, 1.0, 10)  # denies all but ~10 a second
 ACCURATE = (100, 1.0, 10)  # the accuracy run: 100 per 1 s, burst 10
@@ -236,6 +237,39 @@ def raw(url: str, rate: float, per: float, burst: int) -> Decide:
     return decide
 
 
+def bare(url: str, rate: float, per: float, burst: int) -> Decide:
+    """Context, not an anchor: the admit script's one round trip with nothing around it -- a
+    command packed by hand on a bare socket, its reply split, not parsed: the least any
+    library that decides by one round trip from Python can cost on this machine (what the
+    ">= 1.5x the fastest anchor" goal is up against when the anchors are near it)."""
+    import socket
+
+    client = redis.Redis.from_url(url)
+    text = (resources.files("redlock_deco.lua") / "throttle_admit.lua").read_text()
+    sha = client.script_load(text)
+    kwargs = client.connection_pool.connection_kwargs
+    sock = socket.create_connection((kwargs.get("host", "localhost"), kwargs.get("port", 6379)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    interval = per / rate * 1e6
+    terms = [repr(interval), repr(burst * interval), "0", repr(interval), repr(float(burst))]
+    calls = [0]
+
+    def decide(name: str) -> bool:
+        calls[0] += 1
+        args = ["EVALSHA", sha, "1", f"throttle:{name}", f"bare{calls[0]}", *terms]
+        parts = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            data = arg.encode()
+            parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        sock.sendall(b"".join(parts))
+        reply = sock.recv(256)
+        while reply.count(b"\r\n") < 3:  # "*2", the code, the delay
+            reply += sock.recv(256)
+        return reply.split(b"\r\n")[1] == b":1"
+
+    return decide
+
+
 # -- 1. the tight loop ------------------------------------------------------------------------
 
 
@@ -295,7 +329,7 @@ def loops(
     client.flushall()
     found: dict[str, dict[str, Loop]] = {}
     deciders: dict[tuple[str, str, str], Decide] = {}
-    every: dict[str, Factory] = {RAW: raw}
+    every: dict[str, Factory] = {FLOOR: bare, RAW: raw}
     every.update({name: LIMITERS[name][0] for name in libraries})
     for index, (library, factory) in enumerate(every.items()):
         found[library] = {}
@@ -537,7 +571,7 @@ def commands_per_call(run: ThrottleRun, library: str) -> tuple[float, float]:
 
 
 def best_anchor(run: ThrottleRun, limit: str = "allowed") -> tuple[str, float] | None:
-    anchors = {n: v[limit].rate for n, v in run.loops.items() if n not in (OURS, RAW)}
+    anchors = {n: v[limit].rate for n, v in run.loops.items() if n not in (OURS, RAW, FLOOR)}
     if not anchors:
         return None
     best = max(anchors, key=anchors.__getitem__)
@@ -573,6 +607,14 @@ def summary(run: ThrottleRun) -> str:
                 f"  {limit}: ours vs the fastest anchor ({best[0]}): "
                 f"{run.loops[OURS][limit].rate / best[1]:.2f}x"
             )
+    floor = run.loops.get(FLOOR, {}).get("allowed")
+    best = best_anchor(run)
+    if floor and best and OURS in run.loops:
+        lines.append(
+            f"  all allowed, vs one bare round trip ({FLOOR}): ours "
+            f"{run.loops[OURS]['allowed'].rate / floor.rate:.2f}x, {best[0]} "
+            f"{best[1] / floor.rate:.2f}x"
+        )
     lines += [
         f"memory, one decision on each of {run.names:,} names ({MEMORY[0]} per {MEMORY[1]:g} s):",
         f"  {'library':<40} {'bytes/name':>10} {'keys/name':>9} {'expiring':>8} {'ttl s':>7}",
