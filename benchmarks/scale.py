@@ -9,9 +9,9 @@
   the queue grows.
 - ``queue``: N asyncio tasks in one process loop ``async with Lock(name)`` on one name, so
   about N - 1 wait queued at every hand-off (each releaser queues again at the tail). Per
-  run: the server's CPU per hand-off (``INFO cpu``) and the time its queue join (``LPOS``,
-  from ``INFO commandstats``) costs -- the one command of the hot path whose work grows with
-  the queue.
+  run: the server's CPU per hand-off (``INFO cpu``) and the time its queue join (``ZADD``,
+  from ``INFO commandstats``) costs -- the command of the hot path whose work an ordered
+  queue could make grow with the queue (a list's ``LPOS`` did).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class QueueRun:
     sections: int
     seconds: float
     server_cpu: float
-    lpos_usec: float  # per queue join
+    join_usec: float  # per queue join (ZADD)
 
     @property
     def cpu_per_cs(self) -> float:
@@ -202,6 +202,7 @@ def queue(url: str, tasks: int, seconds: float) -> QueueRun:
         return sections, used
 
     sections, used = asyncio.run(main())
-    lpos = client.info("commandstats").get("cmdstat_lpos", {"calls": 0, "usec": 0})
-    per_join = lpos["usec"] / lpos["calls"] if lpos["calls"] else 0.0
+    # Only the queue joins ZADD here: no semaphore, no reader.
+    joins = client.info("commandstats").get("cmdstat_zadd", {"calls": 0, "usec": 0})
+    per_join = joins["usec"] / joins["calls"] if joins["calls"] else 0.0
     return QueueRun(tasks, sections, seconds, used, per_join)

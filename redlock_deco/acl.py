@@ -37,8 +37,8 @@ REPLICA_COMMANDS = ("wait",)
 #: Commands the Lua scripts run (``tests/test_acl.py`` checks this against every script).
 SCRIPT_COMMANDS = (
     "get", "set", "del", "exists", "pttl", "pexpire", "time",
-    "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore",
-    "rpush", "lpush", "lpop", "lindex", "lpos", "lrem", "publish", "pubsub|numsub",
+    "zadd", "zrem", "zcard", "zcount", "zrange", "zscore", "zremrangebyscore", "zpopmin",
+    "publish", "pubsub|numsub",
 )  # fmt: skip
 #: The hand-off channels (one per waiting process).
 CHANNELS = ("redlock-deco:*",)

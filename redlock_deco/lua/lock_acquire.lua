@@ -25,7 +25,7 @@ if mode ~= '2' then
     -- An earlier copy of this attempt (re-sent by a client retry) may have queued us: that
     -- entry would be served later, to a waiter that no longer waits or to a holder whose
     -- lease had ended (found by the simulator).
-    redis.call('LREM', KEYS[2], 0, queued)
+    redis.call('ZREM', KEYS[2], queued)
   end
 else
   holder = redis.call('GET', KEYS[1])
@@ -35,7 +35,7 @@ if holder == ARGV[1] then
   -- client retry re-sent it after losing the reply. Take it to our ttl and leave the queue
   -- (without this a retried attempt would give up on a lock it holds, or queue behind it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('LREM', KEYS[2], 0, queued)
+  redis.call('ZREM', KEYS[2], queued)
   mine = true
 end
 if not mine and holder == SHARED and readers_live(KEYS[3], now_ms()) == 0 then
@@ -49,7 +49,7 @@ if not mine and not holder then
   local served = lock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], 0)
   if served == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('LREM', KEYS[2], 0, queued)
+    redis.call('ZREM', KEYS[2], queued)
     mine = true
   end
 end

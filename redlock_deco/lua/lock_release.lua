@@ -11,7 +11,7 @@
 --       | 2 no such key (expired, deleted -- or this very release, re-sent by a client
 --           retry after its reply was lost, already ran)
 if ARGV[4] == '1' then
-  redis.call('LREM', KEYS[2], 0, ARGV[5])
+  redis.call('ZREM', KEYS[2], ARGV[5])
 end
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then

@@ -49,7 +49,7 @@ if (count < limit and not behind) or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('SET', KEYS[3], ARGV[7], 'PX', lives)
   if mode ~= '0' and waiting ~= false then
     -- (A queue seen empty above holds no entry of ours to take out.)
-    redis.call('LREM', KEYS[2], 0, queued)
+    redis.call('ZREM', KEYS[2], queued)
   end
   return {1, ttl}
 end

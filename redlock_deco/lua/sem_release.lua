@@ -11,7 +11,7 @@
 --       | 2 not listed (ended and swept, removed -- or this very release, re-sent by a client
 --           retry after its reply was lost, already ran)
 if ARGV[4] == '1' then
-  redis.call('LREM', KEYS[2], 0, ARGV[5])
+  redis.call('ZREM', KEYS[2], ARGV[5])
 end
 local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if ends then

@@ -43,7 +43,7 @@ if not holder or holder == SHARED then
     redis.call('ZADD', KEYS[3], now + ttl, token)
     readers_settle(KEYS[1], KEYS[3], now)
     if mode ~= '0' then
-      redis.call('LREM', KEYS[2], 0, queued)
+      redis.call('ZREM', KEYS[2], queued)
     end
     return {1, ttl}
   end

@@ -93,7 +93,7 @@ def contend(make: Callable[..., Any], key: str, admin: redis.Redis) -> None:
     waiter = in_thread(woken)
     queue = sibling(key, "queue")
     until(lambda: admin.exists(queue))  # it waits in Redis now (queued only once listening)
-    [entry] = admin.lrange(queue, 0, -1)
+    [entry] = admin.zrange(queue, 0, -1)
     # The queue entry is the waiter's token and its terms, in the watcher's own type.
     queued = entry.split(b"|" if isinstance(entry, bytes) else "|")[0]
     holder.release()  # hands it over: its token in the lease, a grant on its channel

@@ -61,7 +61,7 @@ async def force(api: Api, kind: str, name: str, **options: Any) -> Released:
 
 async def queued(api: Api, r: redis.Redis, queue: str, count: int) -> None:
     deadline = time.monotonic() + 10
-    while r.llen(queue) < count:
+    while r.zcard(queue) < count:
         assert time.monotonic() < deadline, f"{count} waiter(s) never queued on {queue}"
         await api.sleep(0.005)
 
@@ -368,7 +368,7 @@ def test_a_waiter_in_another_process_wakes_at_once_and_the_holder_hears_it_lost(
         holder.start()
         assert held.get(timeout=60)[0] == "holding"
         waiter.start()
-        until(lambda: r.llen("{lock:stuck}:queue") == 1, within=60)
+        until(lambda: r.zcard("{lock:stuck}:queue") == 1, within=60)
         forced_at = time.monotonic()
         released = Lock.force_release("stuck")
         assert released.holders[0][0] == f"{HOST}:{holder.pid}"

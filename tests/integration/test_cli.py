@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from support.queues import enqueue
 
 from redlock_deco import Lock, LockError, LockNotOwned, Semaphore, register_provider
 from redlock_deco._waiting import channel
@@ -431,10 +432,10 @@ def test_release_on_a_cluster_node_serves_the_oldest_waiter(cluster: LocalCluste
     waiter.start()
     listener = redis.Redis(port=node).pubsub()  # a later waiter, heard on the key's own node
     try:
-        until(lambda: client.llen(f"{{{key}}}:queue") == 1)
+        until(lambda: client.zcard(f"{{{key}}}:queue") == 1)
         listener.subscribe("redlock-deco:elsewhere:1:0badc0de")
         assert listener.get_message(timeout=5)  # subscribed: PUBLISH there counts 1
-        client.rpush(f"{{{key}}}:queue", f"elsewhere:1:0badc0de:{'0' * 32}")
+        enqueue(client, f"{{{key}}}:queue", f"elsewhere:1:0badc0de:{'0' * 32}")
         moved = cli("release", key, "--yes", "--url", f"redis://127.0.0.1:{other}/0")
         assert moved.returncode == 1 and moved.stdout == ""
         assert f"'{key}' is served by another node of this cluster, 127.0.0.1:{node} (slot " in (

@@ -165,7 +165,7 @@ def test_waiters_never_exhaust_a_tiny_pool_for_the_holder(
         t.start()
     time.sleep(0.3)
     assert held.owned()  # the holder still gets a connection while they wait
-    queued = own_server.client().llen("{lock:busy}:queue")
+    queued = own_server.client().zcard("{lock:busy}:queue")
     assert queued == (3 if size >= 3 else 0)  # only waiters that hear grants queue
     for t in threads:
         t.join(10)

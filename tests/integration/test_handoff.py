@@ -52,14 +52,14 @@ def waiters(server: RedisServer) -> Iterator[Callable[..., Any]]:
         out = spawn.Queue()
         queue = "{" + (key or f"lock:{name}") + "}:queue"
         for index in range(count):
-            before = client.llen(queue)
+            before = client.zcard(queue)
             process = spawn.Process(
                 target=handoff_workers.wait_then_hold,
                 args=(server.url, name, index, hold, out, limit, ttl),
             )
             process.start()
             started.append(process)
-            until(lambda n=before: client.llen(queue) > n)  # queued: its place is fixed
+            until(lambda n=before: client.zcard(queue) > n)  # queued: its place is fixed
         return out
 
     start.processes = started  # type: ignore[attr-defined]
@@ -108,7 +108,7 @@ def test_a_killed_waiters_turn_passes_on_at_once(waiters: Any, r: redis.Redis) -
     holder.acquire()
     out = waiters("killed", 2)
     first = waiters.processes[0]
-    queued = r.lrange("{lock:killed}:queue", 0, 0)
+    queued = r.zrange("{lock:killed}:queue", 0, 0)
     first.kill()
     first.join(5)
     # Until the server has seen its connections close (it reads the FIN in its own time):
@@ -152,7 +152,7 @@ def test_a_lost_grant_costs_latency_not_the_lock(server: RedisServer, r: redis.R
     got: list[float] = []
     waiter = threading.Thread(target=lambda: got.append(_enter_and_time(Lock("lost", wait=20))))
     waiter.start()
-    until(lambda: r.llen("{lock:lost}:queue") == 1)
+    until(lambda: r.zcard("{lock:lost}:queue") == 1)
     until(lambda: "sub=1" in r.execute_command("CLIENT", "LIST").decode())
     r.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # the subscription drops
     released = time.monotonic()
@@ -235,10 +235,10 @@ def test_a_waiter_giving_up_passes_on_a_hand_off_that_reached_it(r: redis.Redis)
     entered: list[str] = []
     late = threading.Thread(target=lambda: entered.append(str(Lock("race", wait=0.3).acquire())))
     late.start()
-    until(lambda: r.llen("{lock:race}:queue") == 1)
+    until(lambda: r.zcard("{lock:race}:queue") == 1)
     patient = threading.Thread(target=lambda: entered.append(_patient()))
     patient.start()
-    until(lambda: r.llen("{lock:race}:queue") == 2)
+    until(lambda: r.zcard("{lock:race}:queue") == 2)
     late.join(5)  # gave up: it left the queue
     holder.release()
     patient.join(10)
@@ -291,7 +291,7 @@ def test_a_thousand_waiters_in_one_process_wait_on_one_subscription(
 
         runner = threading.Thread(target=asyncio.run, args=(tasks(),))
         runner.start()
-    until(lambda: r.llen("{lock:crowd}:queue") == 1000, within=60)
+    until(lambda: r.zcard("{lock:crowd}:queue") == 1000, within=60)
     assert subscriptions(r) - subscribed <= 1  # one subscription carries every waiter's grant
     assert subscriptions(r) >= 1
     assert len(r.client_list()) - before <= 100  # attempts share the pool; nobody blocks in it
@@ -322,7 +322,7 @@ def test_no_waiter_is_stranded_when_the_server_restarts_mid_wait(own_server: Red
         target=lambda: got.append(_enter_and_time(Lock("restart", wait=30, provider="own")))
     )
     waiter.start()
-    until(lambda: own_server.client().llen("{lock:restart}:queue") == 1)
+    until(lambda: own_server.client().zcard("{lock:restart}:queue") == 1)
     own_server.restart()  # no data kept: the lock, the queue and the subscription are gone
     waiter.join(RECHECK + 10)
     assert got  # it asked the server again, found the lock free and took it
@@ -366,7 +366,7 @@ def test_a_grant_for_a_waiter_cut_short_is_given_back_at_once(
     waiter = threading.Thread(target=wait_on_busy)
     waiter.start()
     try:
-        until(lambda: r.llen("{lock:busy}:queue") == 1)
+        until(lambda: r.zcard("{lock:busy}:queue") == 1)
         # The ghost registered, queued, and was cut short before it could leave the queue.
         waiting = providers.sync_target("default").waiting
         assert waiting is not None
@@ -375,7 +375,7 @@ def test_a_grant_for_a_waiter_cut_short_is_given_back_at_once(
         step = ghost.acquire_step(protocol.QUEUE)
         assert r.eval(step.script.source, len(step.keys), *step.keys, *step.args)[0] == 0
         registration.close(cut_short=True)
-        assert r.lrange("{lock:orphan}:queue", 0, -1) == [ghost.entry.encode()]
+        assert r.zrange("{lock:orphan}:queue", 0, -1) == [ghost.entry.encode()]
         released = time.monotonic()
         holder.release()  # granted to the ghost, whose process listens...
         until(lambda: r.exists("lock:orphan") == 0, within=5)  # ...and gave it back
@@ -418,7 +418,7 @@ def test_a_late_copy_of_a_grant_never_releases_a_lease_still_held(
     thread = threading.Thread(target=lambda: asyncio.run(task()))
     thread.start()
     try:
-        until(lambda: r.llen("{lock:x}:queue") == 1)
+        until(lambda: r.zcard("{lock:x}:queue") == 1)
         holder.release()  # granted to the task (its copy also waits in the sync subscription)
         assert inside.wait(5)
         time.sleep(6.5)  # past the task's ttl and the 5 s the old code remembered it for

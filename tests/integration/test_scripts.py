@@ -90,11 +90,11 @@ def test_lock_scripts_reply_codes(r: redis.Redis, listener: Callable[..., list[s
     assert acquire(r, t1, TRY) == [1, 5000]
     code, left = acquire(r, t2, QUEUE, ttl=9000)
     assert code == 0 and 4000 < left <= 5000
-    assert r.lrange("{lock:s}:queue", 0, -1) == [entry(t2, 9000)]  # t2 queued, with its terms
+    assert r.zrange("{lock:s}:queue", 0, -1) == [entry(t2, 9000)]  # t2 queued, with its terms
     assert r.eval(extend, 1, "lock:s", t2, 9000) == 0
     assert r.eval(extend, 1, "lock:s", t1, 9000) == 1
     assert release(r, t2) == 0
-    assert r.lrange("{lock:s}:queue", 0, -1) == [entry(t2, 9000)]  # a refused release: untouched
+    assert r.zrange("{lock:s}:queue", 0, -1) == [entry(t2, 9000)]  # a refused release: untouched
     assert release(r, t1) == 1
     # Handed to the queued waiter for its own ttl (9 s, not a constant hand-off lease), and
     # its process heard the grant on its channel, naming what it was granted.
@@ -163,7 +163,7 @@ def test_a_retried_attempt_queues_its_waiter_once(
     assert acquire(r, waiter, QUEUE)[0] == 0
     assert acquire(r, other, QUEUE)[0] == 0
     assert acquire(r, waiter, mode)[0] == 0  # the re-sent attempt
-    assert r.lrange("{lock:s}:queue", 0, -1) == [entry(waiter), entry(other)]
+    assert r.zrange("{lock:s}:queue", 0, -1) == [entry(waiter), entry(other)]
 
 
 def test_a_retried_attempt_that_was_granted_meanwhile_holds_and_leaves_the_queue(
@@ -211,7 +211,7 @@ def test_a_retried_semaphore_attempt_holds_one_slot_and_never_queues_behind_it(
     assert sem_acquire(r, a, TRY, limit=1)[0] == 1
     assert sem_acquire(r, w, QUEUE, limit=1)[0] == 0
     assert sem_acquire(r, w, QUEUE, limit=1)[0] == 0  # re-sent
-    assert r.lrange("{sem:s}:queue", 0, -1) == [entry(w)]
+    assert r.zrange("{sem:s}:queue", 0, -1) == [entry(w)]
     assert sem_release(r, a, limit=1) == 1 and r.zrange("sem:s", 0, -1) == [w.encode()]
     assert sem_acquire(r, w, QUEUE, limit=1) == [1, 5000]  # re-sent after its grant
     assert r.zcard("sem:s") == 1 and not r.exists("{sem:s}:queue")
@@ -227,7 +227,7 @@ def test_a_retried_attempt_that_finds_the_lock_free_leaves_the_queue(
     listener("p2")
     assert acquire(r, holder, TRY, ttl=100)[0] == 1
     assert acquire(r, waiter, QUEUE)[0] == 0
-    assert r.lrange("{lock:s}:queue", 0, -1) == [entry(waiter)]
+    assert r.zrange("{lock:s}:queue", 0, -1) == [entry(waiter)]
     time.sleep(0.15)  # the holder's lease ends
     assert acquire(r, waiter, QUEUE) == [1, 5000]  # the retried copy
     assert r.keys("*") == [b"lock:s"]
@@ -245,7 +245,7 @@ def test_newcomers_never_pass_a_semaphore_waiter_held_back_by_its_own_limit(
     assert sem_acquire(r, a, TRY, limit=3)[0] == 1 and sem_acquire(r, b, TRY, limit=3)[0] == 1
     assert sem_acquire(r, w, QUEUE, limit=1)[0] == 0
     assert sem_acquire(r, n, QUEUE, limit=3)[0] == 0  # a free slot, but w waits ahead of it
-    assert r.lrange("{sem:s}:queue", 0, -1) == [entry(w, limit=1), entry(n, limit=3)]
+    assert r.zrange("{sem:s}:queue", 0, -1) == [entry(w, limit=1), entry(n, limit=3)]
     assert sem_release(r, a, limit=3) == 1  # one holder left: w still held back
     assert r.zscore("sem:s", w) is None and r.zscore("sem:s", n) is None
     assert sem_release(r, b, limit=3) == 1  # nobody holds: w first, then n within its limit

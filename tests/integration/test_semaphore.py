@@ -205,7 +205,7 @@ def test_a_head_waiter_held_back_by_its_own_limit_leaving_lets_the_next_in_at_on
 
     queued_head = threading.Thread(target=head)
     queued_head.start()
-    while r.llen("{sem:pool}:queue") < 1:
+    while r.zcard("{sem:pool}:queue") < 1:
         time.sleep(0.005)
     served: list[float] = []
 

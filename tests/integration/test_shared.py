@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from support.flavours import Api
+from support.queues import enqueue
 
 import redlock_deco
 from redlock_deco import Lock, LockError, LockNotOwned, ProviderError, locked
@@ -394,7 +395,7 @@ def test_a_dead_writer_in_the_queue_does_not_keep_readers_out(r: redis.Redis) ->
     with Lock("doc:11", shared=True, ttl=5):
         # What a writer killed while waiting leaves: its token in the queue, and no
         # subscription of its process any more.
-        r.rpush("{lock:doc:11}:queue", f"gone:1:0a1b2c3d:{'e' * 32}")
+        enqueue(r, "{lock:doc:11}:queue", f"gone:1:0a1b2c3d:{'e' * 32}")
         r.pexpire("{lock:doc:11}:queue", 3000)
         started = time.monotonic()
         assert _try_shared_elsewhere("doc:11")  # dropped, not waited behind
@@ -517,21 +518,21 @@ def test_a_writer_cut_off_for_a_moment_takes_its_place_back(r: redis.Redis) -> N
         threads.append(_in_thread(write))
         while not r.exists(queue):
             time.sleep(0.01)
-        writer = r.lindex(queue, 0)
+        writer = next(iter(r.zrange(queue, 0, 0)), None)
         assert writer is not None
         # What such a reader leaves behind (the blip itself is a race to reproduce): the
         # writer gone from the line, and another writer, of a live process (one subscribed
         # to its channel), queued after it.
         other = f"other:1:0a1b2c3d:{'e' * 32}"
         listener.subscribe("redlock-deco:other:1:0a1b2c3d")
-        r.lrem(queue, 0, writer)
-        r.rpush(queue, other)
+        r.zrem(queue, writer)
+        enqueue(r, queue, other)
         expected = [writer, other.encode()]
         deadline = time.monotonic() + 3  # the writer checks again within a second
-        while r.lrange(queue, 0, -1) != expected and time.monotonic() < deadline:
+        while r.zrange(queue, 0, -1) != expected and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert r.lrange(queue, 0, -1) == expected
-        r.lrem(queue, 0, other)
+        assert r.zrange(queue, 0, -1) == expected
+        r.zrem(queue, other)
     finally:
         listener.close()
         done.set()

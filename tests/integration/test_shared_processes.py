@@ -181,11 +181,11 @@ def test_reader_gets_in_through_a_stream_of_writers(
 
 def wait_queue(r: Any, key: str, length: int, timeout: float = 30) -> list[str]:
     deadline = time.monotonic() + timeout
-    while r.llen(key) < length:
-        assert time.monotonic() < deadline, r.lrange(key, 0, -1)
+    while r.zcard(key) < length:
+        assert time.monotonic() < deadline, r.zrange(key, 0, -1)
         time.sleep(0.01)
     # A queue entry is the waiter's token and its terms ("token|ttl|limit"): the tokens.
-    return [t.decode().split("|")[0] for t in r.lrange(key, 0, -1)]
+    return [t.decode().split("|")[0] for t in r.zrange(key, 0, -1)]
 
 
 def test_queued_readers_are_admitted_together_before_the_next_writer(

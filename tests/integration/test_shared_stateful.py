@@ -92,7 +92,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local value = redis.call('GET', KEYS[1])
 return {now, value, redis.call('PTTL', KEYS[1]),
         redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES'), redis.call('PTTL', KEYS[2]),
-        redis.call('LLEN', KEYS[3]), redis.call('DBSIZE')}
+        redis.call('ZCARD', KEYS[3]), redis.call('DBSIZE')}
 """
 
 

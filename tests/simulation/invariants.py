@@ -317,9 +317,11 @@ class Invariants:
 
     def queued(self, name: Name) -> list[str]:
         """The tokens in ``name``'s queue, in order."""
-        if not self.store._alive(name.queue) or self.store.types[name.queue] != "list":
+        if not self.store._alive(name.queue) or self.store.types[name.queue] != "zset":
             return []
-        return [entry_token(e) for e in self.store.data[name.queue]]
+        places = self.store.data[name.queue]
+        ordered = sorted(places, key=lambda e: (places[e], e.encode()))
+        return [entry_token(e) for e in ordered]
 
     def ghost(self, token: str) -> bool:
         """Is ``token`` a claim its actor is done with (it gave up, failed, or released)?"""
@@ -425,8 +427,24 @@ class Invariants:
                         + ", ".join(self.label(t) for t in now),
                     )
         self.check_progress_at(name, args, script, was, now, reply, before_queue)
+        self.check_places(name, script or str(args[0]), before_queue)
         self.check_queue(name)
         self.check_keys()
+
+    def check_places(self, name: Name, what: str, before: list[str]) -> None:
+        """No command moves a queued waiter behind another that was queued after it: the
+        waiters queued both before and after it keep their order (a join re-sent by a retry,
+        or a waiter checking again, keeps its place; only a served or leaving one goes)."""
+        if "order" in self.skip or len(before) < 2:
+            return
+        after = self.queued(name)
+        stayed = set(before) & set(after)
+        if [t for t in before if t in stayed] != [t for t in after if t in stayed]:
+            self.fail(
+                "order",
+                f"the queue of {name.key} changed order ({what}): "
+                f"{[self.label(t) for t in before]} -> {[self.label(t) for t in after]}",
+            )
 
     def check_progress_at(
         self,

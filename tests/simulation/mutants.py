@@ -2,7 +2,7 @@
 
     python -m tests.simulation.mutants                  # every mutant; prints the table
     python -m tests.simulation.mutants --jobs 2         # two at a time
-    python -m tests.simulation.mutants --only lua:queue-twice,py:fresh-always
+    python -m tests.simulation.mutants --only lua:queue-join-moves-back,py:fresh-always
     python -m tests.simulation.mutants --list
 
 A mutant is one text substitution, applied before loading: to the Lua script text (through
@@ -98,8 +98,10 @@ def py(name: str, what: str, where: str, old: str, new: str, *tests: str) -> Mut
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the queue and the hand-off (lua/waiters.lua, included by every script) --------------
-    lua("queue-twice", "a join re-sent by a client retry queues the token again",
-        "waiters.lua", "  if not redis.call('LPOS', queue, item) then", "  if true then"),
+    lua("queue-join-moves-back", "a join re-sent by a client retry, or a waiter checking "
+        "again, moves the token to the back of the queue (a list queued it twice: review 2's a01)",
+        "waiters.lua", "  redis.call('ZADD', queue, 'NX', place, item)",
+        "  redis.call('ZADD', queue, place, item)"),
     lua("queue-no-expiry", "a join leaves the queue without an expiry",
         "waiters.lua", "  redis.call('PEXPIRE', queue, window)\n", ""),
     lua("grant-constant-lease", "a lock hand-off gives a constant lease, not the waiter's ttl",
@@ -131,9 +133,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "waiters.lua", "  local left = math.max(1, tonumber(last[2]) - now)",
         "  local left = math.max(1, tonumber(last[2]) - now - 100)"),
     # -- acquiring -----------------------------------------------------------------------------
-    lua("confirm-keeps-entry", "a waiter confirming its hand-off stays queued (no LREM)",
+    lua("confirm-keeps-entry", "a waiter confirming its hand-off stays queued (no ZREM)",
         "lock_acquire.lua",
-        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  redis.call('LREM', KEYS[2], 0, queued)\n",
+        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  redis.call('ZREM', KEYS[2], queued)\n",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
         # In order, the key holds our token only after a serve popped our entry or after our
         # own SET NX in queue mode, which leaves the queue itself; but a delayed copy of our
@@ -181,7 +183,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "sem_acquire.lua",
         "  if mode ~= '0' and waiting ~= false then\n"
         "    -- (A queue seen empty above holds no entry of ours to take out.)\n"
-        "    redis.call('LREM', KEYS[2], 0, queued)\n  end\n",
+        "    redis.call('ZREM', KEYS[2], queued)\n  end\n",
         "",
         # Where PUBLISH counts prove waiters gone, a queued waiter is admitted only by a serve,
         # which popped its entry; on a cluster a free slot goes to whoever asks, a queued
@@ -207,7 +209,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "lock_release.lua", "if not served and live == 0 then\n", "if false then\n"),
     lua("leaving-stays-queued", "a waiter giving up stays in the queue (every release script)",
         "lock_release.lua",
-        "if ARGV[4] == '1' then\n  redis.call('LREM', KEYS[2], 0, ARGV[5])\nend\n",
+        "if ARGV[4] == '1' then\n  redis.call('ZREM', KEYS[2], ARGV[5])\nend\n",
         ""),
     lua("release-of-gone-is-released", "a release of a lease that ended says released",
         "lock_release.lua", "  if holder then\n    return 0\n  end\n  return 2\n",
@@ -361,7 +363,7 @@ MUTANTS: tuple[Mutant, ...] = (
 # (a search over thousands of seeds would not fit its time).
 SEED_HINTS: dict[str, int] = {
     "lua:queue-no-expiry": 0,
-    "lua:queue-twice": 4,
+    "lua:queue-join-moves-back": 7,
     "lua:grant-constant-lease": 2,
     "lua:reader-grant-constant-lease": 5,
     "lua:sem-grant-constant-lease": 0,

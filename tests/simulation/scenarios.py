@@ -40,7 +40,7 @@ class Server:
         return self.store.execute(("EVAL", step.script.source, len(keys), *keys, *args))
 
     def queue(self, claim: protocol.Claim) -> list[bytes]:
-        reply: list[bytes] = self.store.execute(("LRANGE", claim.keys.queue, 0, -1))
+        reply: list[bytes] = self.store.execute(("ZRANGE", claim.keys.queue, 0, -1))
         return reply
 
     def advance_ms(self, ms: int) -> None:

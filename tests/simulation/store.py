@@ -919,6 +919,19 @@ class Store:
             return [x for member, score in chosen for x in (member, format_double(score))]
         return [member for member, _ in chosen]
 
+    def cmd_zpopmin(self, args: list[str]) -> Any:
+        members = self._typed(args[0], "zset")
+        count = _int(args[1]) if len(args) > 1 else 1
+        if count < 0:
+            raise CommandError("ERR value is out of range, must be positive")
+        if members is None or count == 0:
+            return []
+        ordered = sorted(members.items(), key=lambda item: (item[1], item[0].encode()))[:count]
+        for member, _ in ordered:
+            del members[member]
+        self._emptied(args[0])
+        return [x for member, score in ordered for x in (member, format_double(score))]
+
     # -- hashes (a throttle's state) --------------------------------------------------------
 
     def cmd_hset(self, args: list[str]) -> Any:

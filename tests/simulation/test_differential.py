@@ -152,13 +152,12 @@ def command(rng: random.Random, now_ms: int) -> tuple[Any, ...]:
         ("DEL", rng.choice((name, queue, SEMAPHORE))),
         ("PEXPIRE", rng.choice((name, queue, SEMAPHORE)), rng.choice(TTLS)),
         ("PTTL", rng.choice((name, queue, SEMAPHORE))),
-        ("RPUSH", queue, entry),
-        ("LPUSH", queue, entry),
-        ("LPOP", queue),
-        ("LINDEX", queue, rng.choice((0, -1, 5))),
-        ("LRANGE", queue, 0, -1),
-        ("LREM", queue, rng.choice((0, 1, -1)), entry),
-        ("LPOS", queue, entry),
+        ("ZADD", queue, "NX", rng.choice((-1, 0, 1, 2, 3)), entry),
+        ("ZPOPMIN", queue),
+        ("ZRANGE", queue, 0, 0),
+        ("ZRANGE", queue, rng.choice((0, -1)), -1, "WITHSCORES"),
+        ("ZREM", queue, entry),
+        ("ZCARD", queue),
         ("ZADD", SEMAPHORE, now_ms + rng.choice(TTLS), token(rng)),
         ("ZADD", SEMAPHORE, "XX", now_ms + rng.choice(TTLS), token(rng)),
         ("ZSCORE", SEMAPHORE, token(rng)),
@@ -170,7 +169,7 @@ def command(rng: random.Random, now_ms: int) -> tuple[Any, ...]:
         ("ZRANGE", SEMAPHORE, -1, -1, "WITHSCORES"),
         ("EXISTS", name, queue, SEMAPHORE),
         ("TYPE", rng.choice((name, queue, SEMAPHORE))),
-        ("GET", queue),  # WRONGTYPE while it is a list
+        ("GET", queue),  # WRONGTYPE while it is a sorted set
         ("PUBLISH", "redlock-deco:" + rng.choice(PREFIXES).rstrip(":"), "hello"),
         ("PUBSUB", "NUMSUB", "redlock-deco:" + rng.choice(PREFIXES).rstrip(":")),
     ]
