@@ -12,6 +12,7 @@ lease keeps the lock (its renewal takes it on); semaphores hand freed slots on i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -476,3 +477,98 @@ def test_opening_the_subscription_never_waits_past_wait(
     assert waited < 1.2, waited
     assert not r.exists("{lock:sub}:queue")
     holder.release()
+
+
+# A process holding "fork:x" in one thread (or task) and waiting for it in another -- so its
+# grant subscription is open -- forks a child that lives on and uses no lock, prints both
+# PIDs, and sleeps until it is killed.
+FORKING_PARENT = {
+    "sync": """
+import os, sys, threading, time
+from redlock_deco import Lock, register_provider
+register_provider("default", sys.argv[1])
+held = threading.Event()
+def holder():
+    with Lock("fork:x", ttl=2):
+        held.set()
+        time.sleep(1000)
+def waiter():
+    with Lock("fork:x", ttl=30, wait=None):
+        time.sleep(1000)
+threading.Thread(target=holder, daemon=True).start()
+held.wait()
+threading.Thread(target=waiter, daemon=True).start()
+""",
+    "asyncio": """
+import asyncio, os, sys, time
+from redlock_deco import register_provider
+import redlock_deco.asyncio as aio
+register_provider("default", sys.argv[1])
+async def main():
+    held = asyncio.Event()
+    async def holder():
+        async with aio.Lock("fork:x", ttl=2):
+            held.set()
+            await asyncio.sleep(1000)
+    async def waiter():
+        async with aio.Lock("fork:x", ttl=30, wait=None):
+            await asyncio.sleep(1000)
+    tasks = [asyncio.ensure_future(holder())]
+    await held.wait()
+    tasks.append(asyncio.ensure_future(waiter()))
+    await asyncio.sleep(3600)
+threading = __import__("threading")
+threading.Thread(target=asyncio.run, args=(main(),), daemon=True).start()
+""",
+}
+FORK_AND_SLEEP = """
+r = __import__("redis").Redis.from_url(sys.argv[1])
+while not r.exists("{lock:fork:x}:queue"):  # the waiter queued: its subscription is open
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    time.sleep(120)
+    os._exit(0)
+print(os.getpid(), pid, flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_forked_child_does_not_keep_its_dead_parents_waiters_listening(
+    server: RedisServer, flavour: str
+) -> None:
+    """A fork copies the grant subscription's socket: a child that outlived its killed parent
+    kept the parent's channel subscribed, releases counted its dead waiter as listening, and
+    the lock went to it for the waiter's own ttl (review 14: free 14-19 s after the kill,
+    against the holder's ttl of 2-3 s). The child closes its copy at fork time."""
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", FORKING_PARENT[flavour] + FORK_AND_SLEEP, server.url],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pids = [parent.pid]
+    try:
+        assert parent.stdout is not None
+        pids += [int(pid) for pid in parent.stdout.readline().split()[1:]]
+        assert len(pids) == 2, "the parent did not fork"
+        with server.client() as direct:
+            channel = f"redlock-deco:{direct.get('lock:fork:x').decode().rsplit(':', 2)[0]}"
+            os.kill(parent.pid, signal.SIGKILL)
+            parent.wait(10)
+            killed = time.monotonic()
+            until(lambda: direct.pubsub_numsub(channel)[0][1] == 0, within=2)
+        with Lock("fork:x", ttl=5, wait=15):
+            took = time.monotonic() - killed
+        assert took < 2 + 1.5, f"free {took:.1f} s after the kill (the holder's ttl: 2 s)"
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()
