@@ -144,13 +144,16 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
 
 
 def notify_lost(lease: Lease) -> None:
-    """Run the lease's on_lost callback; its failure must never stop the renewer."""
+    """Run the lease's on_lost callback; nothing it raises may stop the renewer -- not even
+    SystemExit or KeyboardInterrupt, which end only the renewer's thread there, not the
+    process: every later lease of the process then went unrenewed and expired under its
+    holder with no on_lost (review 16, 02: an on_lost calling sys.exit())."""
     if events.listeners:
         events.emit("lost", lease.name, lease.key, None, lease.source)
     if lease.on_lost is not None:
         try:
             lease.on_lost(lease)
-        except Exception:
+        except BaseException:
             log.exception("on_lost callback for %r failed", lease.key)
 
 
@@ -244,7 +247,7 @@ class Renewer:
             return
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._loop, name="redlock-deco-renewer", daemon=True
+                target=self._serve, name="redlock-deco-renewer", daemon=True
             )
             self._thread.start()
         if job.next_renew < self._next_wake:
@@ -273,6 +276,16 @@ class Renewer:
     @property
     def pending_cleanups(self) -> int:
         return self._table.cleanups
+
+    def _serve(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            # Whatever ended it, the next add starts a thread again: with _thread left set,
+            # none ever did, and no lease of the process was renewed again.
+            with self._lock:
+                self._thread = None
+            raise
 
     def _loop(self) -> None:
         idle_since: float | None = None

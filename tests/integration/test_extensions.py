@@ -11,7 +11,8 @@ import pytest
 import redis
 from support.flavours import Api
 
-from redlock_deco import LockError, LockLost, current_lease, limited, locked
+from redlock_deco import LockError, LockLost, current_lease, limited, locked, register_provider
+from redlock_deco.testing import FaultProxy, RedisServer
 
 
 def test_current_lease_is_the_innermost_protected_call(api: Api, r: redis.Redis) -> None:
@@ -102,6 +103,42 @@ def test_on_lost_is_called_promptly_by_the_renewer(api: Api, r: redis.Redis) -> 
     assert len(told) == 1 and told[0][0] == "lock:watched"
     assert told[0][1] - started < 0.3  # found at the next renewal (ttl/3), not at the end
     assert r.get("lock:watched") == b"someone-else"
+
+
+@pytest.mark.parametrize("leaving", [SystemExit, KeyboardInterrupt])
+def test_an_on_lost_that_raises_system_exit_stops_no_renewal(
+    api: Api, r: redis.Redis, server: RedisServer, leaving: type[BaseException]
+) -> None:
+    """Review 16, 02: an on_lost calling sys.exit() (or raising KeyboardInterrupt) for a
+    lease whose renewal hung past its end ran on the renewer itself and ended its thread --
+    not the process -- so no lease of the process was renewed again: the next lock expired
+    under its holder, with no on_lost. It is logged; renewals go on."""
+
+    def on_lost(lease: Any) -> None:
+        raise leaving
+
+    with FaultProxy(server.port) as proxy:
+        register_provider("stalling", proxy.url)
+
+        async def overdue() -> None:
+            proxy.stall()  # its renewal hangs: the lease runs out by the holder's clock
+            await api.sleep(0.6)
+            proxy.heal()
+
+        async def held_long() -> bytes | None:
+            await api.sleep(1.0)  # ~3 renewals of a 0.3 s lease
+            return r.get("lock:renewed-after")
+
+        lost = api.decorate(locked("exits", ttl=0.3, on_lost=on_lost, provider="stalling"), overdue)
+        renewed = api.decorate(locked("renewed-after", ttl=0.3), held_long)
+
+        async def scenario(api: Api) -> bytes | None:
+            with pytest.raises(LockLost):
+                await api.call(lost)
+            return await api.call(renewed)  # LockLost at its exit if nothing renewed it
+
+        assert api.run(scenario) is not None
+    assert not r.exists("lock:renewed-after")
 
 
 def test_on_lost_cancel_cancels_the_async_call(r: redis.Redis) -> None:
