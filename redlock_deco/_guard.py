@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -704,7 +705,7 @@ async def _give_back_async(lease: Lease) -> bool:
     # of the cancellation, with no background clean-up.) One cancellation waits for the answer
     # (then goes on, noted); a second stops waiting, and the release runs on by itself.
     releasing = asyncio.ensure_future(_send_release(lease))
-    releasing.add_done_callback(_retrieved)  # read even when nobody waits for it any more
+    releasing.add_done_callback(partial(_release_ended, lease))
     cancelled: asyncio.CancelledError | None = None
     while True:
         try:
@@ -749,9 +750,17 @@ async def _send_release(lease: Lease) -> tuple[bool | None, bool]:
     return answer, drivers.resent() != before
 
 
-def _retrieved(task: asyncio.Future[Any]) -> None:
+def _release_ended(lease: Lease, task: asyncio.Future[Any]) -> None:
+    """The release task is done: its result read even when nobody waits for it any more (no
+    "Task exception was never retrieved" for an orphan), and if it was cancelled, its
+    background clean-up queued -- also when it was cancelled before its first step, where
+    _send_release never ran (review 16, 10: ``main`` returning in the turn a task left its
+    ``async with`` left the key held by nobody for its ttl). Queued twice is queued once."""
     if not task.cancelled():
-        task.exception()  # read: no "Task exception was never retrieved" for an orphan
+        task.exception()
+        return
+    with contextlib.suppress(RuntimeError):  # no loop any more: nothing can send it
+        renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
 
 
 async def open_section_async(

@@ -119,6 +119,38 @@ def test_asyncio_run_releases_a_lock_entered_with_async_with(r: redis.Redis) -> 
     assert r.dbsize() == 0
 
 
+@pytest.mark.parametrize("kind", ["lock", "shared", "semaphore"])
+def test_asyncio_run_ending_as_a_task_leaves_its_block_releases(r: redis.Redis, kind: str) -> None:
+    """Review 16, 10: ``main`` returns in the very turn in which a task leaves its ``async
+    with``: the release task started at the block's exit is cancelled by the shutdown before
+    its first step, so its own "cancelled: queue a clean-up" never ran, and the key stayed
+    held by nobody for its ttl. The task's end queues the clean-up now, which the shutdown
+    sends."""
+
+    def primitive() -> Any:
+        if kind == "shared":
+            return redlock_deco.asyncio.Lock("turn", ttl=TTL, shared=True)
+        if kind == "semaphore":
+            return redlock_deco.asyncio.Semaphore("turn", limit=2, ttl=TTL)
+        return redlock_deco.asyncio.Lock("turn", ttl=TTL)
+
+    async def main() -> None:
+        inside, leave = asyncio.Event(), asyncio.Event()
+
+        async def worker() -> None:
+            async with primitive():
+                inside.set()
+                await leave.wait()
+
+        asyncio.create_task(worker())  # noqa: RUF006  # left running on purpose
+        await inside.wait()
+        leave.set()  # the worker leaves its block in this loop turn, and main returns in it
+
+    for trial in range(5):
+        asyncio.run(main())
+        assert r.keys("*") == [], f"trial {trial}: left for its ttl: {r.keys('*')}"
+
+
 def run_script(server: RedisServer, *parts: str) -> subprocess.CompletedProcess[str]:
     """Run ``parts`` in a fresh interpreter with the default provider on ``server``."""
     prelude = textwrap.dedent(
