@@ -34,7 +34,7 @@ from . import _events as events
 from . import _process as process
 from ._lifecycle import Cleanup, Lease
 from ._protocol import Steps
-from ._worker import SerialWorker, background
+from ._worker import SerialWorker, background, set_within
 
 log = logging.getLogger("redlock_deco")
 
@@ -460,8 +460,7 @@ class AsyncRenewer:
                     return  # idle: end, so a loop closed by hand leaves no pending task
                 self._wake.clear()
                 timeout = None if self._next_wake == math.inf else self._next_wake - now
-                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                await set_within(self._wake, timeout)  # (wait_for dropped cancels on 3.10)
                 continue
             self._next_wake = now
             for job in ready:

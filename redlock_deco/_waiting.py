@@ -46,7 +46,7 @@ from typing import Any
 
 from . import _tokens as tokens
 from ._protocol import Step, give_back_step
-from ._worker import background
+from ._worker import background, set_within
 
 log = logging.getLogger("redlock_deco")
 
@@ -437,11 +437,8 @@ class AsyncHandoff:
         self._event.set()
 
     async def wait(self, timeout: float) -> float | None:
-        if not self._event.is_set():
-            try:
-                await asyncio.wait_for(self._event.wait(), timeout)
-            except (TimeoutError, asyncio.TimeoutError):
-                return None
+        if not await set_within(self._event, timeout):
+            return None
         self._event.clear()
         return self.at
 
@@ -486,10 +483,9 @@ class AsyncWaiting:
             # asyncio's own shield() and run_until_complete() do the same for their futures.
             self._task._log_destroy_pending = False  # type: ignore[attr-defined]
         try:
-            await asyncio.wait_for(self._ready.wait(), max(0.0, min(timeout, START_TIMEOUT)))
-        except (TimeoutError, asyncio.TimeoutError):
-            handoff.close()
-            return None
+            if not await set_within(self._ready, max(0.0, min(timeout, START_TIMEOUT))):
+                handoff.close()
+                return None
         except BaseException:
             # Cancelled before the caller got the registration, so nobody else can close it:
             # it stayed registered for good, and the loop's subscriber never idled (review 3).

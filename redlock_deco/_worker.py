@@ -91,6 +91,24 @@ def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]
     return task
 
 
+async def set_within(event: asyncio.Event, timeout: float | None) -> bool:
+    """Whether ``event`` is set within ``timeout`` seconds (None: however long).
+
+    Not ``asyncio.wait_for``: on Python 3.10 it returns the result, and drops the
+    cancellation, when the task is cancelled as the awaited thing completes -- a waiter
+    cancelled as its grant arrived went on, acquired and ran its body, and a looping worker
+    whose cancel was dropped kept ``asyncio.run`` from ending (review 16, 08: 51 of 134
+    cancels at a grant). ``asyncio.wait`` raises the cancellation whatever completed."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((waiter,), timeout=timeout)
+    finally:
+        waiter.cancel()  # (done already: nothing)
+    return event.is_set()
+
+
 def forget_tasks() -> None:
     """In a forked child: the parent's tasks and loops do not run here."""
     _running.clear()

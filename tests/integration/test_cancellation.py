@@ -111,6 +111,50 @@ def test_a_cancelled_contended_acquire_raises_and_leaves_no_queue_entry(r: redis
     assert r.dbsize() == 0
 
 
+def test_a_waiter_cancelled_as_its_grant_arrives_never_runs_the_body(r: redis.Redis) -> None:
+    """Review 16, 08: the library's own waits for a grant used asyncio.wait_for, which on
+    Python 3.10 returns the result and drops the cancellation when both come in one turn: a
+    waiter cancelled as its grant arrived acquired and ran its body (51 of 134 cancels), and
+    3.10 has no Task.cancelling() to notice it afterwards. Cancels swept across the release,
+    its PUBLISH and the grant's delivery."""
+
+    async def rounds() -> tuple[int, list[float]]:
+        raised, ran = 0, []
+        for i in range(150):
+            cancelled = [False]
+            release_now = asyncio.Event()
+
+            async def holder(release_now: asyncio.Event = release_now) -> None:
+                async with AsyncLock("grant-cancel", ttl=5):
+                    await release_now.wait()
+
+            async def waiter(cancelled: list[bool] = cancelled) -> bool:
+                async with AsyncLock("grant-cancel", ttl=5, wait=5):
+                    return cancelled[0]  # True: inside after its cancel()
+
+            held = asyncio.create_task(holder())
+            await asyncio.sleep(0.01)
+            waiting = asyncio.create_task(waiter())
+            await asyncio.sleep(0.02)  # queued and listening
+            release_now.set()
+            delay = i % 50 * 0.00008  # 0 to 4 ms after the release began
+            await asyncio.sleep(delay)
+            if not waiting.done():
+                cancelled[0] = True
+                waiting.cancel()
+            try:
+                if await waiting and cancelled[0]:
+                    ran.append(delay)
+            except asyncio.CancelledError:
+                raised += 1
+            await held
+        return raised, ran
+
+    raised, ran = asyncio.run(rounds())
+    assert ran == [], f"{len(ran)} of {len(ran) + raised} cancelled waiters ran the body"
+    assert r.keys("*") == []
+
+
 def test_wait_for_around_an_acquire_times_out_like_any_awaitable(r: redis.Redis) -> None:
     async def main() -> None:
         holder = AsyncLock("busy", ttl=30)
