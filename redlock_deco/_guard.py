@@ -780,10 +780,11 @@ async def open_section_async(
         _check_reentry(held, kind, options, key)
         return ownership.open_section(held, owner, fresh=False, dropped=_dropped_async,
                                        frame=frame, keep=keep)  # fmt: skip
+    reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
     taken: list[Lease] = []
     try:
-        lease = await _take_async(kind, options, name, key, wait, ownership.liveness(owner),
-                                  taken)  # fmt: skip
+        lease = await _take_async(kind, options, name, key, 0 if reason else wait,
+                                  ownership.liveness(owner), taken)  # fmt: skip
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
                                            frame=frame, keep=keep)  # fmt: skip
@@ -791,6 +792,8 @@ async def open_section_async(
         for lease in taken:
             await _abandon_async(lease, exc)
         raise
+    if reason is not None:
+        raise _self_wait(reason, name, key)
     return None
 
 

@@ -242,6 +242,16 @@ def waits_for_itself(owner: Owner, key: tuple[str, str], *, blocks_thread: bool)
             "instead (those re-enter), or call acquire(blocking=False)"
         )
     if not blocks_thread:
+        if type(owner) is not ThreadOwner and key in process.thread_owner().tables[0]:
+            # The mirror of the sync case below (review 16, 05: a sync @locked call running
+            # asyncio.run of an @locked coroutine on the same name waited its whole `wait`,
+            # forever with wait=None, then blamed "someone else").
+            return (
+                "this thread holds it in an open section around the event loop that runs "
+                "this task (asyncio.run or run_until_complete inside a `with` block or a "
+                "decorated call), and that section cannot end while the loop runs: this task "
+                "could only wait for itself. Take the lock in one of the two, not both"
+            )
         return None
     for lease in process.thread_owner().here:
         if (lease.provider, lease.key) == key:

@@ -139,3 +139,27 @@ def test_tasks_sharing_an_object_do_not_release_each_others_slots(r: redis.Redis
 
     asyncio.run(main())
     assert r.dbsize() == 0
+
+
+def test_a_task_inside_its_threads_section_does_not_wait_for_it(r: redis.Redis) -> None:
+    """Review 16, 05: a sync decorated call that runs asyncio.run of a decorated coroutine
+    on the same name waited its whole ``wait`` (forever with ``wait=None``) for its own
+    thread's section, which cannot end while the loop runs, and then blamed "someone else".
+    LockError at once, as for the mirror case (a sync wait inside a task's section)."""
+    import time
+
+    from redlock_deco import LockError, locked
+
+    @locked("nested:{n}", wait=None)
+    async def inner(n: int) -> str:
+        return "inside"
+
+    @locked("nested:{n}")
+    def outer(n: int) -> str:
+        return asyncio.run(inner(n))
+
+    started = time.monotonic()
+    with pytest.raises(LockError, match="could only wait for itself"):
+        outer(1)
+    assert time.monotonic() - started < 2
+    assert r.keys("*") == []
