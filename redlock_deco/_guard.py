@@ -358,10 +358,12 @@ def open_section(
     *,
     frame: int = 0,
     keep: ownership.Blocks | None = None,
+    in_generator: bool = False,
 ) -> ownership.Section | None:
     """Open a section on ``key`` for the calling task or thread: re-enter the lease of one
     of its open sections, or take a new one; None if ``wait`` ran out. ``keep``: the list
-    of an object's open ``with`` blocks, which the section joins."""
+    of an object's open ``with`` blocks, which the section joins; ``in_generator``: the block
+    is a generator's, whose lease lives while it is open, not while its owner runs."""
     owner = ownership.current_owner()
     held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
     if held is not None:
@@ -371,8 +373,8 @@ def open_section(
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
     taken: list[Lease] = []
     try:
-        lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner),
-                      taken)  # fmt: skip
+        alive = ownership.generator_liveness if in_generator else ownership.liveness(owner)
+        lease = _take(kind, options, name, key, 0 if reason else wait, alive, taken)
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped, frame=frame,
                                            keep=keep)  # fmt: skip
@@ -772,6 +774,7 @@ async def open_section_async(
     *,
     frame: int = 0,
     keep: ownership.Blocks | None = None,
+    in_generator: bool = False,
 ) -> ownership.Section | None:
     """:func:`open_section` for the current task."""
     owner = _current_task()
@@ -783,8 +786,8 @@ async def open_section_async(
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
     taken: list[Lease] = []
     try:
-        lease = await _take_async(kind, options, name, key, 0 if reason else wait,
-                                  ownership.liveness(owner), taken)  # fmt: skip
+        alive = ownership.generator_liveness if in_generator else ownership.liveness(owner)
+        lease = await _take_async(kind, options, name, key, 0 if reason else wait, alive, taken)
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
                                            frame=frame, keep=keep)  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from typing import Any
 
 import pytest
 import redis
@@ -162,4 +163,55 @@ def test_a_task_inside_its_threads_section_does_not_wait_for_it(r: redis.Redis) 
     with pytest.raises(LockError, match="could only wait for itself"):
         outer(1)
     assert time.monotonic() - started < 2
+    assert r.keys("*") == []
+
+
+def test_a_generators_block_stays_held_when_whoever_started_it_ends(r: redis.Redis) -> None:
+    """Review 16, 01: the documented pattern -- a lock inside a generator, around its
+    ``yield`` -- with the generator first advanced by a task (or a thread) that then ended:
+    the section's owner was gone, its lease stopped renewing with no signal, and another
+    holder got in while the generator was still inside its block. A block in a generator
+    keeps its lease while it is open, whoever runs each step."""
+    import threading
+    import time
+
+    from redlock_deco import Lock as SyncLock
+
+    async def agen() -> Any:
+        async with Lock("gen:async", ttl=0.5):
+            yield 1
+            yield 2
+
+    def sgen() -> Any:
+        with SyncLock("gen:sync", ttl=0.5):
+            yield 1
+            yield 2
+
+    async def scenario() -> None:
+        steps = agen()
+        assert await asyncio.create_task(steps.__anext__()) == 1  # a task that then ends
+        await asyncio.sleep(1.2)  # past the ttl: held only if it was renewed
+        other = Lock("gen:async", wait=0)
+        if await other.acquire():
+            await other.release()
+            pytest.fail("another holder got in while the generator was inside its block")
+        assert await steps.__anext__() == 2
+        with pytest.raises(StopAsyncIteration):
+            await steps.__anext__()  # the block's exit: no LockLost
+
+    asyncio.run(scenario())
+    steps = sgen()
+    first: list[int] = []
+    started = threading.Thread(target=lambda: first.append(next(steps)))
+    started.start()
+    started.join(10)  # a thread that then ended
+    assert first == [1]
+    time.sleep(1.2)
+    other = SyncLock("gen:sync", wait=0)
+    if other.acquire():
+        other.release()
+        pytest.fail("another holder got in while the generator was inside its block")
+    assert next(steps) == 2
+    with pytest.raises(StopIteration):
+        next(steps)
     assert r.keys("*") == []
