@@ -215,3 +215,57 @@ def test_a_generators_block_stays_held_when_whoever_started_it_ends(r: redis.Red
     with pytest.raises(StopIteration):
         next(steps)
     assert r.keys("*") == []
+
+
+def test_a_generators_block_entered_through_an_exit_stack_is_the_generators(
+    r: redis.Redis,
+) -> None:
+    """Review 17, 03: a generator entering its lock through an (Async)ExitStack was not seen
+    as a generator's (the block's frame was contextlib's), so when the task or thread that ran
+    its first step ended, its lease stopped renewing and another holder got in; and its exit,
+    from another owner, found no block and released nothing."""
+    import contextlib
+    import threading
+    import time
+
+    from redlock_deco import Lock as SyncLock
+
+    async def agen() -> Any:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(Lock("stack:async", ttl=0.5))
+            yield 1
+            yield 2
+
+    def sgen() -> Any:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(SyncLock("stack:sync", ttl=0.5))
+            yield 1
+            yield 2
+
+    async def scenario() -> None:
+        steps = agen()
+        assert await asyncio.create_task(steps.__anext__()) == 1  # a task that then ends
+        await asyncio.sleep(1.2)
+        other = Lock("stack:async", wait=0)
+        if await other.acquire():
+            await other.release()
+            pytest.fail("another holder got in while the generator was inside its block")
+        assert await steps.__anext__() == 2
+        with pytest.raises(StopAsyncIteration):
+            await steps.__anext__()
+        assert not r.exists("lock:stack:async")  # released at the block's exit
+
+    asyncio.run(scenario())
+    steps = sgen()
+    started = threading.Thread(target=lambda: next(steps))
+    started.start()
+    started.join(10)
+    time.sleep(1.2)
+    other = SyncLock("stack:sync", wait=0)
+    if other.acquire():
+        other.release()
+        pytest.fail("another holder got in while the generator was inside its block")
+    assert next(steps) == 2
+    with pytest.raises(StopIteration):
+        next(steps)
+    assert r.keys("*") == []
