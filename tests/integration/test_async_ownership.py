@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -166,29 +167,64 @@ def test_a_task_inside_its_threads_section_does_not_wait_for_it(r: redis.Redis) 
     assert r.keys("*") == []
 
 
-def test_a_generators_block_stays_held_when_whoever_started_it_ends(r: redis.Redis) -> None:
+async def _entered_directly(name: str) -> Any:
+    async with Lock(name, ttl=0.5):
+        yield 1
+        yield 2
+
+
+async def _entered_through_a_stack(name: str) -> Any:
+    import contextlib
+
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(Lock(name, ttl=0.5))
+        yield 1
+        yield 2
+
+
+def _sync_entered_directly(name: str) -> Any:
+    from redlock_deco import Lock as SyncLock
+
+    with SyncLock(name, ttl=0.5):
+        yield 1
+        yield 2
+
+
+def _sync_entered_through_a_stack(name: str) -> Any:
+    import contextlib
+
+    from redlock_deco import Lock as SyncLock
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(SyncLock(name, ttl=0.5))
+        yield 1
+        yield 2
+
+
+@pytest.mark.parametrize(
+    ("async_steps", "sync_steps"),
+    [
+        (_entered_directly, _sync_entered_directly),
+        (_entered_through_a_stack, _sync_entered_through_a_stack),
+    ],
+    ids=["with", "exit-stack"],
+)
+def test_a_generators_block_stays_held_when_whoever_started_it_ends(
+    r: redis.Redis, async_steps: Callable[[str], Any], sync_steps: Callable[[str], Any]
+) -> None:
     """Review 16, 01: the documented pattern -- a lock inside a generator, around its
     ``yield`` -- with the generator first advanced by a task (or a thread) that then ended:
     the section's owner was gone, its lease stopped renewing with no signal, and another
-    holder got in while the generator was still inside its block. A block in a generator
-    keeps its lease while it is open, whoever runs each step."""
+    holder got in while the generator was still inside its block. Review 17, 03: the same
+    through an (Async)ExitStack, whose exit from another owner also released nothing. A
+    block in a generator keeps its lease while it is open, whoever runs each step."""
     import threading
     import time
 
     from redlock_deco import Lock as SyncLock
 
-    async def agen() -> Any:
-        async with Lock("gen:async", ttl=0.5):
-            yield 1
-            yield 2
-
-    def sgen() -> Any:
-        with SyncLock("gen:sync", ttl=0.5):
-            yield 1
-            yield 2
-
     async def scenario() -> None:
-        steps = agen()
+        steps = async_steps("gen:async")
         assert await asyncio.create_task(steps.__anext__()) == 1  # a task that then ends
         await asyncio.sleep(1.2)  # past the ttl: held only if it was renewed
         other = Lock("gen:async", wait=0)
@@ -198,9 +234,10 @@ def test_a_generators_block_stays_held_when_whoever_started_it_ends(r: redis.Red
         assert await steps.__anext__() == 2
         with pytest.raises(StopAsyncIteration):
             await steps.__anext__()  # the block's exit: no LockLost
+        assert not r.exists("lock:gen:async")  # released there
 
     asyncio.run(scenario())
-    steps = sgen()
+    steps = sync_steps("gen:sync")
     first: list[int] = []
     started = threading.Thread(target=lambda: first.append(next(steps)))
     started.start()
@@ -208,60 +245,6 @@ def test_a_generators_block_stays_held_when_whoever_started_it_ends(r: redis.Red
     assert first == [1]
     time.sleep(1.2)
     other = SyncLock("gen:sync", wait=0)
-    if other.acquire():
-        other.release()
-        pytest.fail("another holder got in while the generator was inside its block")
-    assert next(steps) == 2
-    with pytest.raises(StopIteration):
-        next(steps)
-    assert r.keys("*") == []
-
-
-def test_a_generators_block_entered_through_an_exit_stack_is_the_generators(
-    r: redis.Redis,
-) -> None:
-    """Review 17, 03: a generator entering its lock through an (Async)ExitStack was not seen
-    as a generator's (the block's frame was contextlib's), so when the task or thread that ran
-    its first step ended, its lease stopped renewing and another holder got in; and its exit,
-    from another owner, found no block and released nothing."""
-    import contextlib
-    import threading
-    import time
-
-    from redlock_deco import Lock as SyncLock
-
-    async def agen() -> Any:
-        async with contextlib.AsyncExitStack() as stack:
-            await stack.enter_async_context(Lock("stack:async", ttl=0.5))
-            yield 1
-            yield 2
-
-    def sgen() -> Any:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(SyncLock("stack:sync", ttl=0.5))
-            yield 1
-            yield 2
-
-    async def scenario() -> None:
-        steps = agen()
-        assert await asyncio.create_task(steps.__anext__()) == 1  # a task that then ends
-        await asyncio.sleep(1.2)
-        other = Lock("stack:async", wait=0)
-        if await other.acquire():
-            await other.release()
-            pytest.fail("another holder got in while the generator was inside its block")
-        assert await steps.__anext__() == 2
-        with pytest.raises(StopAsyncIteration):
-            await steps.__anext__()
-        assert not r.exists("lock:stack:async")  # released at the block's exit
-
-    asyncio.run(scenario())
-    steps = sgen()
-    started = threading.Thread(target=lambda: next(steps))
-    started.start()
-    started.join(10)
-    time.sleep(1.2)
-    other = SyncLock("stack:sync", wait=0)
     if other.acquire():
         other.release()
         pytest.fail("another holder got in while the generator was inside its block")
