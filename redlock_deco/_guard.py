@@ -190,17 +190,28 @@ def _released(lease: Lease, answer: bool | None, was_lost: bool, resent: bool = 
     return released and not was_lost
 
 
+def _why_lost(lease: Lease) -> str:
+    if not lease.alive():
+        # Only a generator's block can outlive the task or thread that entered it.
+        return (
+            f"the lease on {lease.key!r} was given up while its block was open: the task or "
+            "thread that entered the block ended (a generator, resumed by another one?), and a "
+            "block's lease lives no longer than its owner. To hold a lock across the steps of "
+            "a generator that several tasks or threads run, hold it by its object: "
+            "lock.acquire() ... finally: lock.release()"
+        )
+    return (
+        f"the lease on {lease.key!r} ended while the protected call ran (it expired or was "
+        "taken over); nothing of the new holder's was touched. Raise ttl or keep auto_renew"
+    )
+
+
 def _lost_lease(lease: Lease, error: BaseException | None, kept: bool) -> LockLost | None:
     """After the outermost exit: the LockLost to raise, or None (maybe noting ``error``)."""
     if kept:
         return None
     if error is None:
-        return LockLost(
-            f"the lease on {lease.key!r} ended while the protected call ran (it expired or was "
-            "taken over); nothing of the new holder's was touched. Raise ttl or keep auto_renew",
-            name=lease.name,
-            key=lease.key,
-        )
+        return LockLost(_why_lost(lease), name=lease.name, key=lease.key)
     add_note(error, f"the lease on {lease.key!r} was also lost while the call ran")
     return None
 
@@ -358,12 +369,10 @@ def open_section(
     *,
     frame: int = 0,
     keep: ownership.Blocks | None = None,
-    in_generator: bool = False,
 ) -> ownership.Section | None:
     """Open a section on ``key`` for the calling task or thread: re-enter the lease of one
     of its open sections, or take a new one; None if ``wait`` ran out. ``keep``: the list
-    of an object's open ``with`` blocks, which the section joins; ``in_generator``: the block
-    is a generator's, whose lease lives while it is open, not while its owner runs."""
+    of an object's open ``with`` blocks, which the section joins."""
     owner = ownership.current_owner()
     held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
     if held is not None:
@@ -373,8 +382,8 @@ def open_section(
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
     taken: list[Lease] = []
     try:
-        alive = ownership.generator_liveness if in_generator else ownership.liveness(owner)
-        lease = _take(kind, options, name, key, 0 if reason else wait, alive, taken)
+        lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner),
+                      taken)  # fmt: skip
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped, frame=frame,
                                            keep=keep)  # fmt: skip
@@ -774,7 +783,6 @@ async def open_section_async(
     *,
     frame: int = 0,
     keep: ownership.Blocks | None = None,
-    in_generator: bool = False,
 ) -> ownership.Section | None:
     """:func:`open_section` for the current task."""
     owner = _current_task()
@@ -786,8 +794,8 @@ async def open_section_async(
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
     taken: list[Lease] = []
     try:
-        alive = ownership.generator_liveness if in_generator else ownership.liveness(owner)
-        lease = await _take_async(kind, options, name, key, 0 if reason else wait, alive, taken)
+        lease = await _take_async(kind, options, name, key, 0 if reason else wait,
+                                  ownership.liveness(owner), taken)  # fmt: skip
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
                                            frame=frame, keep=keep)  # fmt: skip

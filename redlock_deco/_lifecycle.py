@@ -9,9 +9,10 @@ States and transitions::
     HELD --releasing()--> RELEASING       the outermost exit is sending the release: a
                                           renewal in flight can no longer call it lost
     RELEASING --release()--> RELEASED     the server confirmed (or it cannot be known)
-    HELD/RELEASING --lose()--> LOST       renewal, extend or release found it gone
-    HELD --orphan()---> ORPHANED          its owner ended without releasing, or max_hold
-                                          passed: no longer renewed, expires within ttl
+    HELD/RELEASING --lose()--> LOST       renewal, extend or release found it gone, or
+                                          its owner ended with its block still open
+    HELD --orphan()---> ORPHANED          max_hold passed, or its section was dropped
+                                          open: no longer renewed, expires within ttl
     ORPHANED --releasing()/lose()--> RELEASING / LOST
 
 RELEASED and LOST are final. Times are local ``time.monotonic()`` readings, used only to
@@ -269,7 +270,7 @@ class Lease:
             self.state = State.RELEASING
 
     def _orphan(self) -> None:
-        """Stop renewing: the owner ended without releasing, or ``max_hold`` passed."""
+        """Stop renewing: ``max_hold`` passed, or the section was dropped open."""
         if self.state is State.HELD:
             self.state = State.ORPHANED
 

@@ -25,7 +25,6 @@ resets them in a forked child.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import sys
 import weakref
@@ -219,27 +218,6 @@ def user_frame() -> int:
     """The id of the frame running the ``with`` statement (the first caller outside this
     package and contextlib): it is alive, and so unique, for as long as its block is open."""
     return id(_user_frame())
-
-
-# A generator's or an async generator's code: its frame is suspended between steps, and
-# each step may be run by another thread or task.
-_SUSPENDS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
-
-
-def entering_frame() -> tuple[int, bool]:
-    """:func:`user_frame`, and whether that frame is a generator's (sync or async)."""
-    frame = _user_frame()
-    return id(frame), frame is not None and bool(frame.f_code.co_flags & _SUSPENDS)
-
-
-def generator_liveness() -> bool:
-    """The liveness of a lease taken by a block inside a generator: its steps may each be
-    run by another thread or task, so the lease is not tied to whichever started it (review
-    16, 01: a generator first advanced by a task or thread that then ended -- ``wait_for(
-    agen.__anext__())`` on 3.10/3.11, ``next(gen)`` in a short thread -- had its lease stop
-    renewing, silently, and another holder got in while it was still inside its block). The
-    block's exit ends it: when the generator is exhausted, closed, or collected."""
-    return True
 
 
 def exiting(blocks: Blocks, frame: int) -> Section | None:

@@ -288,10 +288,9 @@ class Primitive(Base):
         started = time.monotonic()
         section: ownership.Section | None = None
         try:
-            frame, in_generator = ownership.entering_frame()
             section = guard.open_section(self.kind, self.options, self.name, self.key,
-                                         self.options.wait, frame=frame, keep=self._blocks,
-                                         in_generator=in_generator)  # fmt: skip
+                                         self.options.wait, frame=ownership.user_frame(),
+                                         keep=self._blocks)  # fmt: skip
             if section is None:
                 raise self._not_acquired(started)
             return self
@@ -390,11 +389,10 @@ class AsyncPrimitive(Base):
         started = time.monotonic()
         section: ownership.Section | None = None
         try:
-            frame, in_generator = ownership.entering_frame()
             section = await guard.open_section_async(self.kind, self.options, self.name,
-                                                     self.key, self.options.wait, frame=frame,
-                                                     keep=self._blocks,
-                                                     in_generator=in_generator)  # fmt: skip
+                                                     self.key, self.options.wait,
+                                                     frame=ownership.user_frame(),
+                                                     keep=self._blocks)  # fmt: skip
             if section is None:
                 raise self._not_acquired(started)
             return self

@@ -103,9 +103,12 @@ def plan(job: Job, now: float) -> tuple[Steps[Any], int] | None:
     """What one round of ``job`` sends, and the ttl it carries; None when the job is to be
     dropped without a word to Redis.
 
-    A lease whose owner ended without releasing it (renewal must not outlive its owner), or
-    that has been held for ``max_hold`` (a stuck call must not hold a lock forever), is
-    orphaned: it expires within its ttl, and a call still running ends in LockLost.
+    A lease held for ``max_hold`` (a stuck call must not hold a lock forever) is orphaned:
+    it expires within its ttl, and a call still running ends in LockLost. A lease whose owner
+    ended without releasing it (renewal must not outlive its owner) is lost, and told so at
+    once (``on_lost``; LockLost at the block's exit): a block still open when its owner ended
+    is a generator's, resumed by another thread or task, and it must not run on as if it held
+    while its lease expires under it (review 16, 01).
     """
     algorithms = job.target.algorithms
     if type(job) is Cleanup:
@@ -113,7 +116,11 @@ def plan(job: Job, now: float) -> tuple[Steps[Any], int] | None:
     assert type(job) is Lease
     if not job.held:
         return None
-    if now >= job.hold_until or not job.alive():
+    if not job.alive():
+        if job._lose():
+            notify_lost(job)
+        return None
+    if now >= job.hold_until:
         job._orphan()
         return None
     return algorithms.extend(job.claim, job.ttl_ms), job.ttl_ms

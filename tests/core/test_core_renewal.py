@@ -206,17 +206,27 @@ def test_plan_sends_an_extend_carrying_the_ttl_at_plan_time(target: Target) -> N
 @pytest.mark.parametrize(
     ("make", "now"),
     [
-        (lambda: make_lease(alive=lambda: False), T0 + 1),
         (lambda: make_lease(max_hold=1.0), T0 + 1.0),  # exactly at max_hold
         (lambda: make_lease(max_hold=1.0), T0 + 2.5),
     ],
-    ids=["owner-gone", "at-max-hold", "past-max-hold"],
+    ids=["at-max-hold", "past-max-hold"],
 )
-def test_plan_orphans_a_lease_its_owner_left_or_held_too_long(make: Any, now: float) -> None:
+def test_plan_orphans_a_lease_held_too_long(make: Any, now: float) -> None:
     lease = make()
     assert plan(lease, now) is None  # not a word to Redis: it expires within its ttl
     assert lease.state is State.ORPHANED and not lease.held
     assert lease.remaining(now) > 0  # still the server's until it expires
+
+
+def test_plan_tells_a_lease_whose_owner_ended_that_it_is_lost() -> None:
+    """Only a generator's block can outlive its owner: it must not run on as if it held
+    while its unrenewed lease expires under it (review 16, 01)."""
+    told: list[object] = []
+    lease = make_lease(alive=lambda: False)
+    lease.on_lost = told.append
+    assert plan(lease, T0 + 1) is None  # not a word to Redis: it expires within its ttl
+    assert lease.lost and told == [lease]
+    assert plan(lease, T0 + 1.1) is None and told == [lease]  # told once
 
 
 def test_plan_renews_just_before_max_hold() -> None:

@@ -167,36 +167,36 @@ def test_a_task_inside_its_threads_section_does_not_wait_for_it(r: redis.Redis) 
     assert r.keys("*") == []
 
 
-async def _entered_directly(name: str) -> Any:
-    async with Lock(name, ttl=0.5):
+async def _entered_directly(name: str, on_lost: Callable[[Any], object]) -> Any:
+    async with Lock(name, ttl=0.5, on_lost=on_lost):
         yield 1
         yield 2
 
 
-async def _entered_through_a_stack(name: str) -> Any:
+async def _entered_through_a_stack(name: str, on_lost: Callable[[Any], object]) -> Any:
     import contextlib
 
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(Lock(name, ttl=0.5))
+        await stack.enter_async_context(Lock(name, ttl=0.5, on_lost=on_lost))
         yield 1
         yield 2
 
 
-def _sync_entered_directly(name: str) -> Any:
+def _sync_entered_directly(name: str, on_lost: Callable[[Any], object]) -> Any:
     from redlock_deco import Lock as SyncLock
 
-    with SyncLock(name, ttl=0.5):
+    with SyncLock(name, ttl=0.5, on_lost=on_lost):
         yield 1
         yield 2
 
 
-def _sync_entered_through_a_stack(name: str) -> Any:
+def _sync_entered_through_a_stack(name: str, on_lost: Callable[[Any], object]) -> Any:
     import contextlib
 
     from redlock_deco import Lock as SyncLock
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(SyncLock(name, ttl=0.5))
+        stack.enter_context(SyncLock(name, ttl=0.5, on_lost=on_lost))
         yield 1
         yield 2
 
@@ -209,46 +209,58 @@ def _sync_entered_through_a_stack(name: str) -> Any:
     ],
     ids=["with", "exit-stack"],
 )
-def test_a_generators_block_stays_held_when_whoever_started_it_ends(
-    r: redis.Redis, async_steps: Callable[[str], Any], sync_steps: Callable[[str], Any]
+def test_a_generators_block_is_told_at_once_when_whoever_entered_it_ends(
+    r: redis.Redis, async_steps: Callable[..., Any], sync_steps: Callable[..., Any]
 ) -> None:
-    """Review 16, 01: the documented pattern -- a lock inside a generator, around its
-    ``yield`` -- with the generator first advanced by a task (or a thread) that then ended:
-    the section's owner was gone, its lease stopped renewing with no signal, and another
-    holder got in while the generator was still inside its block. Review 17, 03: the same
-    through an (Async)ExitStack, whose exit from another owner also released nothing. A
-    block in a generator keeps its lease while it is open, whoever runs each step."""
+    """Review 16, 01: a lock block inside a generator, around its ``yield``, with the
+    generator first advanced by a task (or a thread) that then ended: a block's lease lives
+    no longer than its owner (API.md), and it stopped renewing with no signal -- another
+    holder got in while the generator, never told, was still inside its block. Review 17,
+    03: the same through an (Async)ExitStack, whose exit from another owner released
+    nothing. The lease is reported lost at once (``on_lost``), before anyone else can get
+    in; the block's exit raises LockLost, naming the cause, and releases what is left."""
     import threading
     import time
 
     from redlock_deco import Lock as SyncLock
+    from redlock_deco import LockLost
+
+    def attempt(lost: list[float], take: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 5
+        while not take():
+            assert time.monotonic() < deadline, "the lease never expired"
+            time.sleep(0.02)
+        assert lost, "another holder got in while the generator, never told, was in its block"
 
     async def scenario() -> None:
-        steps = async_steps("gen:async")
+        lost: list[float] = []
+        steps = async_steps("gen:async", lambda lease: lost.append(time.monotonic()))
         assert await asyncio.create_task(steps.__anext__()) == 1  # a task that then ends
-        await asyncio.sleep(1.2)  # past the ttl: held only if it was renewed
         other = Lock("gen:async", wait=0)
-        if await other.acquire():
-            await other.release()
-            pytest.fail("another holder got in while the generator was inside its block")
+        deadline = time.monotonic() + 5
+        while not await other.acquire():
+            assert time.monotonic() < deadline, "the lease never expired"
+            await asyncio.sleep(0.02)
+        assert lost, "another holder got in while the generator, never told, was in its block"
         assert await steps.__anext__() == 2
-        with pytest.raises(StopAsyncIteration):
-            await steps.__anext__()  # the block's exit: no LockLost
-        assert not r.exists("lock:gen:async")  # released there
+        with pytest.raises(LockLost, match="the task or thread that entered the block ended"):
+            await steps.__anext__()  # the block's exit
+        assert r.exists("lock:gen:async")  # the other holder's, untouched
+        await other.release()
 
     asyncio.run(scenario())
-    steps = sync_steps("gen:sync")
+    lost: list[float] = []
+    steps = sync_steps("gen:sync", lambda lease: lost.append(time.monotonic()))
     first: list[int] = []
     started = threading.Thread(target=lambda: first.append(next(steps)))
     started.start()
     started.join(10)  # a thread that then ended
     assert first == [1]
-    time.sleep(1.2)
     other = SyncLock("gen:sync", wait=0)
-    if other.acquire():
-        other.release()
-        pytest.fail("another holder got in while the generator was inside its block")
+    attempt(lost, other.acquire)
     assert next(steps) == 2
-    with pytest.raises(StopIteration):
+    with pytest.raises(LockLost, match="the task or thread that entered the block ended"):
         next(steps)
+    assert r.exists("lock:gen:sync")
+    other.release()
     assert r.keys("*") == []

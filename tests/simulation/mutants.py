@@ -319,8 +319,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_async_ownership.py", "tests/integration/test_asyncio.py",
        "tests/integration/test_ownership_model.py"),
     py("renew-after-owner-ended", "a lease whose owner ended without releasing is renewed on",
-       "_renewal", "    if now >= job.hold_until or not job.alive():",
-       "    if now >= job.hold_until:", "tests/core/test_core_renewal.py"),
+       "_renewal", "    if not job.alive():", "    if False:", "tests/core/test_core_renewal.py"),
+    py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
+       "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
+       "        if job._orphan():\n            notify_lost(job)",
+       "tests/core/test_core_renewal.py"),
     py("interrupted-acquire-kept", "a lease taken by an acquire that was then interrupted is "
        "kept, not given back", "_guard",
        "    _stop(lease)\n    if lease.pid == os.getpid():\n        _cut_short(",
