@@ -49,8 +49,6 @@ IDLE = 5.0
 # waits that long at most.
 ORPHAN_POLL = 0.2
 UNREACHABLE = (ConnectionError, TimeoutError)  # redis-py's: worth retrying in the background
-# At a loop's shutdown, each pending clean-up gets one more try of at most this long.
-CLOSING_TIMEOUT = 1.0
 
 
 def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
@@ -424,15 +422,18 @@ class AsyncRenewer:
     def pending_cleanups(self) -> int:
         return self._table.cleanups
 
-    async def last_cleanups(self, timeout: float = CLOSING_TIMEOUT) -> None:
+    async def last_cleanups(self) -> None:
         """Try every pending clean-up once more before the loop's clients close (nothing
-        would try them afterwards, leaving a lock nobody holds for its whole ttl)."""
+        would try them afterwards, leaving a lock nobody holds for its whole ttl). The
+        caller bounds the whole (the loop's shutdown, with its releases): a bound of its own
+        per try, 1 s, cut short a clean-up that needed a script reload on a slow link, and
+        the key stayed held by nobody for its ttl (review 12, 01)."""
         jobs = [job for job in self._table.jobs.values() if type(job) is Cleanup]
 
         async def once(job: Cleanup) -> None:
             abandon = job.target.algorithms.abandon(job.claim)
             with contextlib.suppress(RedisError, OSError, TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(drivers.run_async(abandon, job.target), timeout)
+                await drivers.run_async(abandon, job.target)
             self.remove(job)
 
         await asyncio.gather(*(once(job) for job in jobs))  # together: one timeout in all

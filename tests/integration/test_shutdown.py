@@ -432,3 +432,37 @@ def test_shutdown_on_a_stalled_server_is_bounded() -> None:
         finally:
             own.resume()
         assert time.monotonic() - started < SHUTDOWN_TIMEOUT + 2
+
+
+def test_a_release_out_on_a_slow_link_when_asyncio_run_ends_still_frees_the_key(
+    server: Any, r: redis.Redis
+) -> None:
+    """Review 12, 01: ``asyncio.run`` ended while a holder's release was out on a slow link
+    (each command 0.5 s, its script to be loaded again). The cancelled release left its
+    clean-up to the loop's shutdown, which gave each clean-up 1 s of its own: too short for
+    a NOSCRIPT and the EVAL after it, and the key stayed held by nobody for its whole ttl.
+    The shutdown's one deadline bounds them all now."""
+    from redlock_deco.testing import FaultProxy
+
+    with FaultProxy(server.port) as proxy:
+        redlock_deco.register_provider("slow-link", proxy.url)
+
+        async def holder(out: asyncio.Event) -> None:
+            async with redlock_deco.asyncio.Lock("slow-release", provider="slow-link", ttl=TTL):
+                r.script_flush()  # the release's EVALSHA is refused ...
+                proxy.latency(0.5)  # ... slowly, and the EVAL after it is slow too
+                out.set()
+
+        async def main() -> None:
+            out = asyncio.Event()
+            task = asyncio.create_task(holder(out))
+            await out.wait()
+            await asyncio.sleep(0.15)  # the release is out; main returns: the loop ends
+            assert not task.done()
+
+        asyncio.run(main())
+        proxy.heal()
+    deadline = time.monotonic() + 5
+    while r.exists("lock:slow-release"):
+        assert time.monotonic() < deadline, "the key was left held by nobody for its ttl"
+        time.sleep(0.05)
