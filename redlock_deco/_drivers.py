@@ -500,9 +500,7 @@ class SyncTarget:
         self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
         self.counted = not is_cluster(client)
-        self.waiting = (
-            waiting.SyncWaiting(client, self.execute, self.counted) if can_listen(client) else None
-        )
+        self.waiting = waiting.SyncWaiting(self, self.counted) if can_listen(client) else None
 
     @property
     def listening(self) -> bool:
@@ -648,9 +646,7 @@ class AsyncTarget:
         self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
         self.checked = False
         self.counted = not is_cluster(client)
-        self.waiting = (
-            waiting.AsyncWaiting(client, self.execute, self.counted) if can_listen(client) else None
-        )
+        self.waiting = waiting.AsyncWaiting(self, self.counted) if can_listen(client) else None
 
     @property
     def listening(self) -> bool:

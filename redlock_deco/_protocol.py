@@ -401,17 +401,16 @@ def undo_step(step: Eval) -> Eval | None:
 GRANT_KINDS = {"L": LOCK, "R": SHARED, "S": SEMAPHORE}
 
 
-def give_back_step(message: str, counted: bool = True) -> Eval | None:
-    """The release that gives back the grant ``message`` announced (``"<token> <kind>
-    <key>"``), for a process where nobody waits for it any more; None if it is no grant."""
+def granted_claim(message: str, counted: bool = True) -> Claim | None:
+    """The claim the grant ``message`` announced (``"<token> <kind> <key>"``), for a process
+    where nobody waits for it any more: its release gives the grant back (comparing the
+    token, and serving the queue on, as the grantee's own release would); None if it is no
+    grant. Its ttl bounds the background retries of a give-back that was cut short."""
     token, kind_letter, key = [*message.split(" ", 2), "", ""][:3]
     kind = GRANT_KINDS.get(kind_letter)
     if kind is None or not key:
         return None
-    # The grant popped the entry; a release (not a leaving one) compares the token and
-    # serves the queue on, as the grantee's own release would.
-    claim = Claim(kind, Keys.for_key(key, kind), token, 1, counted=counted)
-    return claim.release_step()
+    return Claim(kind, Keys.for_key(key, kind), token, HANDOFF_MS, counted=counted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,11 +41,10 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import _tokens as tokens
-from ._protocol import Step, give_back_step
+from ._protocol import Claim, granted_claim
 from ._worker import background, set_within
 
 log = logging.getLogger("redlock_deco")
@@ -175,17 +174,32 @@ class Board:
             del self.waiting[token]
             registry.remove(token, cut_short)
 
-    def deliver(self, message: str) -> tuple[Any, Step | None]:
-        """The waiter a grant message names; or (None, the release that gives the grant
-        back) for a waiter that was cut short; else (None, None): another subscriber of ours
-        has its waiter, or it is a late copy of a grant already taken."""
+    def deliver(self, message: str) -> tuple[Any, Claim | None]:
+        """The waiter a grant message names; or (None, the claim to give back) for a waiter
+        that was cut short; else (None, None): another subscriber of ours has its waiter, or
+        it is a late copy of a grant already taken."""
         token, _, _ = message.partition(" ")
         waiter = self.waiting.get(token)
         if waiter is not None:
             return waiter, None
         if registry.give_back(token):
-            return None, give_back_step(message, self.counted)
+            return None, granted_claim(message, self.counted)
         return None, None
+
+
+def _give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
+    """A give-back was cut short (interrupted, cancelled -- at a loop's shutdown, even before
+    its first step): leave it to the renewer's clean-ups, as an acquire cut short is, which
+    a loop's shutdown tries once more. Otherwise nobody gave the grant back, and the name
+    stayed held by nobody for the grantee's whole ttl."""
+    # At call time: the renewer's module imports the drivers, which import this one.
+    from ._lifecycle import Cleanup
+    from ._renewal import async_renewer, renewer
+
+    with contextlib.suppress(RuntimeError):  # a loop that is gone: nothing can send it
+        (async_renewer() if asynchronous else renewer()).add(
+            Cleanup(claim, target, time.monotonic())
+        )
 
 
 # -- sync --------------------------------------------------------------------------------
@@ -242,9 +256,9 @@ class SyncWaiting:
     waiters.
     """
 
-    def __init__(self, client: Any, give_back: Callable[[Step], Any], counted: bool) -> None:
-        self.client = client
-        self._give_back = give_back  # runs a release step on this target
+    def __init__(self, target: Any, counted: bool) -> None:
+        self.client = target.client
+        self._target = target  # runs the release step that gives a grant back
         self._lock = threading.Lock()  # the board
         # The registration whose thread reads the subscription now, or None. Recorded by
         # identity under _lock, not as a Lock held: a KeyboardInterrupt as a lock's acquire
@@ -371,9 +385,12 @@ class SyncWaiting:
                     waiter.granted(time.monotonic())
                 elif give_back is not None:
                     try:
-                        self._give_back(give_back)
+                        self._target.execute(give_back.release_step())
                     except Exception as exc:  # the grant then lapses after its ttl
                         log.warning("redlock-deco: could not give back a grant: %r", exc)
+                    except BaseException:
+                        _give_back_later(give_back, self._target, asynchronous=False)
+                        raise
 
     def _become_reader(self, handoff: Handoff) -> bool:
         """Take the reading if nobody reads; True when ``handoff``'s thread is the reader."""
@@ -449,11 +466,9 @@ class AsyncHandoff:
 class AsyncWaiting:
     """The subscriber of one asyncio target (one event loop), and the tasks waiting on it."""
 
-    def __init__(
-        self, client: Any, give_back: Callable[[Step], Awaitable[Any]], counted: bool
-    ) -> None:
-        self.client = client
-        self._give_back = give_back  # runs a release step on this target
+    def __init__(self, target: Any, counted: bool) -> None:
+        self.client = target.client
+        self._target = target  # runs the release step that gives a grant back
         self._board = Board(counted)
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -493,14 +508,19 @@ class AsyncWaiting:
             raise
         return handoff
 
-    def _start_give_back(self, step: Step) -> None:
+    def _start_give_back(self, claim: Claim) -> None:
         async def give_back() -> None:
             try:
-                await self._give_back(step)
+                await self._target.execute(claim.release_step())
             except Exception as exc:  # the grant then lapses after its ttl
                 log.warning("redlock-deco: could not give back a grant: %r", exc)
 
-        background(give_back(), "redlock-deco-give-back")
+        def ended(task: asyncio.Future[None]) -> None:
+            # Cancelled -- also before its first step, where no handler inside could run.
+            if task.cancelled():
+                _give_back_later(claim, self._target, asynchronous=True)
+
+        background(give_back(), "redlock-deco-give-back").add_done_callback(ended)
 
     def stop(self) -> None:
         """The loop is closing: end the subscriber (its connection is closed on the way)."""

@@ -466,3 +466,36 @@ def test_a_release_out_on_a_slow_link_when_asyncio_run_ends_still_frees_the_key(
     while r.exists("lock:slow-release"):
         assert time.monotonic() < deadline, "the key was left held by nobody for its ttl"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "loop-ended"])
+def test_a_give_back_cut_short_before_its_first_step_still_frees_the_key(
+    r: redis.Redis, how: str
+) -> None:
+    """A grant that reached a loop where nobody waits for it any more is given back by a
+    task of its own. Cancelled before its first step -- by ``asyncio.run`` ending in that
+    turn, or by a cancel-everything shutdown handler -- no handler inside it could run, and
+    the key stayed held by nobody for the grantee's whole ttl. Its done-callback leaves the
+    give-back to the renewer's clean-ups now, which a loop's shutdown tries once more."""
+    from redlock_deco import _providers
+    from redlock_deco._protocol import granted_claim
+
+    token = "grantee-that-left"
+
+    async def main() -> None:
+        r.set("lock:given", token, px=TTL * 1000)  # the grant, as a release handed it over
+        waiting = _providers.async_target("default").waiting
+        claim = granted_claim(f"{token} L lock:given")
+        assert waiting is not None and claim is not None
+        waiting._start_give_back(claim)
+        (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "redlock-deco-give-back"]
+        if how == "cancelled":
+            task.cancel()  # before its first step
+            deadline = time.monotonic() + 5
+            while r.exists("lock:given"):
+                assert time.monotonic() < deadline, "the grant was not given back"
+                await asyncio.sleep(0.02)
+        # loop-ended: main returns in this turn, and asyncio.run cancels the task unstarted
+
+    asyncio.run(main())
+    assert not r.exists("lock:given")

@@ -300,7 +300,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "    released = True"),
     # -- grants (_waiting.py) ------------------------------------------------------------------
     py("no-give-back", "a grant nobody in the process waits for is kept, not given back",
-       "_waiting", "return None, give_back_step(message, self.counted)", "return None, None"),
+       "_waiting", "return None, granted_claim(message, self.counted)", "return None, None"),
     py("give-back-any-grant", "every grant nobody waits for is given back (late copies too)",
        "_waiting", "        if registry.give_back(token):", "        if True:"),
     # -- code the simulator does not reach: named fast tests ---------------------------------
@@ -320,6 +320,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_ownership_model.py"),
     py("renew-after-owner-ended", "a lease whose owner ended without releasing is renewed on",
        "_renewal", "    if not job.alive():", "    if False:", "tests/core/test_core_renewal.py"),
+    py("give-back-cut-short-dropped", "a give-back task cancelled (before its first step, at a "
+       "loop's end) leaves the grant to its ttl", "_waiting",
+       "            if task.cancelled():\n", "            if False:\n",
+       "tests/integration/test_shutdown.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
        "        if job._orphan():\n            notify_lost(job)",

@@ -802,11 +802,11 @@ class World:
         finally:
             steps.close()
 
-    def give_back(self, task: Task, step: Any) -> Generator[Any, Any, None]:
+    def give_back(self, task: Task, claim: Any) -> Generator[Any, Any, None]:
         try:
-            yield from self.execute_step(task, step)
+            yield from self.execute_step(task, claim.release_step())
         except RedisError:
-            self.invariants.give_back_failed.add(str(step.args[0]))
+            self.invariants.give_back_failed.add(claim.token)
 
     # -- faults at fixed times ----------------------------------------------------------
 
