@@ -32,8 +32,9 @@ from redis.exceptions import ConnectionError, RedisError, TimeoutError
 from . import _drivers as drivers
 from . import _events as events
 from . import _process as process
+from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease
-from ._protocol import Steps
+from ._protocol import Claim, Steps
 from ._worker import SerialWorker, background, set_within
 
 log = logging.getLogger("redlock_deco")
@@ -531,3 +532,14 @@ def async_renewer() -> AsyncRenewer:
         state.renewer = AsyncRenewer()
     found: AsyncRenewer = state.renewer
     return found
+
+
+def _give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
+    """See ``_waiting.give_back_later``."""
+    with contextlib.suppress(RuntimeError):  # a loop that is gone: nothing can send it
+        (async_renewer() if asynchronous else renewer()).add(
+            Cleanup(claim, target, time.monotonic())
+        )
+
+
+waiting.give_back_later = _give_back_later

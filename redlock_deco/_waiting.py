@@ -41,6 +41,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from . import _tokens as tokens
@@ -187,19 +188,16 @@ class Board:
         return None, None
 
 
-def _give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
-    """A give-back was cut short (interrupted, cancelled -- at a loop's shutdown, even before
-    its first step): leave it to the renewer's clean-ups, as an acquire cut short is, which
-    a loop's shutdown tries once more. Otherwise nobody gave the grant back, and the name
-    stayed held by nobody for the grantee's whole ttl."""
-    # At call time: the renewer's module imports the drivers, which import this one.
-    from ._lifecycle import Cleanup
-    from ._renewal import async_renewer, renewer
+def _unsent(claim: Claim, target: Any, asynchronous: bool) -> None:
+    """Until the renewer's module sets :data:`give_back_later`: nothing to queue it on."""
 
-    with contextlib.suppress(RuntimeError):  # a loop that is gone: nothing can send it
-        (async_renewer() if asynchronous else renewer()).add(
-            Cleanup(claim, target, time.monotonic())
-        )
+
+# A give-back cut short (interrupted, cancelled -- at a loop's shutdown, even before its
+# first step) is left to the renewer's clean-ups, as an acquire cut short is, which a loop's
+# shutdown tries once more; otherwise nobody gave the grant back, and the name stayed held
+# by nobody for the grantee's whole ttl. Set by ``_renewal``, which imports the drivers,
+# which import this module.
+give_back_later: Callable[[Claim, Any, bool], None] = _unsent
 
 
 # -- sync --------------------------------------------------------------------------------
@@ -389,7 +387,7 @@ class SyncWaiting:
                     except Exception as exc:  # the grant then lapses after its ttl
                         log.warning("redlock-deco: could not give back a grant: %r", exc)
                     except BaseException:
-                        _give_back_later(give_back, self._target, asynchronous=False)
+                        give_back_later(give_back, self._target, False)
                         raise
 
     def _become_reader(self, handoff: Handoff) -> bool:
@@ -518,7 +516,7 @@ class AsyncWaiting:
         def ended(task: asyncio.Future[None]) -> None:
             # Cancelled -- also before its first step, where no handler inside could run.
             if task.cancelled():
-                _give_back_later(claim, self._target, asynchronous=True)
+                give_back_later(claim, self._target, True)
 
         background(give_back(), "redlock-deco-give-back").add_done_callback(ended)
 
