@@ -25,6 +25,7 @@ resets them in a forked child.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import sys
 import weakref
@@ -94,6 +95,7 @@ class Section:
         "dropped",
         "entry",
         "frame",
+        "generator",
         "held",
         "here",
         "keep",
@@ -112,6 +114,7 @@ class Section:
         self.held, self.stack = tables(owner)
         self.here = process.thread_owner().here
         self.frame = frame  # the frame running a `with` block (0 for a decorated call)
+        self.generator = False  # that frame is a generator's (see in_generators)
         self.entry = (next(_sequence), lease)
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
         self.open = True
@@ -152,6 +155,9 @@ def open_section(
     section: Section = _Open(lease, owner, frame, dropped)
     try:
         hk = (lease.provider, lease.key)
+        if frame and lease.claim.kind.reentrant and _generators_frame(frame):
+            section.generator = True
+            in_generators.setdefault(hk, {})[frame] = section.entry[0]
         if lease.claim.kind.reentrant:
             section.held[hk] = lease
             section.here[lease] = None
@@ -181,6 +187,8 @@ def close(section: Section) -> bool:
     """
     section.open = False
     section.__class__ = Section  # no finalizer any more (the layouts are the same)
+    if section.generator:
+        _forget_generators_block(section)
     stack, entry = section.stack, section.entry
     for index in range(len(stack) - 1, -1, -1):
         if stack[index] is entry:
@@ -197,6 +205,46 @@ def close(section: Section) -> bool:
             del section.held[hk]
         section.here.pop(lease, None)
     return last
+
+
+# The open blocks entered by a generator's own frame (sync or async), by (provider, key):
+# frame id -> the section's number. Such a frame may be resumed by another thread or task
+# than the one that entered the block, whose wait for that key could then only wait for
+# itself (review 17, 01: a nested block in a step run elsewhere waited its whole `wait`,
+# forever with wait=None, while its own generator's block held the key).
+in_generators: dict[tuple[str, str], dict[int, int]] = {}
+
+# A generator's or an async generator's code: its frame is suspended between steps.
+_SUSPENDS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+def _generators_frame(frame: int) -> bool:
+    """Whether ``frame`` (the id :func:`user_frame` gave, in this same call) is a
+    generator's."""
+    found = _user_frame()
+    return found is not None and id(found) == frame and bool(found.f_code.co_flags & _SUSPENDS)
+
+
+def _forget_generators_block(section: Section) -> None:
+    hk = (section.lease.provider, section.lease.key)
+    frames = in_generators.get(hk)
+    if frames is not None and frames.get(section.frame) == section.entry[0]:
+        del frames[section.frame]
+        if not frames:
+            del in_generators[hk]
+
+
+def _generator_on_this_stack(key: tuple[str, str]) -> bool:
+    """Whether a generator running on the calling stack holds ``key`` in an open block."""
+    frames = in_generators.get(key)
+    if not frames:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if id(frame) in frames:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    return False
 
 
 def _user_frame() -> Any:
@@ -252,6 +300,14 @@ def waits_for_itself(owner: Owner, key: tuple[str, str], *, blocks_thread: bool)
             "call), and a bare acquire() belongs to its object, which does not re-enter that "
             "section: it could only wait for itself. Nest a `with` block or a decorated call "
             "instead (those re-enter), or call acquire(blocking=False)"
+        )
+    if _generator_on_this_stack(key):
+        return (
+            "a generator running here holds it in a block that another thread or task "
+            "entered (a block belongs to the thread or task that entered it, and re-enters "
+            "only there), so this could only wait for itself. Hold the lock by its object "
+            "across the generator's steps (lock.acquire() ... finally: lock.release()), or "
+            "run its steps in one thread or task"
         )
     if not blocks_thread:
         if type(owner) is not ThreadOwner and key in process.thread_owner().tables[0]:

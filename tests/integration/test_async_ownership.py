@@ -264,3 +264,60 @@ def test_a_generators_block_is_told_at_once_when_whoever_entered_it_ends(
     assert r.exists("lock:gen:sync")
     other.release()
     assert r.keys("*") == []
+
+
+def test_a_generator_resumed_elsewhere_is_refused_a_wait_for_its_own_block(
+    r: redis.Redis,
+) -> None:
+    """Review 17, 01: a generator holds ``x`` in a block around its ``yield``, and its next
+    step, run by another thread or task, nests a block on ``x``. A block belongs to the
+    thread or task that entered it, so the nested one does not re-enter it -- and waited
+    for its own generator's block: its whole ``wait``, forever with ``wait=None``. It is
+    refused at once now, with a LockError that says what to write instead."""
+    import threading
+    import time
+
+    from redlock_deco import Lock as SyncLock
+    from redlock_deco import LockError
+
+    def steps() -> Any:
+        with SyncLock("gen:nested", ttl=5):
+            yield 1
+            with SyncLock("gen:nested", wait=None):
+                yield 2
+
+    sync_steps = steps()
+    assert next(sync_steps) == 1  # entered by this thread, which lives on
+    raised: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            next(sync_steps)
+        except BaseException as exc:
+            raised.append(exc)
+
+    started = time.monotonic()
+    elsewhere = threading.Thread(target=second)
+    elsewhere.start()
+    elsewhere.join(10)
+    assert time.monotonic() - started < 2
+    assert len(raised) == 1 and isinstance(raised[0], LockError), raised
+    assert "could only wait for itself" in str(raised[0])
+    assert r.keys("*") == []  # the generator's block ended with the error
+
+    async def async_steps() -> Any:
+        async with Lock("gen:nested-async", ttl=5):
+            yield 1
+            async with Lock("gen:nested-async", wait=None):
+                yield 2
+
+    async def scenario() -> None:
+        agen = async_steps()
+        assert await agen.__anext__() == 1  # entered by this task, which lives on
+        started = time.monotonic()
+        with pytest.raises(LockError, match="could only wait for itself"):
+            await asyncio.wait_for(asyncio.create_task(agen.__anext__()), 10)
+        assert time.monotonic() - started < 2
+
+    asyncio.run(scenario())
+    assert r.keys("*") == []

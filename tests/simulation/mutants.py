@@ -324,6 +324,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "loop's end) leaves the grant to its ttl", "_waiting",
        "            if task.cancelled():\n", "            if False:\n",
        "tests/integration/test_shutdown.py"),
+    py("generator-self-wait", "a step of a generator run by another thread or task waits "
+       "for its own generator's block", "_ownership", "    if _generator_on_this_stack(key):",
+       "    if False:", "tests/integration/test_async_ownership.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
        "        if job._orphan():\n            notify_lost(job)",
