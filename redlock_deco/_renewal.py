@@ -55,8 +55,8 @@ UNREACHABLE = (ConnectionError, TimeoutError)  # redis-py's: worth retrying in t
 def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
     """The jobs to run now, and when the next one is due (inf if none).
 
-    A lease whose owner (thread or task) has ended, that passed ``max_hold`` or is no longer
-    held is handed back as due too: its round drops it instead of renewing it.
+    A lease that passed ``max_hold`` or is no longer held is handed back as due too: its
+    round drops it instead of renewing it.
     """
     ready: list[Job] = []
     upcoming = math.inf
@@ -92,7 +92,11 @@ def overdue(jobs: Iterable[Job], now: float) -> list[Lease]:
 
 
 def _to_drop(lease: Lease, now: float) -> bool:
-    return not lease.held or now >= lease.hold_until or not lease.alive()
+    # Not a lease whose owner ended: that one is judged at its renewal time (see plan), still
+    # well before it expires. A generator's block is often left by another task just after
+    # its owner ended (``async for ... break`` as a task's last step: the generator's
+    # aclose() runs right after), and judged at once it was reported lost, wrongly.
+    return not lease.held or now >= lease.hold_until
 
 
 FAILED: Any = object()  # the round trip failed (connection trouble)
