@@ -155,9 +155,12 @@ def open_section(
     section: Section = _Open(lease, owner, frame, dropped)
     try:
         hk = (lease.provider, lease.key)
-        if frame and lease.claim.kind.reentrant and _generators_frame(frame):
-            section.generator = True
-            in_generators.setdefault(hk, {})[frame] = section.entry[0]
+        if frame and lease.claim.kind.reentrant:
+            code = _generators_code(frame)
+            if code is not None:
+                section.generator = True
+                blocks = in_generators.setdefault(hk, {}).setdefault(frame, (code, set()))[1]
+                blocks.add(section.entry[0])
         if lease.claim.kind.reentrant:
             section.held[hk] = lease
             section.here[lease] = None
@@ -208,27 +211,36 @@ def close(section: Section) -> bool:
 
 
 # The open blocks entered by a generator's own frame (sync or async), by (provider, key):
-# frame id -> the section's number. Such a frame may be resumed by another thread or task
-# than the one that entered the block, whose wait for that key could then only wait for
-# itself (review 17, 01: a nested block in a step run elsewhere waited its whole `wait`,
-# forever with wait=None, while its own generator's block held the key).
-in_generators: dict[tuple[str, str], dict[int, int]] = {}
+# frame id -> (the frame's code, the numbers of its open sections on that key: a block
+# nested in the same frame must not erase the outer one's record, review 18, 01). Such a
+# frame may be resumed by another thread or task than the one that entered the block, whose
+# wait for that key could then only wait for itself (review 17, 01: a nested block in a step
+# run elsewhere waited its whole `wait`, forever with wait=None). The code is compared too:
+# a generator can end with its block still open (an ExitStack handed on with pop_all()), and
+# its frame's id may then be another frame's (review 18, 04: a waiter refused at once).
+in_generators: dict[tuple[str, str], dict[int, tuple[Any, set[int]]]] = {}
 
 # A generator's or an async generator's code: its frame is suspended between steps.
 _SUSPENDS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
-def _generators_frame(frame: int) -> bool:
-    """Whether ``frame`` (the id :func:`user_frame` gave, in this same call) is a
-    generator's."""
+def _generators_code(frame: int) -> Any:
+    """The code of ``frame`` (the id :func:`user_frame` gave, in this same call) if it is a
+    generator's, else None."""
     found = _user_frame()
-    return found is not None and id(found) == frame and bool(found.f_code.co_flags & _SUSPENDS)
+    if found is None or id(found) != frame or not found.f_code.co_flags & _SUSPENDS:
+        return None
+    return found.f_code
 
 
 def _forget_generators_block(section: Section) -> None:
     hk = (section.lease.provider, section.lease.key)
     frames = in_generators.get(hk)
-    if frames is not None and frames.get(section.frame) == section.entry[0]:
+    if frames is None or section.frame not in frames:
+        return
+    sections = frames[section.frame][1]
+    sections.discard(section.entry[0])
+    if not sections:
         del frames[section.frame]
         if not frames:
             del in_generators[hk]
@@ -241,7 +253,8 @@ def _generator_on_this_stack(key: tuple[str, str]) -> bool:
         return False
     frame = sys._getframe(1)
     while frame is not None:
-        if id(frame) in frames:
+        recorded = frames.get(id(frame))
+        if recorded is not None and recorded[0] is frame.f_code:
             return True
         frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
     return False

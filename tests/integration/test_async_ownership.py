@@ -282,6 +282,8 @@ def test_a_generator_resumed_elsewhere_is_refused_a_wait_for_its_own_block(
 
     def steps() -> Any:
         with SyncLock("gen:nested", ttl=5):
+            with SyncLock("gen:nested"):  # nested in the same frame (review 18, 01: its
+                pass  # exit erased the outer block's record)
             yield 1
             with SyncLock("gen:nested", wait=None):
                 yield 2
@@ -307,6 +309,8 @@ def test_a_generator_resumed_elsewhere_is_refused_a_wait_for_its_own_block(
 
     async def async_steps() -> Any:
         async with Lock("gen:nested-async", ttl=5):
+            async with Lock("gen:nested-async"):  # nested in the same frame
+                pass
             yield 1
             async with Lock("gen:nested-async", wait=None):
                 yield 2
