@@ -210,7 +210,9 @@ def _lost_lease(lease: Lease, error: BaseException | None, kept: bool) -> LockLo
     """After the outermost exit: the LockLost to raise, or None (maybe noting ``error``)."""
     if kept:
         return None
-    if error is None:
+    if error is None or isinstance(error, GeneratorExit):
+        # A generator closed inside its block: a note on GeneratorExit would reach nobody
+        # (close() swallows it), and its loss would go unheard.
         return LockLost(_why_lost(lease), name=lease.name, key=lease.key)
     add_note(error, f"the lease on {lease.key!r} was also lost while the call ran")
     return None

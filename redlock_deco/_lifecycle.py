@@ -28,15 +28,19 @@ lands or the claim's ttl has passed.
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from . import _events as events
 from ._errors import LockLost
 from ._events import Source
 from ._protocol import Claim
 from ._quorum import held_for
+
+log = logging.getLogger("redlock_deco")
 
 # Renew when a third of the lease has passed: two more attempts fit before it would expire.
 RENEW_FRACTION = 1 / 3
@@ -308,3 +312,17 @@ class Cleanup:
             return True
         self.next_renew = now + RETRY_DELAY
         return False
+
+
+def notify_lost(lease: Lease) -> None:
+    """Run the lease's on_lost callback; nothing it raises may stop the renewer -- not even
+    SystemExit or KeyboardInterrupt, which end only the renewer's thread there, not the
+    process: every later lease of the process then went unrenewed and expired under its
+    holder with no on_lost (review 16, 02: an on_lost calling sys.exit())."""
+    if events.listeners:
+        events.emit("lost", lease.name, lease.key, None, lease.source)
+    if lease.on_lost is not None:
+        try:
+            lease.on_lost(lease)
+        except BaseException:
+            log.exception("on_lost callback for %r failed", lease.key)

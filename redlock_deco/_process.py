@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any, TypeVar
@@ -35,12 +36,14 @@ from redis.exceptions import RedisError
 from . import _drivers as drivers
 from . import _tokens as tokens
 from . import _worker as worker
-from ._lifecycle import Lease
+from ._lifecycle import Lease, notify_lost
 
 log = logging.getLogger("redlock_deco")
 
 # How long a loop's clean-up may spend releasing what is left (all at once) on a slow server.
 SHUTDOWN_TIMEOUT = 5.0
+# How often it looks whether the blocks still open in its leases have ended.
+BLOCKS_POLL = 0.01
 
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
 Holdings = dict[HoldingKey, Lease]
@@ -74,6 +77,17 @@ class LoopState:
             step.send(None)
         self._closer = closer  # a strong reference: the loop keeps only a weak one
 
+    async def _blocks_left(self) -> None:
+        """Let the blocks still open in this loop's leases end first, for up to half the
+        shutdown's time: an async generator suspended inside one is closed by
+        ``shutdown_asyncgens()`` beside this (one gather), and its block's own exit releases
+        the lease when its clean-up inside the block is done. Released here at once, the key
+        went to another client while that clean-up still ran, with no loss signal (review
+        18, 02). What is still open after that is reported lost before it is released."""
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT / 2
+        while time.monotonic() < deadline and any(lease.sections for lease in self.leases):
+            await asyncio.sleep(BLOCKS_POLL)
+
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it
         would let another holder in while that task is still inside."""
@@ -92,10 +106,14 @@ class LoopState:
         Releases and pending clean-ups run together under one deadline, so a dead server
         costs shutdown at most SHUTDOWN_TIMEOUT, not a socket timeout per lease.
         """
+        await self._blocks_left()
         loop = self.loop()
         if loop is not None and _loops.get(loop) is self:
-            del _loops[loop]  # first: nothing may reach the clients being closed
+            del _loops[loop]  # then: nothing may reach the clients being closed
         leases, self.leases = list(self.leases), set()
+        for lease in leases:
+            if lease.sections and lease._lose():
+                notify_lost(lease)  # a block still runs inside it: never released in silence
         work = [release_at_shutdown(lease) for lease in leases]
         if self.renewer is not None:
             work.append(self.renewer.last_cleanups())

@@ -33,7 +33,7 @@ from . import _drivers as drivers
 from . import _events as events
 from . import _process as process
 from . import _waiting as waiting
-from ._lifecycle import Cleanup, Lease
+from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
 from ._worker import SerialWorker, background, set_within
 
@@ -151,20 +151,6 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
     if lost:
         notify_lost(job)
     return not job.held
-
-
-def notify_lost(lease: Lease) -> None:
-    """Run the lease's on_lost callback; nothing it raises may stop the renewer -- not even
-    SystemExit or KeyboardInterrupt, which end only the renewer's thread there, not the
-    process: every later lease of the process then went unrenewed and expired under its
-    holder with no on_lost (review 16, 02: an on_lost calling sys.exit())."""
-    if events.listeners:
-        events.emit("lost", lease.name, lease.key, None, lease.source)
-    if lease.on_lost is not None:
-        try:
-            lease.on_lost(lease)
-        except BaseException:
-            log.exception("on_lost callback for %r failed", lease.key)
 
 
 def job_key(job: Job) -> Hashable:

@@ -325,3 +325,37 @@ def test_a_generator_resumed_elsewhere_is_refused_a_wait_for_its_own_block(
 
     asyncio.run(scenario())
     assert r.keys("*") == []
+
+
+def test_a_generator_closed_inside_a_block_whose_lease_ended_raises_lock_lost(
+    r: redis.Redis,
+) -> None:
+    """Review 18, 02: the exit of a block left by ``close()`` (or ``aclose()``) only noted the
+    lost lease on the GeneratorExit, which close() swallows: the loss reached nobody."""
+    from redlock_deco import Lock as SyncLock
+    from redlock_deco import LockLost
+
+    def steps() -> Any:
+        with SyncLock("gen:closed", ttl=5):
+            yield 1
+
+    gen = steps()
+    assert next(gen) == 1
+    r.set("lock:gen:closed", "someone-else", px=5000)  # taken over while suspended
+    with pytest.raises(LockLost):
+        gen.close()
+    assert r.get("lock:gen:closed") == b"someone-else"
+
+    async def async_steps() -> Any:
+        async with Lock("gen:aclosed", ttl=5):
+            yield 1
+
+    async def scenario() -> None:
+        agen = async_steps()
+        assert await agen.__anext__() == 1
+        r.set("lock:gen:aclosed", "someone-else", px=5000)
+        with pytest.raises(LockLost):
+            await agen.aclose()
+
+    asyncio.run(scenario())
+    r.delete("lock:gen:closed", "lock:gen:aclosed")

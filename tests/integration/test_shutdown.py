@@ -499,3 +499,53 @@ def test_a_give_back_cut_short_before_its_first_step_still_frees_the_key(
 
     asyncio.run(main())
     assert not r.exists("lock:given")
+
+
+def test_an_async_generators_block_closed_at_shutdown_keeps_its_lock_to_its_end(
+    r: redis.Redis,
+) -> None:
+    """Review 18, 02: an async generator suspended inside its block when ``asyncio.run``
+    ended is closed by ``shutdown_asyncgens()`` -- in one gather with the loop's own
+    clean-up, which released every lease it still knew at once: another client got in while
+    the generator's clean-up inside the block still ran, and nothing reported it. The
+    clean-up lets open blocks end first; the block's own exit releases the lease."""
+    import threading
+
+    marks: dict[str, float] = {}
+    lost: list[object] = []
+
+    async def steps() -> Any:
+        async with redlock_deco.asyncio.Lock("closing", ttl=TTL, on_lost=lost.append):
+            try:
+                yield 1
+            finally:
+                marks["cleanup"] = time.monotonic()
+                await asyncio.sleep(0.5)  # still inside the block
+                marks["cleaned"] = time.monotonic()
+
+    kept: list[Any] = []
+
+    async def main() -> None:
+        agen = steps()
+        kept.append(agen)  # still referenced when main returns: closed by the shutdown
+        assert await agen.__anext__() == 1
+        watcher.start()  # tries from now on
+
+    def other() -> None:
+        deadline = time.monotonic() + 10
+        lock = redlock_deco.Lock("closing", ttl=TTL)
+        while not lock.acquire(blocking=False):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        marks["other"] = time.monotonic()
+        lock.release()
+
+    watcher = threading.Thread(target=other)
+    asyncio.run(main())
+    watcher.join(15)
+    assert marks["other"] >= marks["cleaned"], (
+        f"another client got in {marks['cleaned'] - marks['other']:.3f} s before the "
+        "generator's clean-up inside its block ended"
+    )
+    assert lost == []
+    assert r.keys("*") == []
