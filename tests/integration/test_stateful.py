@@ -13,7 +13,7 @@ against a real redis-server (no fakes, no mocks).
 - ``Semaphores``: limit 2, threads, slots expiring and removed server-side.
 - ``Sections``: ``current_lease()`` through nested ``@locked``/``@limited`` calls, ``with``
   blocks and generators suspended inside ``with`` blocks that end out of order, with keys
-  and slots removed while held (only the outermost exit, ending normally, raises LockLost).
+  and slots removed while held (only the outermost exit raises LockLost).
 
 Timing is modelled, not assumed: a lease that was never renewed is certainly on the server
 until ``ttl`` after the request that set it was *sent*, certainly gone ``ttl`` after its
@@ -815,8 +815,11 @@ class SectionOwner:
         if op == "close":
             gid, how = args
             gen = self.gens.pop(gid)
-            if how == "close":  # GeneratorExit inside the block: a loss is only noted
-                gen.close()
+            if how == "close":  # GeneratorExit inside the block: a loss raises LockLost too
+                try:
+                    gen.close()
+                except LockLost as exc:
+                    return type(exc).__name__, self.current()
                 return None, self.current()
             try:
                 seen = gen.send("leave")  # the block ends normally: a loss raises LockLost
@@ -859,7 +862,7 @@ class Sections(RuleBasedStateMachine):
     and from inside a resumed generator; never another thread's. A lock's sections share one
     lease (re-entrant), a semaphore's each have their own slot; the server holds exactly
     those. A lease removed server-side while held is reported by the exit that gives it
-    back: LockLost if that exit ends normally, nothing if by GeneratorExit (only a note)."""
+    back: LockLost, whether that exit ends normally or by GeneratorExit (close())."""
 
     def __init__(self, server: RedisServer) -> None:
         super().__init__()
@@ -913,15 +916,16 @@ class Sections(RuleBasedStateMachine):
     @rule()
     def exit(self) -> None:
         section = self.calls.pop()
-        expected = self.ending(section, normally=True)
+        expected = self.ending(section)
         error, seen = ok(self.owner.call("exit"), f"exit {section}")
         assert error == expected, f"exit of {section}: {error} raised, expected {expected}"
         assert seen == self.innermost(), f"after exit of {section}: {seen}, not {self.open}"
 
-    def ending(self, section: Section, normally: bool) -> str | None:
+    def ending(self, section: Section) -> str | None:
         """Forget ``section``; the error its end raises: LockLost if it gives back a lease
-        that was lost meanwhile, and ends normally (not by GeneratorExit, which only gets a
-        note) -- and only the outermost exit of a re-entered lock reports it."""
+        that was lost meanwhile, whether it ends normally or by GeneratorExit (close():
+        a note on GeneratorExit reached nobody, review 18) -- and only the outermost exit of
+        a re-entered lock reports it."""
         self.open.remove(section)
         if section.name == "s":
             lost = section.lost
@@ -929,7 +933,7 @@ class Sections(RuleBasedStateMachine):
             return None  # an inner exit: the lease stays held
         else:
             lost, self.lock_lost[section.name] = self.lock_lost[section.name], False
-        return "LockLost" if lost and normally else None
+        return "LockLost" if lost else None
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
     @rule(how=st.sampled_from(["fresh", "shared"]), name=st.sampled_from(SECTION_NAMES))
@@ -957,7 +961,7 @@ class Sections(RuleBasedStateMachine):
     @rule(data=st.data(), how=st.sampled_from(["close", "leave"]))
     def end_generator(self, data: st.DataObject, how: str) -> None:
         section = data.draw(st.sampled_from(self.endable_generators()), label="generator")
-        expected = self.ending(section, normally=how == "leave")
+        expected = self.ending(section)
         error, seen = ok(self.owner.call("close", section.gid, how), f"{how} {section}")
         assert error == expected, f"{how} of {section}: {error} raised, expected {expected}"
         assert seen == self.innermost(), f"after {how} of {section}: {seen}, not {self.open}"
