@@ -42,7 +42,7 @@ log = logging.getLogger("redlock_deco")
 
 # How long a loop's clean-up may spend releasing what is left (all at once) on a slow server.
 SHUTDOWN_TIMEOUT = 5.0
-# How often it looks whether the blocks still open in its leases have ended.
+# How often a loop's shutdown looks whether the other async generators have ended.
 BLOCKS_POLL = 0.01
 
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
@@ -77,15 +77,18 @@ class LoopState:
             step.send(None)
         self._closer = closer  # a strong reference: the loop keeps only a weak one
 
-    async def _blocks_left(self) -> None:
-        """Let the blocks still open in this loop's leases end first, for up to half the
-        shutdown's time: an async generator suspended inside one is closed by
-        ``shutdown_asyncgens()`` beside this (one gather), and its block's own exit releases
-        the lease when its clean-up inside the block is done. Released here at once, the key
-        went to another client while that clean-up still ran, with no loss signal (review
-        18, 02). What is still open after that is reported lost before it is released."""
+    async def _others_left(self) -> None:
+        """At ``asyncio.run``'s shutdown, let the loop's other async generators end first,
+        for up to half the shutdown's time: ``shutdown_asyncgens()`` closes them beside this
+        closer (one gather), and one suspended inside a lock block, or holding a lock by its
+        object until its ``finally``, releases it itself when its clean-up is done. Released
+        here at once, the key went to another client while that clean-up still ran, with no
+        loss signal, and an object's own release then raised LockNotOwned (review 18, 02).
+        What is still held after that is released here; a block still open inside it is
+        reported lost first."""
+        me = asyncio.current_task()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT / 2
-        while time.monotonic() < deadline and any(lease.sections for lease in self.leases):
+        while time.monotonic() < deadline and _others_running(me):
             await asyncio.sleep(BLOCKS_POLL)
 
     def check_idle(self) -> None:
@@ -100,13 +103,14 @@ class LoopState:
                 "closing a loop you manage by hand)"
             )
 
-    async def aclose(self) -> None:
+    async def aclose(self, at_shutdown: bool = False) -> None:
         """Release what this loop still holds, stop its renewer, close its clients.
 
         Releases and pending clean-ups run together under one deadline, so a dead server
         costs shutdown at most SHUTDOWN_TIMEOUT, not a socket timeout per lease.
         """
-        await self._blocks_left()
+        if at_shutdown:
+            await self._others_left()
         loop = self.loop()
         if loop is not None and _loops.get(loop) is self:
             del _loops[loop]  # then: nothing may reach the clients being closed
@@ -165,7 +169,18 @@ async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
         # Closed by the loop's shutdown (or aclose): clean up in it. Collected without a
         # running loop: there is nothing to await with, so only forget.
         if running:
-            await state.aclose()
+            await state.aclose(at_shutdown=True)
+
+
+def _others_running(me: asyncio.Task[Any] | None) -> bool:
+    """Whether other async generators are still being closed (``shutdown_asyncgens()``
+    runs each ``aclose()`` as a task of its own; one waits for what it does inside, such as
+    a release in flight, whose client must not be closed under it). Not any other task: a
+    loop run by hand may keep tasks pending that never end."""
+    return any(
+        task is not me and type(task.get_coro()).__name__ == "async_generator_athrow"
+        for task in asyncio.all_tasks()
+    )
 
 
 _T = TypeVar("_T")

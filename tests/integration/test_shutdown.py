@@ -501,20 +501,22 @@ def test_a_give_back_cut_short_before_its_first_step_still_frees_the_key(
     assert not r.exists("lock:given")
 
 
+@pytest.mark.parametrize("held_by", ["block", "object"])
 def test_an_async_generators_block_closed_at_shutdown_keeps_its_lock_to_its_end(
-    r: redis.Redis,
+    r: redis.Redis, held_by: str
 ) -> None:
     """Review 18, 02: an async generator suspended inside its block when ``asyncio.run``
     ended is closed by ``shutdown_asyncgens()`` -- in one gather with the loop's own
     clean-up, which released every lease it still knew at once: another client got in while
     the generator's clean-up inside the block still ran, and nothing reported it. The
-    clean-up lets open blocks end first; the block's own exit releases the lease."""
+    clean-up lets the other async generators end first: a block's own exit, or an object's
+    own release, releases the lease (an object's found it gone: LockNotOwned)."""
     import threading
 
     marks: dict[str, float] = {}
     lost: list[object] = []
 
-    async def steps() -> Any:
+    async def in_a_block() -> Any:
         async with redlock_deco.asyncio.Lock("closing", ttl=TTL, on_lost=lost.append):
             try:
                 yield 1
@@ -522,6 +524,19 @@ def test_an_async_generators_block_closed_at_shutdown_keeps_its_lock_to_its_end(
                 marks["cleanup"] = time.monotonic()
                 await asyncio.sleep(0.5)  # still inside the block
                 marks["cleaned"] = time.monotonic()
+
+    async def by_its_object() -> Any:
+        lock = redlock_deco.asyncio.Lock("closing", ttl=TTL, on_lost=lost.append)
+        await lock.acquire()
+        try:
+            yield 1
+        finally:
+            marks["cleanup"] = time.monotonic()
+            await asyncio.sleep(0.5)  # still held (its release raised LockNotOwned)
+            marks["cleaned"] = time.monotonic()
+            await lock.release()
+
+    steps = in_a_block if held_by == "block" else by_its_object
 
     kept: list[Any] = []
 
