@@ -11,6 +11,8 @@ microseconds it spent in them.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import resource
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -37,6 +39,10 @@ class Contended:
     client_cpu: float  # all workers' process time, seconds
     server_cpu: float  # the server's user + system CPU over the run (INFO cpu), seconds
     work: float = 0.0  # seconds slept inside each critical section
+    client_system: float = 0.0  # of it, in the kernel (syscalls, scheduling), seconds
+    switches: int = 0  # all workers' context switches (voluntary: blocked; and preempted)
+    script_usec: int = 0  # the server's time in EVALSHA/EVAL, their inner commands included
+    publishes: int = 0  # PUBLISH calls (a hand-off's grant message)
     # The hand-off broken down (seconds): each release, from just before it is sent to the
     # releaser's call returning; and, where the library reports a grant's arrival (ours),
     # release sent -> grant read by the next holder's process, and grant read -> inside.
@@ -96,13 +102,25 @@ def _worker(
 
     time.sleep(max(0.0, start - time.monotonic()))
     baseline = trips()
-    cpu = time.process_time()
+    cpu, system, switched = time.process_time(), os.times().system, _switches()
     while time.monotonic() < stop:
         run(body)
         if last_holder.value == index:
             releases.append(time.monotonic() - last_release.value)
     out.put((index, count, gaps, trips() - baseline, time.process_time() - cpu, releases,
-             deliveries, wake_ups))  # fmt: skip
+             deliveries, wake_ups, os.times().system - system, _switches() - switched))  # fmt: skip
+
+
+def _switches() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
+def _scripts_and_publishes(client: Any) -> tuple[int, int]:
+    """(µs in EVALSHA and EVAL, PUBLISH calls) since the last CONFIG RESETSTAT."""
+    stats = client.info("commandstats")
+    scripts = sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("evalsha", "eval"))
+    return scripts, stats.get("cmdstat_publish", {}).get("calls", 0)
 
 
 def _grants_seen() -> list[float]:
@@ -154,6 +172,7 @@ def contend(url: str, library: str, processes: int, seconds: float, work: float 
         worker.join(30)
     cpu_after = server_cpu(client)
     commands, usec = server_load(client)
+    scripts, publishes = _scripts_and_publishes(client)
     cycles = sum(r[1] for r in results)
     return Contended(
         library=library,
@@ -167,6 +186,10 @@ def contend(url: str, library: str, processes: int, seconds: float, work: float 
         commands=commands,
         server_usec=usec,
         client_cpu=sum(r[4] for r in results),
+        client_system=sum(r[8] for r in results),
+        switches=sum(r[9] for r in results),
+        script_usec=scripts,
+        publishes=publishes,
         releases=[x for r in results for x in r[5]],
         deliveries=[x for r in results for x in r[6]],
         wake_ups=[x for r in results for x in r[7]],
