@@ -674,8 +674,17 @@ def _current_task() -> asyncio.Task[Any]:
 
 def _stop_async(lease: Lease) -> None:
     lease._release()
-    process.loop_state().leases.discard(lease)
-    renewal.async_renewer().remove(lease)
+    _forget_async(lease)
+
+
+def _forget_async(lease: Lease) -> None:
+    """Neither the loop's to release at its end nor its renewer's any more -- without
+    making a new loop state after the loop's shutdown closed its own (review 19, 02)."""
+    state = process.known_loop_state()
+    if state is not None:
+        state.leases.discard(lease)
+        if state.renewer is not None:
+            state.renewer.remove(lease)
 
 
 async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> None:
@@ -707,8 +716,12 @@ async def _give_back_async(lease: Lease) -> bool:
     releasing still releases, and still hears what the release found."""
     if lease.pid != os.getpid():
         return True
-    process.loop_state().leases.discard(lease)
-    renewal.async_renewer().remove(lease)
+    if process.known_loop_state() is None:
+        # The loop's shutdown released it (a block that outlived its wait, reported lost
+        # there) and closed its clients: nothing more to send (review 19, 02).
+        lease._release()
+        return False
+    _forget_async(lease)
     was_lost = lease.lost
     lease._releasing()
     # The release is a task of its own, shielded: a cancellation that arrives while it is out
@@ -773,7 +786,9 @@ def _release_ended(lease: Lease, task: asyncio.Future[Any]) -> None:
         task.exception()
         return
     with contextlib.suppress(RuntimeError):  # no loop any more: nothing can send it
-        renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
+        found = renewal.known_async_renewer()
+        if found is not None:  # (a loop shut down: its last clean-ups have run)
+            found.add(Cleanup(lease.claim, lease.target, time.monotonic()))
 
 
 async def open_section_async(

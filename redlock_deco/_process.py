@@ -87,6 +87,11 @@ class LoopState:
         What is still held after that is released here; a block still open inside it is
         reported lost first."""
         me = asyncio.current_task()
+        if self.renewer is not None and _others_running(me):
+            for lease in self.leases:
+                if lease.sections:
+                    lease._kept_through_shutdown()
+            self.renewer.resume()  # stopped by asyncio.run with every other task
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT / 2
         while time.monotonic() < deadline and _others_running(me):
             await asyncio.sleep(BLOCKS_POLL)
@@ -200,6 +205,11 @@ def loop_state() -> LoopState:
         state = _loops[loop] = LoopState(loop)
         state.watch_shutdown()
     return state
+
+
+def known_loop_state() -> LoopState | None:
+    """The running event loop's state, or None if it has none (yet, or any more)."""
+    return _loops.get(asyncio.get_running_loop())
 
 
 def loop_states() -> list[LoopState]:

@@ -399,6 +399,14 @@ class AsyncRenewer:
         if not self._table.jobs:
             self._wake.set()  # let the task see it is idle and end
 
+    def resume(self) -> None:
+        """Run again after ``asyncio.run`` cancelled every task, this one too: the loop's
+        shutdown waits for the async generators it closes, whose leases must be renewed
+        meanwhile (review 19, 01: a short ttl expired under a generator's clean-up inside
+        its block, with no on_lost)."""
+        if self._task is None and self._table.jobs:
+            self._task = background(self._loop(), name="redlock-deco-renewer")
+
     def reschedule(self, lease: Lease) -> None:
         """``lease`` became due earlier: wake the task so it does not sleep past it."""
         if lease.next_renew < self._next_wake:
@@ -515,6 +523,19 @@ def renewer() -> Renewer:
     return found
 
 
+def known_async_renewer() -> AsyncRenewer | None:
+    """The running event loop's renewer if the loop is known -- never a new loop state: one
+    made after the loop's shutdown had closed its own was never closed (review 19, 02: a
+    block that outlived the shutdown's wait reopened a client)."""
+    state = process.known_loop_state()
+    if state is None:
+        return None
+    if state.renewer is None:
+        state.renewer = AsyncRenewer()
+    found: AsyncRenewer = state.renewer
+    return found
+
+
 def async_renewer() -> AsyncRenewer:
     """The renewer of the running event loop's leases."""
     state = process.loop_state()
@@ -527,9 +548,9 @@ def async_renewer() -> AsyncRenewer:
 def _give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
     """See ``_waiting.give_back_later``."""
     with contextlib.suppress(RuntimeError):  # a loop that is gone: nothing can send it
-        (async_renewer() if asynchronous else renewer()).add(
-            Cleanup(claim, target, time.monotonic())
-        )
+        found = known_async_renewer() if asynchronous else renewer()
+        if found is not None:  # (a loop shut down: its last clean-ups have run)
+            found.add(Cleanup(claim, target, time.monotonic()))
 
 
 waiting.give_back_later = _give_back_later

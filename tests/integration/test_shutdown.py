@@ -510,29 +510,32 @@ def test_an_async_generators_block_closed_at_shutdown_keeps_its_lock_to_its_end(
     clean-up, which released every lease it still knew at once: another client got in while
     the generator's clean-up inside the block still ran, and nothing reported it. The
     clean-up lets the other async generators end first: a block's own exit, or an object's
-    own release, releases the lease (an object's found it gone: LockNotOwned)."""
+    own release, releases the lease (an object's found it gone: LockNotOwned). Review 19,
+    01: asyncio.run had stopped the loop's renewer with every task, and a ttl shorter than
+    the clean-up expired under it: the renewer runs again while the loop waits."""
     import threading
 
     marks: dict[str, float] = {}
     lost: list[object] = []
+    SHORT = 0.6  # shorter than the clean-up: renewed, or it expires under it
 
     async def in_a_block() -> Any:
-        async with redlock_deco.asyncio.Lock("closing", ttl=TTL, on_lost=lost.append):
+        async with redlock_deco.asyncio.Lock("closing", ttl=SHORT, on_lost=lost.append):
             try:
                 yield 1
             finally:
                 marks["cleanup"] = time.monotonic()
-                await asyncio.sleep(0.5)  # still inside the block
+                await asyncio.sleep(1.0)  # still inside the block, past the ttl
                 marks["cleaned"] = time.monotonic()
 
     async def by_its_object() -> Any:
-        lock = redlock_deco.asyncio.Lock("closing", ttl=TTL, on_lost=lost.append)
+        lock = redlock_deco.asyncio.Lock("closing", ttl=SHORT, on_lost=lost.append)
         await lock.acquire()
         try:
             yield 1
         finally:
             marks["cleanup"] = time.monotonic()
-            await asyncio.sleep(0.5)  # still held (its release raised LockNotOwned)
+            await asyncio.sleep(1.0)  # still held (its release raised LockNotOwned)
             marks["cleaned"] = time.monotonic()
             await lock.release()
 
@@ -564,3 +567,89 @@ def test_an_async_generators_block_closed_at_shutdown_keeps_its_lock_to_its_end(
     )
     assert lost == []
     assert r.keys("*") == []
+
+
+def test_a_block_that_outlives_the_shutdowns_wait_is_lost_and_reopens_no_client(
+    server: RedisServer,
+) -> None:
+    """Review 19, 02: a generator's clean-up inside its block took longer than the loop's
+    shutdown waits (2.5 s). The block is reported lost and released, as documented; its exit
+    afterwards made a new loop state -- a new client on the closed loop, never closed
+    (unclosed socket, transport and connection at the end)."""
+    done = run_script(
+        server,
+        """
+        import time
+        lost = []
+
+        async def steps():
+            async with redlock_deco.asyncio.Lock("outlived", ttl=30, on_lost=lost.append):
+                try:
+                    yield 1
+                finally:
+                    await asyncio.sleep(2.8)  # past the shutdown's wait
+
+        kept = []
+
+        async def main():
+            agen = steps()
+            kept.append(agen)
+            await agen.__anext__()
+
+        asyncio.run(main())
+        kept.clear()
+        gc.collect()
+        print("lost", len(lost), "keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["lost", "1", "keys", "0"], done.stdout
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_block_handed_out_of_its_generator_is_released_by_its_exit_anywhere(
+    r: redis.Redis, flavour: str
+) -> None:
+    """Review 19, 04: a generator entered its lock through an ExitStack and handed the stack
+    out (pop_all()); another thread or task closed it. That exit's frame and owner were
+    neither the block's, so it found no block: nothing released, nothing raised, and the key
+    stayed held for as long as the entering thread lived (renewed)."""
+    import contextlib
+    import threading
+
+    def take(out: list[Any], lock: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(lock)
+            out.append(stack.pop_all())
+        yield
+
+    async def atake(out: list[Any], lock: Any) -> Any:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(lock)
+            out.append(stack.pop_all())
+        yield
+
+    if flavour == "sync":
+        lock = redlock_deco.Lock("handed", ttl=TTL)
+        out: list[Any] = []
+        for _ in take(out, lock):
+            pass  # this thread entered the block, and lives on
+        assert r.exists("lock:handed")
+        closer = threading.Thread(target=out[0].close)
+        closer.start()
+        closer.join(10)
+        assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
+        return
+
+    async def scenario() -> None:
+        lock = redlock_deco.asyncio.Lock("handed", ttl=TTL)
+        out: list[Any] = []
+        async for _ in atake(out, lock):
+            pass  # this task entered the block, and lives on
+        assert r.exists("lock:handed")
+        await asyncio.create_task(out[0].aclose())  # another task closes it
+        assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
+
+    asyncio.run(scenario())
