@@ -428,11 +428,28 @@ def abort(section: ownership.Section, exc: BaseException) -> None:
 _UNSET: Any = object()
 
 
+def _unmatched_exit(blocks: ownership.Blocks) -> LockError:
+    """An exit that matches none of its object's open blocks by frame or owner, while
+    several are open: guessing gave another owner's live semaphore slot away, and its body
+    ran on without it (review 20, 04). Nothing is released; the error says so."""
+    lease = blocks[-1].lease
+    return LockError(
+        f"this exit of a block on {lease.key!r} matches none of the object's {len(blocks)} "
+        "open blocks (entered in another frame by another thread or task -- an ExitStack "
+        "handed out with pop_all()?), so nothing was released: enter and leave a block in "
+        "one thread or task, or give each handed-out block an object of its own",
+        name=lease.name,
+        key=lease.key,
+    )
+
+
 def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
     """The exit of a ``with`` block on an object whose open blocks are ``blocks``."""
     section = _UNSET
     try:
         section = ownership.exiting(blocks, ownership.user_frame())
+        if section is None and blocks:
+            raise _unmatched_exit(blocks)
         close_section(section, error)
     except BaseException as exc:
         # Interrupted before its exit began (finding it, or entering close_section): give
@@ -858,6 +875,8 @@ async def close_block_async(blocks: ownership.Blocks, error: BaseException | Non
     section = _UNSET
     try:
         section = ownership.exiting(blocks, ownership.user_frame())
+        if section is None and blocks:
+            raise _unmatched_exit(blocks)
         await close_section_async(section, error)
     except BaseException as exc:
         if section is _UNSET:

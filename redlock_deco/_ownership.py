@@ -285,13 +285,14 @@ def exiting(blocks: Blocks, frame: int) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
     ``frame`` is: the newest that frame entered for the current owner; else the newest it
     entered (a generator suspended in a block may be resumed by another thread); else the
-    current owner's newest; else the newest of all. (The newest of all first would be wrong
-    when blocks on one object end out of order -- a generator suspended inside one outlives a
-    later block -- and the ending block would give back the generator's slot while keeping
-    its own. Last, it is the exit of a block whose frame and owner are both elsewhere -- an
-    ExitStack handed out with pop_all() and closed by another thread or task -- which found
-    nothing, released nothing, and left the key held for good while its owner lived:
-    review 19, 04.)"""
+    current owner's newest; else the only open block, or the only one whose owner has ended.
+    (The newest of all would be wrong when blocks on one object end out of order -- a
+    generator suspended inside one outlives a later block -- and the ending block would give
+    back the generator's slot while keeping its own; and it took another owner's live
+    semaphore block, whose body ran on without its slot: review 20, 04. The last rules are
+    for the exit of a block whose frame and owner are both elsewhere -- an ExitStack handed
+    out with pop_all() and closed by another thread or task -- which found nothing and left
+    the key held for good while its owner lived: review 19, 04.)"""
     owner = current_owner()
     same_frame = newest_of_owner = None
     for section in reversed(blocks):
@@ -302,7 +303,12 @@ def exiting(blocks: Blocks, frame: int) -> Section | None:
             same_frame = same_frame or section
         elif mine:
             newest_of_owner = newest_of_owner or section
-    return same_frame or newest_of_owner or (blocks[-1] if blocks else None)
+    if same_frame or newest_of_owner:
+        return same_frame or newest_of_owner
+    if len(blocks) == 1:
+        return blocks[0]
+    ended = [section for section in blocks if section.owner() is None]
+    return ended[0] if len(ended) == 1 else None
 
 
 def waits_for_itself(owner: Owner, key: tuple[str, str], *, blocks_thread: bool) -> str | None:

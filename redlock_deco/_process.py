@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 from . import _drivers as drivers
 from . import _tokens as tokens
 from . import _worker as worker
+from ._errors import ProviderError
 from ._lifecycle import Lease, notify_lost
 
 log = logging.getLogger("redlock_deco")
@@ -200,6 +201,16 @@ def loop_state() -> LoopState:
     loop = asyncio.get_running_loop()
     state = _loops.get(loop)
     if state is None:
+        if getattr(loop, "_asyncgens_shutdown_called", False):
+            # Its closer would be registered after shutdown_asyncgens() (asyncio warns), so
+            # nothing would close the clients this state builds (review 20, 02: a lock
+            # taken in an async generator's finally at asyncio.run's end leaked them).
+            raise ProviderError(
+                "this event loop is shutting down (shutdown_asyncgens() has run, as at the "
+                "end of asyncio.run), and a connection opened now would never be closed: "
+                "take the lock before the loop's end, not in an async generator's clean-up "
+                "that the shutdown runs"
+            )
         for closed in [known for known in _copied(_loops.keys) if known.is_closed()]:
             _loops.pop(closed, None)  # closed without asyncio.run or aclose(): forget
         state = _loops[loop] = LoopState(loop)

@@ -653,3 +653,91 @@ def test_a_block_handed_out_of_its_generator_is_released_by_its_exit_anywhere(
         assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
 
     asyncio.run(scenario())
+
+
+def test_a_handed_out_block_never_takes_another_owners_live_block(r: redis.Redis) -> None:
+    """Review 20, 04: the exit of a handed-out block (its frame and owner elsewhere) took the
+    newest open block of its object -- another thread's live semaphore slot -- and that
+    thread's body ran on without a slot. It takes the block whose owner has ended, and with
+    several live ones it raises, releasing nothing."""
+    import contextlib
+    import threading
+
+    sem = redlock_deco.Semaphore("handed-sem", limit=2, ttl=TTL)
+    handed: list[Any] = []
+
+    def enter_and_hand_out() -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(sem)
+            handed.append(stack.pop_all())
+
+    first = threading.Thread(target=enter_and_hand_out)
+    first.start()
+    first.join(10)  # its owner has ended; its slot is held
+    inside, leave = threading.Event(), threading.Event()
+    live: list[str] = []
+
+    def live_block() -> None:
+        with sem:
+            live.append(redlock_deco.current_lease().token)
+            inside.set()
+            leave.wait(10)
+
+    second = threading.Thread(target=live_block)
+    second.start()
+    assert inside.wait(10)
+    assert len(r.zrange("sem:handed-sem", 0, -1)) == 2
+    closer = threading.Thread(target=handed[0].close)
+    closer.start()
+    closer.join(10)
+    assert r.zrange("sem:handed-sem", 0, -1) == [live[0].encode()]  # the live block's slot
+    third = redlock_deco.Semaphore("handed-sem", limit=2, ttl=TTL)
+    assert third.acquire(blocking=False)  # the freed slot
+    assert not redlock_deco.Semaphore("handed-sem", limit=2, ttl=TTL).acquire(blocking=False)
+    third.release()
+    leave.set()
+    second.join(10)
+    assert r.keys("*") == []
+
+
+def test_a_lock_taken_by_a_generators_clean_up_at_the_loops_end_is_refused(
+    server: RedisServer,
+) -> None:
+    """Review 20, 02: an async generator closed by asyncio.run's shutdown_asyncgens() took a
+    lock in its finally; the loop state made for it registered its closer too late, and its
+    client was never closed. Refused now, with a ProviderError that says why."""
+    done = run_script(
+        server,
+        """
+        refused = []
+
+        async def steps():
+            try:
+                yield 1
+            finally:
+                try:
+                    async with redlock_deco.asyncio.Lock("late", ttl=5):
+                        pass
+                except redlock_deco.ProviderError as exc:
+                    refused.append(str(exc))
+
+        kept = []
+
+        async def main():
+            agen = steps()
+            kept.append(agen)
+            await agen.__anext__()
+
+        asyncio.run(main())
+        kept.clear()
+        gc.collect()
+        print("refused", len(refused), "keys", r.dbsize())
+        print(refused[0] if refused else "")
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["refused", "1", "keys", "0"], done.stdout
+    assert "shutting down" in lines[1]
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
