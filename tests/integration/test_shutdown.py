@@ -569,6 +569,22 @@ def test_an_async_generators_block_closed_at_shutdown_keeps_its_lock_to_its_end(
     assert r.keys("*") == []
 
 
+# The async generator ``steps()``, advanced once and still referenced when asyncio.run's
+# main returns: the loop's shutdown_asyncgens() closes it, beside the library's clean-up.
+SUSPENDED_AT_THE_END = """
+kept = []
+
+async def main():
+    agen = steps()
+    kept.append(agen)
+    await agen.__anext__()
+
+asyncio.run(main())
+kept.clear()
+gc.collect()
+"""
+
+
 def test_a_block_that_outlives_the_shutdowns_wait_is_lost_and_reopens_no_client(
     server: RedisServer,
 ) -> None:
@@ -588,17 +604,9 @@ def test_a_block_that_outlives_the_shutdowns_wait_is_lost_and_reopens_no_client(
                     yield 1
                 finally:
                     await asyncio.sleep(2.8)  # past the shutdown's wait
-
-        kept = []
-
-        async def main():
-            agen = steps()
-            kept.append(agen)
-            await agen.__anext__()
-
-        asyncio.run(main())
-        kept.clear()
-        gc.collect()
+        """,
+        SUSPENDED_AT_THE_END,
+        """
         print("lost", len(lost), "keys", r.dbsize())
         """,
     )
@@ -720,17 +728,9 @@ def test_a_lock_taken_by_a_generators_clean_up_at_the_loops_end_is_refused(
                         pass
                 except redlock_deco.ProviderError as exc:
                     refused.append(str(exc))
-
-        kept = []
-
-        async def main():
-            agen = steps()
-            kept.append(agen)
-            await agen.__anext__()
-
-        asyncio.run(main())
-        kept.clear()
-        gc.collect()
+        """,
+        SUSPENDED_AT_THE_END,
+        """
         print("refused", len(refused), "keys", r.dbsize())
         print(refused[0] if refused else "")
         """,
