@@ -155,10 +155,10 @@ def open_section(
     section: Section = _Open(lease, owner, frame, dropped)
     try:
         hk = (lease.provider, lease.key)
-        if frame and lease.claim.kind.reentrant:
-            code = _generators_code(frame)
-            if code is not None:
-                section.generator = True
+        code = _generators_code(frame) if frame else None
+        if code is not None:
+            section.generator = True
+            if lease.claim.kind.reentrant:  # (what a step elsewhere could wait for itself on)
                 blocks = in_generators.setdefault(hk, {}).setdefault(frame, (code, set()))[1]
                 blocks.add(section.entry[0])
         if lease.claim.kind.reentrant:
@@ -285,7 +285,7 @@ def exiting(blocks: Blocks, frame: int) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
     ``frame`` is: the newest that frame entered for the current owner; else the newest it
     entered (a generator suspended in a block may be resumed by another thread); else the
-    current owner's newest; else the only open block, or the only one whose owner has ended.
+    current owner's newest; else the only block that can only have been handed out.
     (The newest of all would be wrong when blocks on one object end out of order -- a
     generator suspended inside one outlives a later block -- and the ending block would give
     back the generator's slot while keeping its own; and it took another owner's live
@@ -305,10 +305,19 @@ def exiting(blocks: Blocks, frame: int) -> Section | None:
             newest_of_owner = newest_of_owner or section
     if same_frame or newest_of_owner:
         return same_frame or newest_of_owner
-    if len(blocks) == 1:
-        return blocks[0]
-    ended = [section for section in blocks if section.owner() is None]
-    return ended[0] if len(ended) == 1 else None
+    handed_out = [section for section in blocks if _handed_out(section)]
+    return handed_out[0] if len(handed_out) == 1 else None
+
+
+def _handed_out(section: Section) -> bool:
+    """Whether ``section`` can only be a block handed out of the frame that entered it: not a
+    generator's (a generator resumes, and leaves its block itself: review 21, 01 -- an exit
+    from elsewhere took a suspended generator's slot), and its owner has ended (a live one
+    may still be inside: review 20, 04)."""
+    if section.generator:
+        return False
+    owner = section.owner()
+    return owner is None or (type(owner) is not ThreadOwner and owner.done())  # type: ignore[union-attr]
 
 
 def waits_for_itself(owner: Owner, key: tuple[str, str], *, blocks_thread: bool) -> str | None:

@@ -93,9 +93,7 @@ class LoopState:
                 if lease.sections:
                     lease._kept_through_shutdown()
             self.renewer.resume()  # stopped by asyncio.run with every other task
-        deadline = time.monotonic() + SHUTDOWN_TIMEOUT / 2
-        while time.monotonic() < deadline and _others_running(me):
-            await asyncio.sleep(BLOCKS_POLL)
+        await _while_others_run(me, time.monotonic() + SHUTDOWN_TIMEOUT / 2)
 
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it
@@ -115,6 +113,7 @@ class LoopState:
         Releases and pending clean-ups run together under one deadline, so a dead server
         costs shutdown at most SHUTDOWN_TIMEOUT, not a socket timeout per lease.
         """
+        started = time.monotonic()
         if at_shutdown:
             await self._others_left()
         loop = self.loop()
@@ -137,6 +136,11 @@ class LoopState:
                     "what remains expires within its ttl",
                     SHUTDOWN_TIMEOUT,
                 )
+        if at_shutdown:
+            # A generator still closing may be waiting for a lock on these clients: closed
+            # under it, the client reconnected and was never closed (review 21, 02). Its
+            # acquire, once granted, is refused (the state is gone) and given back here.
+            await _while_others_run(asyncio.current_task(), started + SHUTDOWN_TIMEOUT)
         if self.renewer is not None:
             stopping = self.renewer.stop()
             if stopping:  # let the cancelled tasks end while the loop still runs
@@ -176,6 +180,11 @@ async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
         # running loop: there is nothing to await with, so only forget.
         if running:
             await state.aclose(at_shutdown=True)
+
+
+async def _while_others_run(me: asyncio.Task[Any] | None, deadline: float) -> None:
+    while time.monotonic() < deadline and _others_running(me):
+        await asyncio.sleep(BLOCKS_POLL)
 
 
 def _others_running(me: asyncio.Task[Any] | None) -> bool:

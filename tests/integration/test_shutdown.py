@@ -617,50 +617,145 @@ def test_a_block_that_outlives_the_shutdowns_wait_is_lost_and_reopens_no_client(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_a_block_handed_out_of_its_generator_is_released_by_its_exit_anywhere(
+def test_a_block_handed_out_by_an_ended_owner_is_released_by_its_exit_anywhere(
     r: redis.Redis, flavour: str
 ) -> None:
-    """Review 19, 04: a generator entered its lock through an ExitStack and handed the stack
-    out (pop_all()); another thread or task closed it. That exit's frame and owner were
-    neither the block's, so it found no block: nothing released, nothing raised, and the key
-    stayed held for as long as the entering thread lived (renewed)."""
+    """Review 19, 04: a block entered through an ExitStack and handed out (pop_all()) by a
+    thread or task that then ended, closed by another: that exit's frame and owner were
+    neither the block's, so it found no block -- nothing released, nothing raised, and the
+    key stayed held (for good while the object lived)."""
     import contextlib
     import threading
-
-    def take(out: list[Any], lock: Any) -> Any:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(lock)
-            out.append(stack.pop_all())
-        yield
-
-    async def atake(out: list[Any], lock: Any) -> Any:
-        async with contextlib.AsyncExitStack() as stack:
-            await stack.enter_async_context(lock)
-            out.append(stack.pop_all())
-        yield
 
     if flavour == "sync":
         lock = redlock_deco.Lock("handed", ttl=TTL)
         out: list[Any] = []
-        for _ in take(out, lock):
-            pass  # this thread entered the block, and lives on
+
+        def hand_out() -> None:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(lock)
+                out.append(stack.pop_all())
+
+        entering = threading.Thread(target=hand_out)
+        entering.start()
+        entering.join(10)  # its owner has ended
         assert r.exists("lock:handed")
-        closer = threading.Thread(target=out[0].close)
-        closer.start()
-        closer.join(10)
+        out[0].close()  # left by this thread
         assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
         return
 
     async def scenario() -> None:
         lock = redlock_deco.asyncio.Lock("handed", ttl=TTL)
-        out: list[Any] = []
-        async for _ in atake(out, lock):
-            pass  # this task entered the block, and lives on
+
+        async def hand_out() -> Any:
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(lock)
+                return stack.pop_all()
+
+        handed = await asyncio.create_task(hand_out())  # its owner has ended
         assert r.exists("lock:handed")
-        await asyncio.create_task(out[0].aclose())  # another task closes it
+        await handed.aclose()  # left by this task
         assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
 
     asyncio.run(scenario())
+
+
+def test_a_handed_out_exit_never_takes_a_suspended_generators_block(r: redis.Redis) -> None:
+    """Review 21, 01: a generator suspended in its semaphore block (its first step run by a
+    thread that ended) and a block handed out by a live thread: the handed-out block's exit,
+    matching neither, took the generator's slot, and a third holder got in while the
+    generator's body ran on. A generator leaves its block itself: the exit raises, taking
+    nothing."""
+    import contextlib
+    import threading
+
+    from redlock_deco import LockError
+
+    sem = redlock_deco.Semaphore("gen-sem", limit=2, ttl=TTL)
+
+    def steps() -> Any:
+        with sem:
+            yield 1
+            yield 2
+
+    gen = steps()
+    first = threading.Thread(target=lambda: next(gen))
+    first.start()
+    first.join(10)  # the generator's entering thread has ended
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sem)
+        handed = stack.pop_all()  # this thread lives on
+    held = set(r.zrange("sem:gen-sem", 0, -1))
+    assert len(held) == 2
+    raised: list[BaseException] = []
+
+    def close_elsewhere() -> None:
+        try:
+            handed.close()
+        except BaseException as exc:
+            raised.append(exc)
+
+    closer = threading.Thread(target=close_elsewhere)
+    closer.start()
+    closer.join(10)
+    assert len(raised) == 1 and isinstance(raised[0], LockError), raised
+    assert "matches none" in str(raised[0])
+    assert set(r.zrange("sem:gen-sem", 0, -1)) == held  # nothing taken
+    assert not redlock_deco.Semaphore("gen-sem", limit=2, ttl=TTL).acquire(blocking=False)
+    assert next(gen) == 2
+    gen.close()  # the generator's own exit gives its slot back
+    assert len(r.zrange("sem:gen-sem", 0, -1)) == 1
+    r.delete("sem:gen-sem", "sem:gen-sem:limit")  # the handed-out block's, never left
+
+
+def test_a_lock_a_closing_generator_waits_for_past_the_shutdowns_wait_leaks_nothing(
+    server: RedisServer,
+) -> None:
+    """Review 21, 02: a generator closed at asyncio.run's end started waiting for a lock in
+    its finally, granted only after the loop's clean-up had stopped waiting (2.5 s): the
+    clean-up closed the clients under the wait, which reconnected, and the connection was
+    never closed. The clients stay open until the closing generators are done (within the
+    shutdown's 5 s); the late grant is refused and given back."""
+    done = run_script(
+        server,
+        """
+        import threading, time
+        outcome = []
+        holding = threading.Event()
+
+        def hold():
+            with redlock_deco.Lock("late-grant", ttl=30):
+                holding.set()
+                time.sleep(3.5)  # past the shutdown's 2.5 s wait
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        holding.wait(10)
+
+        async def steps():
+            async with redlock_deco.asyncio.Lock("warm", ttl=5):
+                pass  # the loop has used the library: the shutdown's wait runs
+            try:
+                yield 1
+            finally:
+                try:
+                    async with redlock_deco.asyncio.Lock("late-grant", ttl=5, wait=10):
+                        outcome.append("got it")
+                except redlock_deco.ProviderError:
+                    outcome.append("refused")
+        """,
+        SUSPENDED_AT_THE_END,
+        """
+        holder.join(10)
+        time.sleep(0.2)
+        gc.collect()  # what the loop's end left unclosed warns now
+        print(outcome, "keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['refused']", "keys", "0"], done.stdout
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
 
 
 def test_a_handed_out_block_never_takes_another_owners_live_block(r: redis.Redis) -> None:
