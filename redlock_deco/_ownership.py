@@ -20,6 +20,11 @@ ThreadOwner` kept in a thread-local, which dies with its thread, whatever starte
 hold it weakly, so renewal notices the end of any thread, and a thread that reuses an ended
 one's ident starts with nothing. The tables live in :mod:`redlock_deco._process`, which
 resets them in a forked child.
+
+Why one module: the owner tables, the record of generators' blocks and the rules that match
+an exit to its block are read and written together on every section's entry and exit; split,
+each half would have to know the other's invariants (a block's frame, owner and generator
+flag decide both re-entry and which block an exit ends).
 """
 
 from __future__ import annotations
