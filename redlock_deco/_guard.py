@@ -733,6 +733,11 @@ async def _give_back_async(lease: Lease) -> bool:
     releasing still releases, and still hears what the release found."""
     if lease.pid != os.getpid():
         return True
+    if lease.released:
+        # Released by its loop's shutdown (an object's lease, released in a later loop):
+        # that loop's client is closed, and sending on it reconnected a client nothing
+        # closed (review 22, 05).
+        return False
     if process.known_loop_state() is None:
         # The loop's shutdown released it (a block that outlived its wait, reported lost
         # there) and closed its clients: nothing more to send (review 19, 02).

@@ -165,6 +165,11 @@ class Lease:
         return self.state is State.LOST
 
     @property
+    def released(self) -> bool:
+        """True once given back (by its holder, or by its loop's shutdown)."""
+        return self.state is State.RELEASED
+
+    @property
     def held(self) -> bool:
         """True while the lease is to be renewed (held, and its owner still running)."""
         return self.state is State.HELD

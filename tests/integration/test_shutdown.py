@@ -836,3 +836,40 @@ def test_a_lock_taken_by_a_generators_clean_up_at_the_loops_end_is_refused(
     assert "shutting down" in lines[1]
     noise = [line for line in done.stderr.splitlines() if "Warning" in line]
     assert not noise, done.stderr
+
+
+def test_an_object_lock_released_by_its_loops_end_sends_nothing_from_a_later_loop(
+    server: RedisServer,
+) -> None:
+    """Review 22, 05: a lock held by its object when asyncio.run ended is released by that
+    loop's shutdown, which closes its client. Its release() in a later asyncio.run raised
+    LockNotOwned, as documented, but first sent the release on the ended loop's client,
+    which reconnected, and nothing ever closed it."""
+    done = run_script(
+        server,
+        """
+        import time
+        lock = redlock_deco.asyncio.Lock("from-an-ended-loop", ttl=30)
+
+        async def first():
+            assert await lock.acquire()
+
+        async def second():
+            async with redlock_deco.asyncio.Lock("warm", ttl=5):
+                pass  # this loop has a state of its own
+            try:
+                await lock.release()
+            except redlock_deco.LockNotOwned:
+                print("not owned")
+
+        asyncio.run(first())
+        asyncio.run(second())
+        time.sleep(0.1)
+        gc.collect()
+        print("keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["not", "owned", "keys", "0"], done.stdout
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
