@@ -369,7 +369,7 @@ def open_section(
     key: str,
     wait: float | None,
     *,
-    frame: int = 0,
+    place: ownership.Place | None = None,
     keep: ownership.Blocks | None = None,
 ) -> ownership.Section | None:
     """Open a section on ``key`` for the calling task or thread: re-enter the lease of one
@@ -379,7 +379,7 @@ def open_section(
     held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
     if held is not None:
         _check_reentry(held, kind, options, key)
-        return ownership.open_section(held, owner, fresh=False, dropped=_dropped, frame=frame,
+        return ownership.open_section(held, owner, fresh=False, dropped=_dropped, place=place,
                                        keep=keep)  # fmt: skip
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
     taken: list[Lease] = []
@@ -387,7 +387,7 @@ def open_section(
         lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner),
                       taken)  # fmt: skip
         if lease is not None:
-            return ownership.open_section(lease, owner, fresh=True, dropped=_dropped, frame=frame,
+            return ownership.open_section(lease, owner, fresh=True, dropped=_dropped, place=place,
                                            keep=keep)  # fmt: skip
     except BaseException as exc:
         for lease in taken:
@@ -429,15 +429,16 @@ _UNSET: Any = object()
 
 
 def _unmatched_exit(blocks: ownership.Blocks) -> LockError:
-    """An exit that matches none of its object's open blocks by frame or owner, while
-    several are open: guessing gave another owner's live semaphore slot away, and its body
-    ran on without it (review 20, 04). Nothing is released; the error says so."""
+    """An exit that matches none of its object's open blocks by stack, frame or owner:
+    guessing gave another owner's live semaphore slot away, and its body ran on without it
+    (review 20, 04). Nothing is released; the error says so."""
     lease = blocks[-1].lease
     return LockError(
         f"this exit of a block on {lease.key!r} matches none of the object's {len(blocks)} "
-        "open blocks (entered in another frame by another thread or task -- an ExitStack "
-        "handed out with pop_all()?), so nothing was released: enter and leave a block in "
-        "one thread or task, or give each handed-out block an object of its own",
+        "open blocks (each was entered in another frame, by a thread or task still running "
+        "or by a generator -- a direct __exit__() call?), so nothing was released: leave a "
+        "block where it was entered, or enter it through an ExitStack and close that stack "
+        "(its exit leaves exactly the blocks entered through it, wherever it is handed)",
         name=lease.name,
         key=lease.key,
     )
@@ -447,7 +448,7 @@ def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
     """The exit of a ``with`` block on an object whose open blocks are ``blocks``."""
     section = _UNSET
     try:
-        section = ownership.exiting(blocks, ownership.user_frame())
+        section = ownership.exiting(blocks, ownership.place())
         if section is None and blocks:
             raise _unmatched_exit(blocks)
         close_section(section, error)
@@ -455,7 +456,7 @@ def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
         # Interrupted before its exit began (finding it, or entering close_section): give
         # it up now. (One close_section closed, or that raised LockLost, is not open.)
         if section is _UNSET:
-            section = ownership.exiting(blocks, ownership.user_frame())
+            section = ownership.exiting(blocks, ownership.place())
         if section is not None and section.open:
             abort(section, exc)
         raise
@@ -820,7 +821,7 @@ async def open_section_async(
     key: str,
     wait: float | None,
     *,
-    frame: int = 0,
+    place: ownership.Place | None = None,
     keep: ownership.Blocks | None = None,
 ) -> ownership.Section | None:
     """:func:`open_section` for the current task."""
@@ -829,7 +830,7 @@ async def open_section_async(
     if held is not None:
         _check_reentry(held, kind, options, key)
         return ownership.open_section(held, owner, fresh=False, dropped=_dropped_async,
-                                       frame=frame, keep=keep)  # fmt: skip
+                                       place=place, keep=keep)  # fmt: skip
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
     taken: list[Lease] = []
     try:
@@ -837,7 +838,7 @@ async def open_section_async(
                                   ownership.liveness(owner), taken)  # fmt: skip
         if lease is not None:
             return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
-                                           frame=frame, keep=keep)  # fmt: skip
+                                           place=place, keep=keep)  # fmt: skip
     except BaseException as exc:
         for lease in taken:
             await _abandon_async(lease, exc)
@@ -879,13 +880,13 @@ async def close_block_async(blocks: ownership.Blocks, error: BaseException | Non
     """:func:`close_block` for asyncio."""
     section = _UNSET
     try:
-        section = ownership.exiting(blocks, ownership.user_frame())
+        section = ownership.exiting(blocks, ownership.place())
         if section is None and blocks:
             raise _unmatched_exit(blocks)
         await close_section_async(section, error)
     except BaseException as exc:
         if section is _UNSET:
-            section = ownership.exiting(blocks, ownership.user_frame())
+            section = ownership.exiting(blocks, ownership.place())
         if section is not None and section.open:
             await abort_async(section, exc)
         raise

@@ -35,7 +35,8 @@ import itertools
 import sys
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from contextlib import AsyncExitStack, ExitStack
+from typing import Any, NamedTuple, TypeVar, overload
 
 from . import _process as process
 from ._errors import LockError
@@ -108,6 +109,7 @@ class Section:
         "open",
         "owner",
         "stack",
+        "through",
     )
 
     def __init__(
@@ -120,6 +122,9 @@ class Section:
         self.here = process.thread_owner().here
         self.frame = frame  # the frame running a `with` block (0 for a decorated call)
         self.generator = False  # that frame is a generator's (see in_generators)
+        # The callbacks of the ExitStack it was entered through, which only that stack's
+        # exit leaves (see Place.stack).
+        self.through: weakref.ref[Any] | None = None
         self.entry = (next(_sequence), lease)
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
         self.open = True
@@ -152,15 +157,18 @@ def open_section(
     *,
     fresh: bool,
     dropped: Callable[[Lease], None],
-    frame: int = 0,
+    place: Place | None = None,
     keep: Blocks | None = None,
 ) -> Section:
     """Record a section of ``owner`` on ``lease``: a fresh lease, or one it re-enters
-    (:meth:`Lease.reenter` refuses one that has ended). Undone if interrupted."""
+    (:meth:`Lease.reenter` refuses one that has ended); a ``with`` block gives the ``place``
+    it is entered from. Undone if interrupted."""
+    frame, code, through = place if place is not None else _NOWHERE
     section: Section = _Open(lease, owner, frame, dropped)
     try:
         hk = (lease.provider, lease.key)
-        code = _generators_code(frame) if frame else None
+        if through is not None:
+            section.through = weakref.ref(through)
         if code is not None:
             section.generator = True
             if lease.claim.kind.reentrant:  # (what a step elsewhere could wait for itself on)
@@ -229,15 +237,6 @@ in_generators: dict[tuple[str, str], dict[int, tuple[Any, set[int]]]] = {}
 _SUSPENDS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
-def _generators_code(frame: int) -> Any:
-    """The code of ``frame`` (the id :func:`user_frame` gave, in this same call) if it is a
-    generator's, else None."""
-    found = _user_frame()
-    if found is None or id(found) != frame or not found.f_code.co_flags & _SUSPENDS:
-        return None
-    return found.f_code
-
-
 def _forget_generators_block(section: Section) -> None:
     hk = (section.lease.provider, section.lease.key)
     frames = in_generators.get(hk)
@@ -265,52 +264,88 @@ def _generator_on_this_stack(key: tuple[str, str]) -> bool:
     return False
 
 
-def _user_frame() -> Any:
-    frame = sys._getframe(2)
-    while frame is not None and _passes_through(frame.f_globals.get("__name__", "")):
-        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
-    return frame
+class Place(NamedTuple):
+    """Where a ``with`` block is entered or left from."""
+
+    frame: int  # the id of the frame running the `with` statement (see place())
+    code: Any  # that frame's code if it is a generator's, else None
+    # The callbacks (a deque) of the ExitStack or AsyncExitStack the block is entered or left
+    # through, else None. ExitStack.pop_all() moves that very deque to the stack it returns,
+    # so it names the block exactly wherever the stack is handed and whoever closes it; a
+    # frame or an owner only guesses, and a guess ended the closer's own block on the same
+    # semaphore object (review 22, 06 and 07: a third holder got in while its body ran).
+    stack: Any
 
 
-def _passes_through(module: str) -> bool:
-    """This package, and contextlib: an ``ExitStack.enter_context`` frame ends as soon as the
-    block is entered (its id could be another frame's by the exit), and the block is the
-    frame's that runs the stack (review 17, 03: a generator entering its lock through an
-    ``(Async)ExitStack`` was not seen as a generator's, and its exit found no block)."""
-    return module.startswith("redlock_deco") or module == "contextlib"
+_NOWHERE = Place(0, None, None)
+
+# The methods of an (Async)ExitStack that enter or leave the blocks on it.
+_STACK_METHODS = frozenset(
+    {"enter_context", "enter_async_context", "__exit__", "__aexit__", "close", "aclose"}
+)
 
 
-def user_frame() -> int:
-    """The id of the frame running the ``with`` statement (the first caller outside this
-    package and contextlib): it is alive, and so unique, for as long as its block is open."""
-    return id(_user_frame())
+def place() -> Place:
+    """Where the ``with`` block entered or left here is: the first caller outside this
+    package and contextlib runs its ``with`` statement (that frame is alive, and so its id
+    unique, while the block is open), and the first ExitStack on the way, if any, holds it.
+
+    contextlib is passed through because an ``ExitStack.enter_context`` frame ends as soon
+    as the block is entered (its id could be another frame's by the exit), and the block is
+    the frame's that runs the stack (review 17, 03: a generator entering its lock through an
+    ``(Async)ExitStack`` was not seen as a generator's, and its exit found no block).
+    """
+    frame: Any = sys._getframe(1)
+    stack = None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module == "contextlib":
+            if stack is None and frame.f_code.co_name in _STACK_METHODS:
+                owner = frame.f_locals.get("self")
+                if isinstance(owner, (ExitStack, AsyncExitStack)):
+                    stack = getattr(owner, "_exit_callbacks", None)
+        elif not module.startswith("redlock_deco"):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return Place(0, None, stack)
+    code = frame.f_code
+    return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack)
 
 
-def exiting(blocks: Blocks, frame: int) -> Section | None:
+def exiting(blocks: Blocks, where: Place) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
-    ``frame`` is: the newest that frame entered for the current owner; else the newest it
-    entered (a generator suspended in a block may be resumed by another thread); else the
-    current owner's newest; else the only block that can only have been handed out.
-    (The newest of all would be wrong when blocks on one object end out of order -- a
+    ``where`` is. Through an ExitStack: the newest entered through that very stack (whoever
+    closes it, wherever it was handed). Else, among the blocks not entered through a stack
+    that still exists: the newest its frame entered for the current owner; else the newest
+    its frame entered (a generator suspended in a block may be resumed by another thread);
+    else the current owner's newest; else the only block that can only have been handed
+    out. (The newest of all would be wrong when blocks on one object end out of order -- a
     generator suspended inside one outlives a later block -- and the ending block would give
     back the generator's slot while keeping its own; and it took another owner's live
-    semaphore block, whose body ran on without its slot: review 20, 04. The last rules are
-    for the exit of a block whose frame and owner are both elsewhere -- an ExitStack handed
-    out with pop_all() and closed by another thread or task -- which found nothing and left
-    the key held for good while its owner lived: review 19, 04.)"""
+    semaphore block, whose body ran on without its slot: review 20, 04.)"""
+    stack = where.stack
+    if stack is not None:
+        for section in reversed(blocks):
+            if section.through is not None and section.through() is stack:
+                return section
     owner = current_owner()
     same_frame = newest_of_owner = None
+    handed_out = []
     for section in reversed(blocks):
+        if section.through is not None and section.through() is not None:
+            continue  # its own stack leaves it
         mine = section.owner() is owner
-        if section.frame == frame:
+        if section.frame == where.frame:
             if mine:
                 return section
             same_frame = same_frame or section
         elif mine:
             newest_of_owner = newest_of_owner or section
+        elif _handed_out(section):
+            handed_out.append(section)
     if same_frame or newest_of_owner:
         return same_frame or newest_of_owner
-    handed_out = [section for section in blocks if _handed_out(section)]
     return handed_out[0] if len(handed_out) == 1 else None
 
 

@@ -289,7 +289,7 @@ class Primitive(Base):
         section: ownership.Section | None = None
         try:
             section = guard.open_section(self.kind, self.options, self.name, self.key,
-                                         self.options.wait, frame=ownership.user_frame(),
+                                         self.options.wait, place=ownership.place(),
                                          keep=self._blocks)  # fmt: skip
             if section is None:
                 raise self._not_acquired(started)
@@ -391,7 +391,7 @@ class AsyncPrimitive(Base):
         try:
             section = await guard.open_section_async(self.kind, self.options, self.name,
                                                      self.key, self.options.wait,
-                                                     frame=ownership.user_frame(),
+                                                     place=ownership.place(),
                                                      keep=self._blocks)  # fmt: skip
             if section is None:
                 raise self._not_acquired(started)

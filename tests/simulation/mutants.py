@@ -327,6 +327,9 @@ MUTANTS: tuple[Mutant, ...] = (
     py("generator-self-wait", "a step of a generator run by another thread or task waits "
        "for its own generator's block", "_ownership", "    if _generator_on_this_stack(key):",
        "    if False:", "tests/integration/test_async_ownership.py"),
+    py("exit-stack-guessed", "an exit through an ExitStack is matched by frame and owner, "
+       "not by its stack", "_ownership", "    if stack is not None:\n        for section",
+       "    if False:\n        for section", "tests/integration/test_handed_out_blocks.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
        "        if job._orphan():\n            notify_lost(job)",

@@ -1,0 +1,256 @@
+"""Blocks handed out of the frame that entered them, and left elsewhere.
+
+``ExitStack.pop_all()`` (and ``AsyncExitStack``'s) hands the blocks entered through a stack to
+another frame, thread or task, which closes them later. A ``with`` protocol exit carries no
+identity of its block, so an exit through a stack is matched by the stack's own list of
+callbacks, which ``pop_all()`` moves intact: guessing by frame or owner ended the closer's own
+block on the same semaphore object (review 22, 06 and 07: a third holder got in while its
+body ran) and refused two handed-out blocks on one object (review 22, 01).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+import redlock_deco
+import redlock_deco.asyncio
+from redlock_deco import LockError
+
+TTL = 30  # far longer than any test here: a key gone at once was released, not expired
+
+
+def _listed(r: redis.Redis, key: str) -> set[bytes]:
+    return set(r.zrange(key, 0, -1))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_block_handed_out_by_an_ended_owner_is_released_by_its_exit_anywhere(
+    r: redis.Redis, flavour: str
+) -> None:
+    """Review 19, 04: a block entered through an ExitStack and handed out (pop_all()) by a
+    thread or task that then ended, closed by another: that exit's frame and owner were
+    neither the block's, so it found no block -- nothing released, nothing raised, and the
+    key stayed held (for good while the object lived)."""
+    import contextlib
+    import threading
+
+    if flavour == "sync":
+        lock = redlock_deco.Lock("handed", ttl=TTL)
+        out: list[Any] = []
+
+        def hand_out() -> None:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(lock)
+                out.append(stack.pop_all())
+
+        entering = threading.Thread(target=hand_out)
+        entering.start()
+        entering.join(10)  # its owner has ended
+        assert r.exists("lock:handed")
+        out[0].close()  # left by this thread
+        assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
+        return
+
+    async def scenario() -> None:
+        lock = redlock_deco.asyncio.Lock("handed", ttl=TTL)
+
+        async def hand_out() -> Any:
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(lock)
+                return stack.pop_all()
+
+        handed = await asyncio.create_task(hand_out())  # its owner has ended
+        assert r.exists("lock:handed")
+        await handed.aclose()  # left by this task
+        assert not r.exists("lock:handed"), "the handed-out block's exit released nothing"
+
+    asyncio.run(scenario())
+
+
+def test_a_handed_out_exit_never_takes_a_suspended_generators_block(r: redis.Redis) -> None:
+    """Review 21, 01: a generator suspended in its semaphore block (its first step run by a
+    thread that ended) and a block handed out by a live thread: the handed-out block's exit,
+    matching neither by frame nor by owner, took the generator's slot, and a third holder got
+    in while the generator's body ran on. The stack's exit leaves exactly its own block."""
+    import contextlib
+    import threading
+
+    sem = redlock_deco.Semaphore("gen-sem", limit=2, ttl=TTL)
+
+    def steps() -> Any:
+        with sem:
+            yield 1
+            yield 2
+
+    gen = steps()
+    first = threading.Thread(target=lambda: next(gen))
+    first.start()
+    first.join(10)  # the generator's entering thread has ended
+    generators = set(r.zrange("sem:gen-sem", 0, -1))
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sem)
+        handed = stack.pop_all()  # this thread lives on
+    assert len(set(r.zrange("sem:gen-sem", 0, -1)) - generators) == 1
+    closer = threading.Thread(target=handed.close)
+    closer.start()
+    closer.join(10)
+    assert set(r.zrange("sem:gen-sem", 0, -1)) == generators  # the generator's slot is kept
+    assert next(gen) == 2
+    gen.close()  # the generator's own exit gives its slot back
+    assert not r.exists("sem:gen-sem")
+
+
+def test_a_handed_out_block_never_takes_another_owners_live_block(r: redis.Redis) -> None:
+    """Review 20, 04: the exit of a handed-out block (its frame and owner elsewhere) took the
+    newest open block of its object -- another thread's live semaphore slot -- and that
+    thread's body ran on without a slot. It takes the block whose owner has ended, and with
+    several live ones it raises, releasing nothing."""
+    import contextlib
+    import threading
+
+    sem = redlock_deco.Semaphore("handed-sem", limit=2, ttl=TTL)
+    handed: list[Any] = []
+
+    def enter_and_hand_out() -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(sem)
+            handed.append(stack.pop_all())
+
+    first = threading.Thread(target=enter_and_hand_out)
+    first.start()
+    first.join(10)  # its owner has ended; its slot is held
+    inside, leave = threading.Event(), threading.Event()
+    live: list[str] = []
+
+    def live_block() -> None:
+        with sem:
+            live.append(redlock_deco.current_lease().token)
+            inside.set()
+            leave.wait(10)
+
+    second = threading.Thread(target=live_block)
+    second.start()
+    assert inside.wait(10)
+    assert len(r.zrange("sem:handed-sem", 0, -1)) == 2
+    closer = threading.Thread(target=handed[0].close)
+    closer.start()
+    closer.join(10)
+    assert r.zrange("sem:handed-sem", 0, -1) == [live[0].encode()]  # the live block's slot
+    third = redlock_deco.Semaphore("handed-sem", limit=2, ttl=TTL)
+    assert third.acquire(blocking=False)  # the freed slot
+    assert not redlock_deco.Semaphore("handed-sem", limit=2, ttl=TTL).acquire(blocking=False)
+    third.release()
+    leave.set()
+    second.join(10)
+    assert r.keys("*") == []
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["semaphore", "reader"])
+def test_closing_a_handed_out_stack_inside_ones_own_block_leaves_only_the_handed_out_one(
+    r: redis.Redis, shared: bool
+) -> None:
+    """Review 22, 06 and 07: a thread closing, inside its own block on the same object, a
+    stack another thread entered and handed out ended its own block instead (same owner,
+    another frame): its body ran on without a slot, and a third holder got in."""
+    if shared:
+        obj: Any = redlock_deco.Lock("own-and-handed", ttl=TTL, shared=True)
+        key = "{lock:own-and-handed}:readers"
+    else:
+        obj = redlock_deco.Semaphore("own-and-handed", limit=2, ttl=TTL)
+        key = "sem:own-and-handed"
+    handed: list[Any] = []
+
+    def enter_and_hand_out() -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(obj)
+            handed.append(stack.pop_all())
+
+    first = threading.Thread(target=enter_and_hand_out)
+    first.start()
+    first.join(10)
+    theirs = _listed(r, key)
+    with obj:
+        mine = redlock_deco.current_lease()
+        handed[0].close()
+        assert redlock_deco.current_lease(None) is mine  # still inside its own block
+        assert _listed(r, key) - theirs == _listed(r, key) != set()  # only theirs went
+        assert not mine.lost
+    assert not r.exists(key)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_two_blocks_handed_out_on_one_object_each_leave_their_own(
+    r: redis.Redis, flavour: str
+) -> None:
+    """Review 22, 01: two blocks on one semaphore object, each handed out by a thread or
+    task that then ended: each exit raised LockError (which of the two?) and released
+    nothing. Each stack leaves the block entered through it."""
+    if flavour == "sync":
+        sem = redlock_deco.Semaphore("two-handed", limit=3, ttl=TTL)
+        stacks: list[Any] = []
+        tokens: list[str] = []
+
+        def enter_and_hand_out() -> None:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(sem)
+                tokens.append(redlock_deco.current_lease().token)
+                stacks.append(stack.pop_all())
+
+        for _ in range(2):
+            thread = threading.Thread(target=enter_and_hand_out)
+            thread.start()
+            thread.join(10)
+        stacks[0].close()
+        assert _listed(r, "sem:two-handed") == {tokens[1].encode()}
+        stacks[1].close()
+        assert not r.exists("sem:two-handed")
+        return
+
+    async def scenario() -> None:
+        sem = redlock_deco.asyncio.Semaphore("two-handed", limit=3, ttl=TTL)
+        tokens: list[str] = []
+
+        async def enter_and_hand_out() -> Any:
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(sem)
+                tokens.append(redlock_deco.current_lease().token)
+                return stack.pop_all()
+
+        stacks = [await asyncio.create_task(enter_and_hand_out()) for _ in range(2)]
+        await stacks[1].aclose()  # out of order
+        assert _listed(r, "sem:two-handed") == {tokens[0].encode()}
+        await stacks[0].aclose()
+        assert not r.exists("sem:two-handed")
+
+    asyncio.run(scenario())
+
+
+def test_a_direct_exit_matching_no_block_raises_and_releases_nothing(r: redis.Redis) -> None:
+    """An exit called by hand, from a frame and a thread that entered nothing, while the
+    thread that entered the block is still inside it: which block it means cannot be told,
+    and taking the live one let a third holder in (review 20, 04). LockError, nothing
+    released."""
+    sem = redlock_deco.Semaphore("direct-exit", limit=2, ttl=TTL)
+    inside, leave = threading.Event(), threading.Event()
+
+    def live_block() -> None:
+        with sem:
+            inside.set()
+            leave.wait(10)
+
+    holder = threading.Thread(target=live_block)
+    holder.start()
+    assert inside.wait(10)
+    held = _listed(r, "sem:direct-exit")
+    with pytest.raises(LockError, match="matches none"):
+        sem.__exit__(None, None, None)
+    assert _listed(r, "sem:direct-exit") == held
+    leave.set()
+    holder.join(10)
+    assert not r.exists("sem:direct-exit")
