@@ -708,17 +708,17 @@ def _forget_async(lease: Lease) -> None:
 async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> None:
     """:func:`_cut_short` for asyncio; a task cancelled (again) meanwhile still cleans up."""
     if isinstance(exc, renewal.UNREACHABLE):
-        renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
+        renewal.give_back_later(claim, target, True)
         return
     try:
         await asyncio.shield(drivers.run_async(target.algorithms.abandon(claim), target))
     except (*renewal.UNREACHABLE, asyncio.CancelledError):
         if not isinstance(exc, RedisError):
-            renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
+            renewal.give_back_later(claim, target, True)
     except RedisError:
         pass
     except BaseException:
-        renewal.async_renewer().add(Cleanup(claim, target, time.monotonic()))
+        renewal.give_back_later(claim, target, True)
         raise
 
 
@@ -794,7 +794,7 @@ async def _send_release(lease: Lease) -> tuple[bool | None, bool]:
     try:
         answer = await drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
     except (*renewal.UNREACHABLE, asyncio.CancelledError):
-        renewal.async_renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
+        renewal.give_back_later(lease.claim, lease.target, True)
         raise
     return answer, drivers.resent() != before
 

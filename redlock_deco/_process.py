@@ -113,7 +113,6 @@ class LoopState:
         Releases and pending clean-ups run together under one deadline, so a dead server
         costs shutdown at most SHUTDOWN_TIMEOUT, not a socket timeout per lease.
         """
-        started = time.monotonic()
         if at_shutdown:
             await self._others_left()
         loop = self.loop()
@@ -138,9 +137,11 @@ class LoopState:
                 )
         if at_shutdown:
             # A generator still closing may be waiting for a lock on these clients: closed
-            # under it, the client reconnected and was never closed (review 21, 02). Its
-            # acquire, once granted, is refused (the state is gone) and given back here.
-            await _while_others_run(asyncio.current_task(), started + SHUTDOWN_TIMEOUT)
+            # under it, the client reconnected and was never closed (review 21, 02; review
+            # 22, 02 when it waited past 5 s). Its acquire, once granted, is refused (the
+            # state is gone) and given back here. No deadline of ours: shutdown_asyncgens()
+            # waits for every generator it closes anyway, so this adds no wait of its own.
+            await _while_others_run(asyncio.current_task(), None)
         if self.renewer is not None:
             stopping = self.renewer.stop()
             if stopping:  # let the cancelled tasks end while the loop still runs
@@ -182,8 +183,8 @@ async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
             await state.aclose(at_shutdown=True)
 
 
-async def _while_others_run(me: asyncio.Task[Any] | None, deadline: float) -> None:
-    while time.monotonic() < deadline and _others_running(me):
+async def _while_others_run(me: asyncio.Task[Any] | None, deadline: float | None) -> None:
+    while (deadline is None or time.monotonic() < deadline) and _others_running(me):
         await asyncio.sleep(BLOCKS_POLL)
 
 

@@ -545,12 +545,15 @@ def async_renewer() -> AsyncRenewer:
     return found
 
 
-def _give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
-    """See ``_waiting.give_back_later``."""
+def give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
+    """Leave ``claim`` to the renewer's clean-ups (see ``_waiting.give_back_later``); for
+    asyncio, only while its loop's state stands: at its shutdown, after the last clean-ups
+    have run, what remains expires within its ttl (a new state would never be closed, and
+    asking for one raised ProviderError out of an interrupted acquire's clean-up)."""
     with contextlib.suppress(RuntimeError):  # a loop that is gone: nothing can send it
         found = known_async_renewer() if asynchronous else renewer()
         if found is not None:  # (a loop shut down: its last clean-ups have run)
             found.add(Cleanup(claim, target, time.monotonic()))
 
 
-waiting.give_back_later = _give_back_later
+waiting.give_back_later = give_back_later

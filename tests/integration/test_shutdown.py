@@ -616,17 +616,19 @@ def test_a_block_that_outlives_the_shutdowns_wait_is_lost_and_reopens_no_client(
     assert not noise, done.stderr
 
 
+@pytest.mark.parametrize("held", [3.5, pytest.param(5.5, marks=pytest.mark.slow)])
 def test_a_lock_a_closing_generator_waits_for_past_the_shutdowns_wait_leaks_nothing(
-    server: RedisServer,
+    server: RedisServer, held: float
 ) -> None:
     """Review 21, 02: a generator closed at asyncio.run's end started waiting for a lock in
     its finally, granted only after the loop's clean-up had stopped waiting (2.5 s): the
     clean-up closed the clients under the wait, which reconnected, and the connection was
-    never closed. The clients stay open until the closing generators are done (within the
-    shutdown's 5 s); the late grant is refused and given back."""
+    never closed. Review 22, 02: the same when granted after 5 s, once the shutdown's own
+    deadline had closed the clients. The clients stay open until the closing generators are
+    done; the late grant is refused and given back."""
     done = run_script(
         server,
-        """
+        f"""
         import threading, time
         outcome = []
         holding = threading.Event()
@@ -634,7 +636,7 @@ def test_a_lock_a_closing_generator_waits_for_past_the_shutdowns_wait_leaks_noth
         def hold():
             with redlock_deco.Lock("late-grant", ttl=30):
                 holding.set()
-                time.sleep(3.5)  # past the shutdown's 2.5 s wait
+                time.sleep({held})  # past the shutdown's 2.5 s wait (and its 5 s)
 
         holder = threading.Thread(target=hold)
         holder.start()
