@@ -305,17 +305,17 @@ def _cut_short(claim: Claim, target: Any, exc: BaseException) -> None:
     or in the background if that is interrupted too.
     """
     if isinstance(exc, renewal.UNREACHABLE):
-        renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
+        renewal.give_back_later(claim, target, False)
         return
     try:
         drivers.run(target.algorithms.abandon(claim), target)
     except renewal.UNREACHABLE:
         if not isinstance(exc, RedisError):
-            renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
+            renewal.give_back_later(claim, target, False)
     except RedisError:
         pass  # the server answered with an error again: nothing more to do
     except BaseException:
-        renewal.renewer().add(Cleanup(claim, target, time.monotonic()))
+        renewal.give_back_later(claim, target, False)
         raise
 
 
@@ -342,7 +342,7 @@ def _give_back(lease: Lease) -> bool:
     except BaseException as exc:
         lease._release()  # not renewed any more either way
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
-            renewal.renewer().add(Cleanup(lease.claim, lease.target, time.monotonic()))
+            renewal.give_back_later(lease.claim, lease.target, False)
         raise
     return _released(lease, answer, was_lost, drivers.resent() != before)
 
