@@ -12,8 +12,10 @@ against a real redis-server (no fakes, no mocks).
   the lease is the object's either way.
 - ``Semaphores``: limit 2, threads, slots expiring and removed server-side.
 - ``Sections``: ``current_lease()`` through nested ``@locked``/``@limited`` calls, ``with``
-  blocks and generators suspended inside ``with`` blocks that end out of order, with keys
-  and slots removed while held (only the outermost exit raises LockLost).
+  blocks, generators suspended inside ``with`` blocks and blocks entered through an
+  ``ExitStack`` handed out with ``pop_all()`` (by the owner, or by a thread that then ends),
+  closed here or by another thread: all ending out of order, with keys and slots removed
+  while held (only the outermost exit raises LockLost).
 
 Timing is modelled, not assumed: a lease that was never renewed is certainly on the server
 until ``ttl`` after the request that set it was *sent*, certainly gone ``ttl`` after its
@@ -733,6 +735,7 @@ class SectionOwner:
         self.outbox: queue.Queue[Any] = queue.Queue()
         self.shared = {name: self.primitive(name) for name in SECTION_NAMES}
         self.gens: dict[int, Any] = {}
+        self.stacks: dict[int, contextlib.ExitStack] = {}  # handed out with pop_all()
 
         @locked("{name}", ttl=30, wait=0)
         def locked_call(name: str) -> Any:
@@ -766,6 +769,9 @@ class SectionOwner:
             for gen in self.gens.values():
                 with contextlib.suppress(Exception):
                     gen.close()
+            for stack in self.stacks.values():
+                with contextlib.suppress(Exception):
+                    stack.close()
 
     def serve(self) -> None:
         """Run commands until "exit" (return: the enclosing section ends) or "stop"."""
@@ -827,6 +833,47 @@ class SectionOwner:
                 return type(exc).__name__, self.current()
             gen.close()
             return None, seen
+        if op == "stack":  # a block entered through an ExitStack, handed out with pop_all()
+            sid, how, name = args
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(self.shared[name] if how == "shared" else self.primitive(name))
+                token = self.current()
+                self.stacks[sid] = stack.pop_all()
+            return token
+        if op == "helper stack":  # the same, by a thread of its own that then ends
+            sid, how, name = args
+            tokens: list[str | None] = []
+
+            def hand_over() -> None:
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(
+                        self.shared[name] if how == "shared" else self.primitive(name)
+                    )
+                    tokens.append(self.current())
+                    self.stacks[sid] = stack.pop_all()
+
+            helper = threading.Thread(target=hand_over)
+            helper.start()
+            helper.join(CALL_TIMEOUT)
+            return tokens[0]
+        if op == "close stack":  # here, or by a thread of its own
+            sid, where = args
+            handed = self.stacks.pop(sid)
+            raised: list[str | None] = [None]
+
+            def close() -> None:
+                try:
+                    handed.close()
+                except LockLost as exc:
+                    raised[0] = type(exc).__name__
+
+            if where == "here":
+                close()
+            else:
+                closer = threading.Thread(target=close)
+                closer.start()
+                closer.join(CALL_TIMEOUT)
+            return raised[0], self.current()
         if op == "probe":
             return self.current()
         raise ValueError(op)
@@ -854,6 +901,8 @@ class Section:
     gid: int | None  # a generator's id, None for a call or a with block
     shared: bool = False  # entered through the one object per name that sections share
     lost: bool = False  # its slot was removed server-side (semaphore sections)
+    sid: int | None = None  # a handed-out ExitStack's id, for a block entered through one
+    elsewhere: bool = False  # entered by a thread that has ended (not the owner's section)
 
 
 class Sections(RuleBasedStateMachine):
@@ -877,7 +926,8 @@ class Sections(RuleBasedStateMachine):
         self.owner = SectionOwner()
 
     def innermost(self) -> str | None:
-        return self.open[-1].token if self.open else None
+        mine = [section for section in self.open if not section.elsewhere]
+        return mine[-1].token if mine else None
 
     def entered(self, name: str, token: str, gid: int | None, what: str, shared: bool) -> Section:
         same = [s.token for s in self.open if s.name == name]
@@ -947,6 +997,45 @@ class Sections(RuleBasedStateMachine):
     def generators(self) -> list[Section]:
         return [section for section in self.open if section.gid is not None]
 
+    @precondition(lambda self: len(self.open) < MAX_OPEN)
+    @rule(how=st.sampled_from(["fresh", "shared"]), name=st.sampled_from(SECTION_NAMES))
+    def enter_stack(self, how: str, name: str) -> None:
+        """A block entered through an ExitStack and handed out (pop_all()): it stays open,
+        the owner's innermost, until the stack is closed, in any order, here or by another
+        thread; that exit ends exactly this block (review 22, 06: it ended the closer's own
+        block on the same object)."""
+        sid = next(self.seq)
+        what = f"stack {sid}: {how} {name}"
+        token = ok(self.owner.call("stack", sid, how, name), what)
+        assert token is not None, f"{what}: no current_lease() after entering"
+        self.entered(name, token, None, what, how == "shared").sid = sid
+
+    @precondition(lambda self: len(self.open) < MAX_OPEN)
+    @rule(how=st.sampled_from(["fresh", "shared"]))
+    def hand_over_stack(self, how: str) -> None:
+        """A semaphore block entered through an ExitStack by a thread that hands the stack
+        to the owner and ends: not the owner's section (its current_lease() is unchanged),
+        and closing it, even inside the owner's own block on the same object, ends exactly
+        it (review 22, 06 and 07: a third holder got in while the owner's body ran)."""
+        sid = next(self.seq)
+        what = f"helper's stack {sid}: {how} s"
+        token = ok(self.owner.call("helper stack", sid, how, "s"), what)
+        assert token is not None, f"{what}: no current_lease() after entering"
+        section = self.entered("s", token, None, what, how == "shared")
+        section.sid, section.elsewhere = sid, True
+
+    def stacks(self) -> list[Section]:
+        return [section for section in self.open if section.sid is not None]
+
+    @precondition(lambda self: self.stacks())
+    @rule(data=st.data(), where=st.sampled_from(["here", "elsewhere"]))
+    def close_stack(self, data: st.DataObject, where: str) -> None:
+        section = data.draw(st.sampled_from(self.stacks()), label="stack")
+        expected = self.ending(section)
+        error, seen = ok(self.owner.call("close stack", section.sid, where), f"close {section}")
+        assert error == expected, f"close of {section}: {error} raised, expected {expected}"
+        assert seen == self.innermost(), f"after close of {section}: {seen}, not {self.open}"
+
     def endable_generators(self) -> list[Section]:
         return [section for section in self.generators() if self.may_end(section)]
 
@@ -994,7 +1083,9 @@ class Sections(RuleBasedStateMachine):
         try:
             while self.open:  # newest first
                 section = self.open.pop()
-                if section.gid is None:
+                if section.sid is not None:
+                    ok(self.owner.call("close stack", section.sid, "here"), "closing a stack")
+                elif section.gid is None:
                     assert self.calls.pop() is section
                     ok(self.owner.call("exit"), "leaving a section")
                 else:
