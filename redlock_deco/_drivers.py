@@ -41,6 +41,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.retry import Retry
 
 from . import _waiting as waiting
+from ._errors import ProviderError
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -638,13 +639,16 @@ def confirmed(acked: Any, same_socket: bool) -> Any:
 class AsyncTarget:
     """One ``redis.asyncio`` client (bound to one event loop) and what derives from it."""
 
-    __slots__ = ("checked", "client", "counted", "lanes", "waiting")
+    __slots__ = ("busy", "checked", "client", "closed", "counted", "lanes", "sending", "waiting")
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
         self.checked = False
+        self.busy = 0  # algorithms running on it now (see run_async)
+        self.closed = False  # its loop's shutdown closed the client (see stop)
+        self.sending = 0  # commands in flight on it now
         self.counted = not is_cluster(client)
         self.waiting = waiting.AsyncWaiting(self, self.counted) if can_listen(client) else None
 
@@ -653,29 +657,45 @@ class AsyncTarget:
         return self.waiting is not None and self.waiting.listening
 
     def stop(self) -> None:
-        """Its loop is closing: end the subscriber."""
+        """Its loop is closing: end the subscriber, and send nothing more. A command sent on
+        the closed client reconnected it, and nothing closed that connection again (review
+        21, 02 and 22, 02: a clean-up at asyncio.run's end still waiting for a lock)."""
+        self.closed = True
         if self.waiting is not None:
             self.waiting.stop()
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise ProviderError(
+                "this event loop has shut down and its redlock-deco clients are closed, so "
+                "nothing more can be sent on them (what it held is released, or expires "
+                "within its ttl): take and release locks before the loop's end"
+            )
 
     async def execute(self, step: Step) -> Any:
         kind = type(step)
         if kind is Wait:
             return await step.registration.wait(step.timeout)  # type: ignore[union-attr]
-        if kind is Listen:
-            if self.waiting is None:
-                return None
-            return await self.waiting.listen(step.token, step.timeout)  # type: ignore[union-attr]
         if kind is Sleep:
             await asyncio.sleep(step.seconds)  # type: ignore[union-attr]
             return None
-        if self.lanes is None:
-            return await self._send(step)
-        lane = self.lanes[lane_of(step)]
-        await lane.acquire()
+        self.check_open()
+        self.sending += 1
         try:
-            return await self._send(step)
+            if kind is Listen:
+                if self.waiting is None:
+                    return None
+                return await self.waiting.listen(step.token, step.timeout)  # type: ignore[union-attr]
+            if self.lanes is None:
+                return await self._send(step)
+            lane = self.lanes[lane_of(step)]
+            await lane.acquire()
+            try:
+                return await self._send(step)
+            finally:
+                lane.release()
         finally:
-            lane.release()
+            self.sending -= 1
 
     async def _send(self, step: Step) -> Any:
         if type(step) is Replicated:
@@ -731,6 +751,8 @@ class Executes(Protocol):
 
 
 class ExecutesAsync(Protocol):
+    busy: int
+
     async def execute(self, step: Step) -> Any: ...
 
 
@@ -821,6 +843,7 @@ async def run_async(steps: Steps[T], target: ExecutesAsync) -> T:
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)  # Python 3.11+; 3.10 relies on redis-py
     before = cancelling() if cancelling is not None else 0
+    target.busy += 1  # the loop's shutdown keeps the client open meanwhile
     try:
         step = next(steps)
         while True:
@@ -834,4 +857,5 @@ async def run_async(steps: Steps[T], target: ExecutesAsync) -> T:
         result: T = done.value
         return result
     finally:
+        target.busy -= 1
         steps.close()

@@ -507,9 +507,17 @@ class _AsyncMaster:
         return asyncio.CancelledError() if task.cancelled() else task.result()
 
     async def _send(self, step: Eval) -> Any:
+        self.node.check_open()
         pool = getattr(self.node.client, "connection_pool", None)
         if pool is None:  # a cluster client routes by key over pools of its own
             return await self.node.execute(step)
+        self.node.sending += 1  # the loop's shutdown lets it end before closing the client
+        try:
+            return await self._send_on(pool, step)
+        finally:
+            self.node.sending -= 1
+
+    async def _send_on(self, pool: Any, step: Eval) -> Any:
         named = _takes_command_name(pool)
         conn = await (pool.get_connection("EVALSHA") if named else pool.get_connection())
         clean = False
@@ -549,7 +557,17 @@ class QuorumAsyncTarget:
         self.node_timeout = node_timeout
         self.algorithms: Algorithms = Quorum(len(nodes))
         self.checked = False
+        self.busy = 0  # algorithms running on it now (see drivers.run_async)
         self._masters = [_AsyncMaster(node) for node in nodes]
+
+    def stop(self) -> None:
+        """Its loop is closing: send nothing more on its masters' clients."""
+        for node in self.nodes:
+            node.stop()
+
+    @property
+    def sending(self) -> int:
+        return sum(node.sending for node in self.nodes)
 
     async def execute(self, step: Step) -> Any:
         if isinstance(step, Sleep):

@@ -315,25 +315,37 @@ def place() -> Place:
 
 def exiting(blocks: Blocks, where: Place) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
-    ``where`` is. Through an ExitStack: the newest entered through that very stack (whoever
-    closes it, wherever it was handed). Else, among the blocks not entered through a stack
-    that still exists: the newest its frame entered for the current owner; else the newest
-    its frame entered (a generator suspended in a block may be resumed by another thread);
-    else the current owner's newest; else the only block that can only have been handed
-    out. (The newest of all would be wrong when blocks on one object end out of order -- a
-    generator suspended inside one outlives a later block -- and the ending block would give
-    back the generator's slot while keeping its own; and it took another owner's live
-    semaphore block, whose body ran on without its slot: review 20, 04.)"""
+    ``where`` is.
+
+    Through an ExitStack: the newest entered through that very stack (whoever closes it,
+    wherever it was handed); else the object's only block not entered through a stack, if
+    its owner is the caller or has ended. Not through a stack, among the blocks not entered
+    through a stack that still exists: the newest its frame entered for the current owner;
+    else the newest its frame entered (a generator suspended in a block may be resumed by
+    another thread); else the current owner's newest; else the only block that can only
+    have been handed out. (The newest of all would be wrong when blocks on one object end
+    out of order -- a generator suspended inside one outlives a later block -- and the
+    ending block would give back the generator's slot while keeping its own; and it took
+    another owner's live semaphore block, whose body ran on without its slot: review 20,
+    04.)"""
     stack = where.stack
+    owner = current_owner()
     if stack is not None:
         for section in reversed(blocks):
             if section.through is not None and section.through() is stack:
                 return section
-    owner = current_owner()
+        # An exit pushed onto the stack by hand (stack.push(obj), stack.callback(obj.__exit__))
+        # for a block entered by hand: nothing says which block it is, and the frame rules
+        # took the closer's own `with` block on the object, whose body ran on without its
+        # slot (review 23, 02). Only an unambiguous one: the object's one such block.
+        rest = [section for section in blocks if not _through_live_stack(section)]
+        if len(rest) == 1 and (rest[0].owner() is owner or _handed_out(rest[0])):
+            return rest[0]
+        return None
     same_frame = newest_of_owner = None
     handed_out = []
     for section in reversed(blocks):
-        if section.through is not None and section.through() is not None:
+        if _through_live_stack(section):
             continue  # its own stack leaves it
         mine = section.owner() is owner
         if section.frame == where.frame:
@@ -347,6 +359,12 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
     if same_frame or newest_of_owner:
         return same_frame or newest_of_owner
     return handed_out[0] if len(handed_out) == 1 else None
+
+
+def _through_live_stack(section: Section) -> bool:
+    """Whether ``section`` was entered through an ExitStack that still exists (which alone
+    leaves it)."""
+    return section.through is not None and section.through() is not None
 
 
 def _handed_out(section: Section) -> bool:

@@ -45,6 +45,8 @@ log = logging.getLogger("redlock_deco")
 SHUTDOWN_TIMEOUT = 5.0
 # How often a loop's shutdown looks whether the other async generators have ended.
 BLOCKS_POLL = 0.01
+# How long a loop's shutdown lets the commands in flight end before closing their clients.
+SENDING_GRACE = 1.0
 
 HoldingKey = tuple[str, str]  # (provider name, Redis key)
 Holdings = dict[HoldingKey, Lease]
@@ -55,7 +57,16 @@ Tables = tuple[Holdings, Calls]
 class LoopState:
     """Everything redlock-deco keeps for one event loop."""
 
-    __slots__ = ("__weakref__", "_closer", "clients", "leases", "loop", "renewer", "targets")
+    __slots__ = (
+        "__weakref__",
+        "_closer",
+        "clients",
+        "closed",
+        "leases",
+        "loop",
+        "renewer",
+        "targets",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)  # a strong one would keep a closed loop alive
@@ -63,6 +74,7 @@ class LoopState:
         self.clients: list[Any] = []  # clients built here from URLs: ours to close
         self.renewer: Any = None  # the loop's AsyncRenewer, once needed
         self.leases: set[Lease] = set()  # acquired in this loop and not yet released
+        self.closed = False  # aclose() has run: its clients are closed
         self._closer: AsyncGenerator[None, None] | None = None
 
     def watch_shutdown(self) -> None:
@@ -88,12 +100,29 @@ class LoopState:
         What is still held after that is released here; a block still open inside it is
         reported lost first."""
         me = asyncio.current_task()
-        if self.renewer is not None and _others_running(me):
+        await asyncio.sleep(0)  # the others' clean-ups start: a lock they take is in flight
+        if not (self._needed() and _others_running(me)):
+            return  # nothing of this loop held or in use: no generator still needs it
+        if self.renewer is not None:
             for lease in self.leases:
                 if lease.sections:
                     lease._kept_through_shutdown()
             self.renewer.resume()  # stopped by asyncio.run with every other task
-        await _while_others_run(me, time.monotonic() + SHUTDOWN_TIMEOUT / 2)
+        await _while_others_run(me, time.monotonic() + SHUTDOWN_TIMEOUT / 2, self._needed)
+
+    def _needed(self) -> bool:
+        """Whether the loop's generators still closing may need its leases or clients:
+        something is held, or a round trip or a wait is in flight on its clients. Waiting
+        for them otherwise waited for tasks the shutdown does not wait for (review 23, 01: a
+        generator's aclose() pending in a task of its own), and for another closer of the
+        same loop, which waited for this one (review 23, 05: after aclose() by hand)."""
+        return bool(self.leases) or self._in_use()
+
+    def _in_use(self) -> bool:
+        return any(target.busy for target in self.targets.values())
+
+    def _sending(self) -> bool:
+        return any(getattr(target, "sending", 0) for target in self.targets.values())
 
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it
@@ -113,6 +142,9 @@ class LoopState:
         Releases and pending clean-ups run together under one deadline, so a dead server
         costs shutdown at most SHUTDOWN_TIMEOUT, not a socket timeout per lease.
         """
+        if self.closed:
+            return  # aclose() by hand, then the closer at the loop's shutdown: done already
+        started = time.monotonic()
         if at_shutdown:
             await self._others_left()
         loop = self.loop()
@@ -137,24 +169,34 @@ class LoopState:
                 )
         if at_shutdown:
             # A generator still closing may be waiting for a lock on these clients: closed
-            # under it, the client reconnected and was never closed (review 21, 02; review
-            # 22, 02 when it waited past 5 s). Its acquire, once granted, is refused (the
-            # state is gone) and given back here. No deadline of ours: shutdown_asyncgens()
-            # waits for every generator it closes anyway, so this adds no wait of its own.
-            await _while_others_run(asyncio.current_task(), None)
+            # under it, the client reconnected and was never closed (review 21, 02). Its
+            # acquire, once granted, is refused (the state is gone) and given back here.
+            # Only while something is in flight, and within the shutdown's time: a task of
+            # unknown origin closing a generator may never end (review 23, 01: a wait
+            # without the library's); past that, the closed targets send nothing more
+            # (review 22, 02).
+            await _while_others_run(
+                asyncio.current_task(), started + SHUTDOWN_TIMEOUT, self._in_use
+            )
         if self.renewer is not None:
             stopping = self.renewer.stop()
             if stopping:  # let the cancelled tasks end while the loop still runs
                 await asyncio.wait(stopping, timeout=SHUTDOWN_TIMEOUT)
         for target in self.targets.values():
-            stop = getattr(target, "stop", None)  # its subscriber, on a client closed next
+            stop = getattr(target, "stop", None)  # its subscriber; and it sends no more
             if stop is not None:
                 stop()
+        # A command still in flight ends first: closed under it, the client's retry
+        # reconnected, and nothing closed that connection (review 22, 02).
+        deadline = time.monotonic() + SENDING_GRACE
+        while time.monotonic() < deadline and self._sending():
+            await asyncio.sleep(BLOCKS_POLL)
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
                 await client.aclose()
         self.clients.clear()
         self.targets.clear()
+        self.closed = True
 
 
 async def release_at_shutdown(lease: Lease) -> None:
@@ -183,8 +225,10 @@ async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
             await state.aclose(at_shutdown=True)
 
 
-async def _while_others_run(me: asyncio.Task[Any] | None, deadline: float | None) -> None:
-    while (deadline is None or time.monotonic() < deadline) and _others_running(me):
+async def _while_others_run(
+    me: asyncio.Task[Any] | None, deadline: float, needed: Callable[[], bool]
+) -> None:
+    while time.monotonic() < deadline and needed() and _others_running(me):
         await asyncio.sleep(BLOCKS_POLL)
 
 

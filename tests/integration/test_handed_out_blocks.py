@@ -254,3 +254,49 @@ def test_a_direct_exit_matching_no_block_raises_and_releases_nothing(r: redis.Re
     leave.set()
     holder.join(10)
     assert not r.exists("sem:direct-exit")
+
+
+@pytest.mark.parametrize("push", ["push", "callback"])
+def test_an_exit_pushed_by_hand_never_takes_the_closers_own_block(
+    r: redis.Redis, push: str
+) -> None:
+    """Review 23, 02: a block entered by hand (``sem.__enter__()``) by a thread that pushed
+    its exit onto a stack (``stack.push(sem)`` or ``stack.callback(sem.__exit__, ...)``),
+    handed the stack out and ended; closed inside the closer's own block on the object, the
+    frame rules took the closer's block, whose body ran on without a slot while two more
+    holders got in. Which block the exit means cannot be told: LockError, nothing released."""
+    sem = redlock_deco.Semaphore("pushed", limit=2, ttl=TTL)
+    handed: list[Any] = []
+
+    def enter_by_hand() -> None:
+        stack = contextlib.ExitStack()
+        sem.__enter__()
+        if push == "push":
+            stack.push(sem)
+        else:
+            stack.callback(sem.__exit__, None, None, None)
+        handed.append(stack)
+
+    first = threading.Thread(target=enter_by_hand)
+    first.start()
+    first.join(10)
+    with sem:
+        mine = redlock_deco.current_lease()
+        with pytest.raises(LockError, match="matches none"):
+            handed[0].close()
+        assert redlock_deco.current_lease(None) is mine
+        assert mine.token.encode() in _listed(r, "sem:pushed")
+        assert len(_listed(r, "sem:pushed")) == 2  # the pushed one's too: nothing released
+    assert len(_listed(r, "sem:pushed")) == 1
+    r.delete("sem:pushed", "{sem:pushed}:limit")  # the ended thread's, lapsing otherwise
+
+
+def test_an_exit_pushed_by_hand_for_the_only_block_releases_it(r: redis.Redis) -> None:
+    """The unambiguous case of the same: the object's only block, entered by hand and its
+    exit pushed onto a stack, is left when the stack closes."""
+    sem = redlock_deco.Semaphore("pushed-only", limit=2, ttl=TTL)
+    with contextlib.ExitStack() as stack:
+        sem.__enter__()
+        stack.push(sem)
+        assert len(_listed(r, "sem:pushed-only")) == 1
+    assert not r.exists("sem:pushed-only")

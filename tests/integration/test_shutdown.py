@@ -738,3 +738,68 @@ def test_an_object_lock_released_by_its_loops_end_sends_nothing_from_a_later_loo
     assert done.stdout.split() == ["not", "owned", "keys", "0"], done.stdout
     noise = [line for line in done.stderr.splitlines() if "Warning" in line]
     assert not noise, done.stderr
+
+
+def test_a_loop_cleaned_up_by_hand_and_used_again_shuts_down_at_once(server: RedisServer) -> None:
+    """Review 23, 05: ``await redlock_deco.aclose()`` in the middle of a loop's life (a
+    fixture's teardown on a shared loop), then a lock again: the loop had two closers at its
+    end, and each waited for the other for good."""
+    done = run_script(
+        server,
+        """
+        import time
+
+        async def main():
+            for _ in range(2):
+                async with redlock_deco.asyncio.Lock("again", ttl=5):
+                    pass
+                await redlock_deco.aclose()
+            async with redlock_deco.asyncio.Lock("again", ttl=5):
+                pass
+
+        started = time.monotonic()
+        asyncio.run(main())
+        print("took", round(time.monotonic() - started))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["took", "0"], done.stdout
+
+
+def test_a_generator_closing_in_the_background_holds_up_no_shutdown(server: RedisServer) -> None:
+    """Review 23, 01: a loop run by hand with a generator's ``aclose()`` still pending in a
+    task of its own (a slow clean-up): shutdown_asyncgens() does not wait for that task, but
+    the library's closer did (30 s in the report), although nothing of the library was in
+    use any more."""
+    done = run_script(
+        server,
+        """
+        import time
+
+        async def slow():
+            try:
+                yield 1
+            finally:
+                await asyncio.sleep(30)
+
+        async def main():
+            async with redlock_deco.asyncio.Lock("background", ttl=5):
+                pass
+            agen = slow()
+            await agen.__anext__()
+            asyncio.ensure_future(agen.aclose())
+            await asyncio.sleep(0.05)
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(main())
+        started = time.monotonic()
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        print("took", round(time.monotonic() - started))
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["took", "0"], done.stdout

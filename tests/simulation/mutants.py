@@ -330,6 +330,13 @@ MUTANTS: tuple[Mutant, ...] = (
     py("exit-stack-guessed", "an exit through an ExitStack is matched by frame and owner, "
        "not by its stack", "_ownership", "    if stack is not None:\n        for section",
        "    if False:\n        for section", "tests/integration/test_handed_out_blocks.py"),
+    py("pushed-exit-guessed", "an exit pushed onto a stack by hand takes one of several blocks",
+       "_ownership", "        if len(rest) == 1 and (", "        if rest and (",
+       "tests/integration/test_handed_out_blocks.py"),
+    py("shutdown-waits-for-anything", "a loop's shutdown waits for every generator closing, "
+       "whether or not anything of the library is held or in use", "_process",
+       "        return bool(self.leases) or self._in_use()", "        return True",
+       "tests/integration/test_shutdown.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
        "        if job._orphan():\n            notify_lost(job)",
