@@ -428,11 +428,23 @@ def abort(section: ownership.Section, exc: BaseException) -> None:
 _UNSET: Any = object()
 
 
-def _unmatched_exit(blocks: ownership.Blocks) -> LockError:
+def _unmatched_exit(blocks: ownership.Blocks, where: ownership.Place) -> LockError:
     """An exit that matches none of its object's open blocks by stack, frame or owner:
     guessing gave another owner's live semaphore slot away, and its body ran on without it
     (review 20, 04). Nothing is released; the error says so."""
     lease = blocks[-1].lease
+    if where.stack is not None:
+        return LockError(
+            f"this exit of a block on {lease.key!r}, pushed onto an ExitStack by hand "
+            "(stack.push(obj) or stack.callback(obj.__exit__, ...)), cannot tell which of the "
+            f"object's {len(blocks)} open blocks it ends (only the object's one block not "
+            "entered through a stack, entered by the closing thread or task or by one that "
+            "has ended, can be), so nothing was released: enter the block through the stack "
+            "instead (stack.enter_context(obj)), whose exit ends exactly that block wherever "
+            "the stack is closed",
+            name=lease.name,
+            key=lease.key,
+        )
     return LockError(
         f"this exit of a block on {lease.key!r} matches none of the object's {len(blocks)} "
         "open blocks (each was entered in another frame, by a thread or task still running "
@@ -448,9 +460,10 @@ def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
     """The exit of a ``with`` block on an object whose open blocks are ``blocks``."""
     section = _UNSET
     try:
-        section = ownership.exiting(blocks, ownership.place())
+        where = ownership.place()
+        section = ownership.exiting(blocks, where)
         if section is None and blocks:
-            raise _unmatched_exit(blocks)
+            raise _unmatched_exit(blocks, where)
         close_section(section, error)
     except BaseException as exc:
         # Interrupted before its exit began (finding it, or entering close_section): give
@@ -661,6 +674,22 @@ async def _take_async(kind: Kind, options: LeaseOptions, name: str, key: str,
     before = _cancels(task)
     target = providers.async_target(options.provider)
     _check_target(kind, options, target)
+    # In flight from here to its end, the lean first try and a refused grant's give-back
+    # included: the loop's shutdown keeps the client open meanwhile (review 24, 01 and 02:
+    # a clean-up's lock at asyncio.run's end was refused, or granted and left held).
+    target.busy += 1
+    try:
+        return await _take_on_async(kind, options, name, key, wait, alive, taken, task,
+                                    before, target)  # fmt: skip
+    finally:
+        target.busy -= 1
+
+
+async def _take_on_async(kind: Kind, options: LeaseOptions, name: str, key: str,
+                         wait: float | None, alive: Callable[[], bool], taken: list[Lease],
+                         task: asyncio.Task[Any], before: int,
+                         target: Any) -> Lease | None:  # fmt: skip
+    """:func:`_take_async` once its target is known and counted busy."""
     if not target.checked:  # before acquiring: a cancellation here leaves nothing held
         await eviction.check_async_once(target)
         _raise_if_cancelled(task, before)
@@ -880,9 +909,10 @@ async def close_block_async(blocks: ownership.Blocks, error: BaseException | Non
     """:func:`close_block` for asyncio."""
     section = _UNSET
     try:
-        section = ownership.exiting(blocks, ownership.place())
+        where = ownership.place()
+        section = ownership.exiting(blocks, where)
         if section is None and blocks:
-            raise _unmatched_exit(blocks)
+            raise _unmatched_exit(blocks, where)
         await close_section_async(section, error)
     except BaseException as exc:
         if section is _UNSET:

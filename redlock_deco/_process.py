@@ -74,7 +74,7 @@ class LoopState:
         self.clients: list[Any] = []  # clients built here from URLs: ours to close
         self.renewer: Any = None  # the loop's AsyncRenewer, once needed
         self.leases: set[Lease] = set()  # acquired in this loop and not yet released
-        self.closed = False  # aclose() has run: its clients are closed
+        self.closed = False  # aclose() has begun: it closes its clients
         self._closer: AsyncGenerator[None, None] | None = None
 
     def watch_shutdown(self) -> None:
@@ -90,36 +90,25 @@ class LoopState:
             step.send(None)
         self._closer = closer  # a strong reference: the loop keeps only a weak one
 
-    async def _others_left(self) -> None:
+    async def _others_left(self, beside: Callable[[], bool]) -> None:
         """At ``asyncio.run``'s shutdown, let the loop's other async generators end first,
         for up to half the shutdown's time: ``shutdown_asyncgens()`` closes them beside this
-        closer (one gather), and one suspended inside a lock block, or holding a lock by its
-        object until its ``finally``, releases it itself when its clean-up is done. Released
-        here at once, the key went to another client while that clean-up still ran, with no
-        loss signal, and an object's own release then raised LockNotOwned (review 18, 02).
-        What is still held after that is released here; a block still open inside it is
-        reported lost first."""
-        me = asyncio.current_task()
-        await asyncio.sleep(0)  # the others' clean-ups start: a lock they take is in flight
-        if not (self._needed() and _others_running(me)):
-            return  # nothing of this loop held or in use: no generator still needs it
-        if self.renewer is not None:
+        closer (``beside()``: some still run), and one suspended inside a lock block, or
+        holding a lock by its object until its ``finally``, releases it itself when its
+        clean-up is done. Released here at once, the key went to another client while that
+        clean-up still ran, with no loss signal, and an object's own release then raised
+        LockNotOwned (review 18, 02). What is still held after that is released here; a
+        block still open inside it is reported lost first."""
+        if self.renewer is not None and beside():
             for lease in self.leases:
                 if lease.sections:
                     lease._kept_through_shutdown()
             self.renewer.resume()  # stopped by asyncio.run with every other task
-        await _while_others_run(me, time.monotonic() + SHUTDOWN_TIMEOUT / 2, self._needed)
-
-    def _needed(self) -> bool:
-        """Whether the loop's generators still closing may need its leases or clients:
-        something is held, or a round trip or a wait is in flight on its clients. Waiting
-        for them otherwise waited for tasks the shutdown does not wait for (review 23, 01: a
-        generator's aclose() pending in a task of its own), and for another closer of the
-        same loop, which waited for this one (review 23, 05: after aclose() by hand)."""
-        return bool(self.leases) or self._in_use()
+        await _while(beside, time.monotonic() + SHUTDOWN_TIMEOUT / 2)
 
     def _in_use(self) -> bool:
-        return any(target.busy for target in self.targets.values())
+        """Whether an acquire, a round trip or a wait is in flight on the loop's clients."""
+        return any(target.busy or getattr(target, "sending", 0) for target in self.targets.values())
 
     def _sending(self) -> bool:
         return any(getattr(target, "sending", 0) for target in self.targets.values())
@@ -144,9 +133,11 @@ class LoopState:
         """
         if self.closed:
             return  # aclose() by hand, then the closer at the loop's shutdown: done already
+        self.closed = True
         started = time.monotonic()
+        beside = _closing_beside(asyncio.current_task())
         if at_shutdown:
-            await self._others_left()
+            await self._others_left(beside)
         loop = self.loop()
         if loop is not None and _loops.get(loop) is self:
             del _loops[loop]  # then: nothing may reach the clients being closed
@@ -175,9 +166,7 @@ class LoopState:
             # unknown origin closing a generator may never end (review 23, 01: a wait
             # without the library's); past that, the closed targets send nothing more
             # (review 22, 02).
-            await _while_others_run(
-                asyncio.current_task(), started + SHUTDOWN_TIMEOUT, self._in_use
-            )
+            await _while(lambda: beside() and self._in_use(), started + SHUTDOWN_TIMEOUT)
         if self.renewer is not None:
             stopping = self.renewer.stop()
             if stopping:  # let the cancelled tasks end while the loop still runs
@@ -188,15 +177,12 @@ class LoopState:
                 stop()
         # A command still in flight ends first: closed under it, the client's retry
         # reconnected, and nothing closed that connection (review 22, 02).
-        deadline = time.monotonic() + SENDING_GRACE
-        while time.monotonic() < deadline and self._sending():
-            await asyncio.sleep(BLOCKS_POLL)
+        await _while(self._sending, time.monotonic() + SENDING_GRACE)
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
                 await client.aclose()
         self.clients.clear()
         self.targets.clear()
-        self.closed = True
 
 
 async def release_at_shutdown(lease: Lease) -> None:
@@ -225,22 +211,42 @@ async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:
             await state.aclose(at_shutdown=True)
 
 
-async def _while_others_run(
-    me: asyncio.Task[Any] | None, deadline: float, needed: Callable[[], bool]
-) -> None:
-    while time.monotonic() < deadline and needed() and _others_running(me):
+async def _while(condition: Callable[[], bool], deadline: float) -> None:
+    while time.monotonic() < deadline and condition():
         await asyncio.sleep(BLOCKS_POLL)
 
 
-def _others_running(me: asyncio.Task[Any] | None) -> bool:
-    """Whether other async generators are still being closed (``shutdown_asyncgens()``
-    runs each ``aclose()`` as a task of its own; one waits for what it does inside, such as
-    a release in flight, whose client must not be closed under it). Not any other task: a
-    loop run by hand may keep tasks pending that never end."""
-    return any(
+def _closing_beside(me: asyncio.Task[Any] | None) -> Callable[[], bool]:
+    """A check that async generators the loop's shutdown closes beside this closer still
+    run. ``shutdown_asyncgens()`` closes them all in one gather, whose tasks are this
+    closer's siblings: waiting for any other task closing a generator waited for one the
+    shutdown does not wait for (review 23, 01: a generator's aclose() pending in a task of
+    its own), and for another closer of the same loop, which waited for this one (review
+    23, 05). Without the gather (another event loop's internals), any task closing an async
+    generator counts, within the shutdown's time."""
+    siblings = _gathered_with(me)
+    if siblings is not None:
+        return lambda: any(not task.done() for task in siblings)
+    return lambda: any(
         task is not me and type(task.get_coro()).__name__ == "async_generator_athrow"
         for task in asyncio.all_tasks()
     )
+
+
+def _gathered_with(me: asyncio.Task[Any] | None) -> list[asyncio.Future[Any]] | None:
+    """The other children of the gather ``me`` runs in, found through the gather's
+    done-callback on ``me`` (asyncio's internals: its closure holds the gathering future,
+    whose ``_children`` are the gathered tasks); None if ``me`` is not in one."""
+    for callback, _context in getattr(me, "_callbacks", None) or ():
+        for cell in getattr(callback, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            children = getattr(value, "_children", None)
+            if isinstance(value, asyncio.Future) and isinstance(children, list):
+                return [child for child in children if child is not me]
+    return None
 
 
 _T = TypeVar("_T")

@@ -803,3 +803,50 @@ def test_a_generator_closing_in_the_background_holds_up_no_shutdown(server: Redi
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["took", "0"], done.stdout
+
+
+@pytest.mark.parametrize("stall", [0, 0.4])
+def test_a_generators_clean_up_takes_a_lock_the_loop_used_at_its_end(
+    server: RedisServer, stall: float
+) -> None:
+    """Review 24, 01 and 02: an async generator's clean-up at asyncio.run's end took a lock
+    the loop had used, held by nobody (as asyncio.md allows): with nothing held, the closer
+    did not wait, and the clean-up got ProviderError; with the server stalled as the loop
+    ended (its first try in flight, not counted), the grant came after the clients had been
+    stopped, was refused, and its key stayed held by nobody for its whole ttl."""
+    done = run_script(
+        server,
+        f"""
+        import time
+        outcome = []
+
+        async def steps():
+            async with redlock_deco.asyncio.Lock("used", ttl=20):
+                pass  # the loop has used the lock
+            try:
+                yield 1
+            finally:
+                await asyncio.sleep(0.01)
+                async with redlock_deco.asyncio.Lock("used", ttl=20, wait=5):
+                    outcome.append("taken")
+
+        kept = []
+
+        async def main():
+            agen = steps()
+            kept.append(agen)
+            await agen.__anext__()
+            if {stall}:
+                r.execute_command("CLIENT", "PAUSE", int({stall} * 1000), "ALL")
+
+        asyncio.run(main())
+        kept.clear()
+        gc.collect()
+        time.sleep(0.5)
+        print(outcome, "keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['taken']", "keys", "0"], done.stdout
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr

@@ -96,6 +96,16 @@ def py(name: str, what: str, where: str, old: str, new: str, *tests: str) -> Mut
     return Mutant(f"py:{name}", what, where, old, new, tests)
 
 
+# The asyncio acquire counted in flight from its first try to its end (_guard._take_async).
+TAKE_COUNTED = (
+    "    target.busy += 1\n"
+    "    try:\n"
+    "        return await _take_on_async(kind, options, name, key, wait, alive, taken, task,\n"
+    "                                    before, target)  # fmt: skip\n"
+    "    finally:\n"
+    "        target.busy -= 1\n"
+)
+
 MUTANTS: tuple[Mutant, ...] = (
     # -- the queue and the hand-off (lua/waiters.lua, included by every script) --------------
     lua("queue-join-moves-back", "a join re-sent by a client retry, or a waiter checking "
@@ -333,9 +343,13 @@ MUTANTS: tuple[Mutant, ...] = (
     py("pushed-exit-guessed", "an exit pushed onto a stack by hand takes one of several blocks",
        "_ownership", "        if len(rest) == 1 and (", "        if rest and (",
        "tests/integration/test_handed_out_blocks.py"),
-    py("shutdown-waits-for-anything", "a loop's shutdown waits for every generator closing, "
-       "whether or not anything of the library is held or in use", "_process",
-       "        return bool(self.leases) or self._in_use()", "        return True",
+    py("shutdown-waits-for-strangers", "a loop's shutdown waits for any task closing a "
+       "generator, not only those it closes itself", "_process",
+       "    siblings = _gathered_with(me)\n", "    siblings = None\n",
+       "tests/integration/test_shutdown.py"),
+    py("take-not-in-flight", "an asyncio acquire's first try and give-back are not counted in "
+       "flight", "_guard", TAKE_COUNTED, TAKE_COUNTED.replace("busy += 1", "busy += 0")
+       .replace("busy -= 1", "busy -= 0"),
        "tests/integration/test_shutdown.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
