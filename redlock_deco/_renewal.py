@@ -384,6 +384,7 @@ class AsyncRenewer:
         self._next_wake = math.inf
         self._task: asyncio.Task[None] | None = None
         self._rounds: set[asyncio.Task[None]] = set()  # rounds in flight, stopped with it
+        self._stopped = False  # by stop(): a cancel from anyone else does not end it
 
     def add(self, job: Job) -> None:
         if not self._table.add(job):
@@ -404,7 +405,7 @@ class AsyncRenewer:
         shutdown waits for the async generators it closes, whose leases must be renewed
         meanwhile (review 19, 01: a short ttl expired under a generator's clean-up inside
         its block, with no on_lost)."""
-        if self._task is None and self._table.jobs:
+        if self._task is None and self._table.jobs and not self._stopped:
             self._task = background(self._loop(), name="redlock-deco-renewer")
 
     def reschedule(self, lease: Lease) -> None:
@@ -441,6 +442,7 @@ class AsyncRenewer:
         """Cancel the task and the rounds in flight; returns them, for the loop's shutdown
         to let them end (a round started as the loop ended -- a release the shutdown cut
         short queues its clean-up -- was otherwise destroyed pending: review 12)."""
+        self._stopped = True
         stopping = set(self._rounds)
         if self._task is not None:
             stopping.add(self._task)
@@ -454,6 +456,12 @@ class AsyncRenewer:
             await self._run_loop()
         finally:
             self._task = None
+            if not self._stopped and self._table.jobs:
+                # Cancelled by someone else while leases are held: asyncio.run's end cancels
+                # every task, this one too, while a task it cancelled may still run inside
+                # its block (a clean-up in an `except CancelledError`); its lease expired
+                # under it with no on_lost, and another holder got in (review 25, 02).
+                asyncio.get_running_loop().call_soon(self.resume)
 
     async def _run_loop(self) -> None:
         while True:

@@ -300,3 +300,24 @@ def test_an_exit_pushed_by_hand_for_the_only_block_releases_it(r: redis.Redis) -
         stack.push(sem)
         assert len(_listed(r, "sem:pushed-only")) == 1
     assert not r.exists("sem:pushed-only")
+
+
+def test_an_exit_pushed_by_hand_inside_a_block_on_the_object_ends_the_inner_one(
+    r: redis.Redis,
+) -> None:
+    """Review 25, 04: inside ``with sem:``, a block entered by hand whose exit was pushed onto
+    a stack (``sem.__enter__(); stack.push(sem)``), both in one frame: the pushed exit raised
+    LockError, the outer block's exit then ended the inner one, and the outer block stayed
+    open, renewed, for good. Both the caller's, in its frame: newest first, as nested
+    ``with`` blocks end."""
+    sem = redlock_deco.Semaphore("nested-pushed", limit=3, ttl=TTL)
+    with sem:
+        outer = redlock_deco.current_lease()
+        with contextlib.ExitStack() as stack:
+            sem.__enter__()
+            inner = redlock_deco.current_lease()
+            stack.push(sem)
+            assert _listed(r, "sem:nested-pushed") == {outer.token.encode(), inner.token.encode()}
+        assert _listed(r, "sem:nested-pushed") == {outer.token.encode()}
+        assert redlock_deco.current_lease() is outer
+    assert not r.exists("sem:nested-pushed")

@@ -850,3 +850,115 @@ def test_a_generators_clean_up_takes_a_lock_the_loop_used_at_its_end(
     assert done.stdout.split() == ["['taken']", "keys", "0"], done.stdout
     noise = [line for line in done.stderr.splitlines() if "Warning" in line]
     assert not noise, done.stderr
+
+
+def test_an_acquire_is_in_flight_to_its_end_give_back_included(r: redis.Redis) -> None:
+    """What the loop's shutdown waits for (review 24, 02): from an asyncio acquire's start to
+    its end, its client counts as in use -- also between the wait, cut short by a cancel, and
+    the give-back that a task of its own sends, where neither a round trip nor a wait is in
+    flight (a shutdown looking then closed the client under the give-back). Sampled at every
+    turn of the loop, over trials that land the sampler on either side of that turn."""
+    r.set("lock:in-flight", "someone else's", px=30_000)
+
+    async def trial() -> list[bool]:
+        state = redlock_deco._process.loop_state()
+        seen: list[bool] = []
+        acquiring = asyncio.ensure_future(
+            redlock_deco.asyncio.Lock("in-flight", ttl=5, wait=10).acquire()
+        )
+        await asyncio.sleep(0.05)  # queued, waiting for a grant
+        acquiring.cancel()
+        while not acquiring.done():
+            seen.append(state._in_use())
+            await asyncio.sleep(0)
+        return seen
+
+    for _ in range(20):
+        seen = asyncio.run(trial())
+        assert seen and all(seen), seen
+    r.delete("lock:in-flight")
+
+
+def test_a_task_cancelled_at_the_loops_end_keeps_its_lease_through_its_clean_up(
+    server: RedisServer,
+) -> None:
+    """Review 25, 02: asyncio.run's end cancels every task, the loop's renewer too, while a
+    task it cancelled may still run inside its block (a clean-up under the cancel): nothing
+    renewed its lease, another client got in at its ttl while the body ran on, and on_lost
+    never fired. A renewer cancelled by anyone but its loop's clean-up starts again."""
+    done = run_script(
+        server,
+        """
+        import threading, time
+        lost, events = [], []
+
+        async def worker(entered):
+            async with redlock_deco.asyncio.Lock("cancelled", ttl=1, on_lost=lost.append):
+                entered.set()
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    await asyncio.sleep(1.6)  # past the ttl, inside the block
+                    events.append("body ended")
+                    raise
+
+        def contender():
+            time.sleep(1.3)
+            other = redlock_deco.Lock("cancelled", ttl=5)
+            if other.acquire(blocking=False):
+                events.append("contender in")
+                other.release()
+            else:
+                events.append("contender out")
+
+        async def main():
+            entered = asyncio.Event()
+            asyncio.ensure_future(worker(entered))
+            await entered.wait()
+            threading.Thread(target=contender).start()
+
+        asyncio.run(main())
+        time.sleep(0.2)
+        print(events, "lost", len(lost))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['contender", "out',", "'body", "ended']", "lost", "0"], (
+        done.stdout
+    )
+
+
+def test_a_lock_held_by_its_object_past_the_shutdowns_wait_is_reported_lost(
+    server: RedisServer,
+) -> None:
+    """Review 25: an async generator holding a lock by its object, released in its finally
+    after the loop's shutdown had waited 2.5 s: the shutdown released the lease, another
+    client could get in while the clean-up still relied on it, and on_lost never fired (a
+    block in the same place was reported lost). Reported lost too, before its release."""
+    done = run_script(
+        server,
+        """
+        import time
+        lost, outcome = [], []
+        lock = redlock_deco.asyncio.Lock("object-held", ttl=30, on_lost=lost.append)
+
+        async def steps():
+            assert await lock.acquire()
+            try:
+                yield 1
+            finally:
+                await asyncio.sleep(2.8)  # past the shutdown's wait
+                try:
+                    await lock.release()
+                except redlock_deco.LockNotOwned:
+                    outcome.append("not owned")
+        """,
+        SUSPENDED_AT_THE_END,
+        """
+        print(outcome, "lost", len(lost), "keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['not", "owned']", "lost", "1", "keys", "0"], done.stdout
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
