@@ -341,11 +341,6 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
         rest = [section for section in blocks if not _through_live_stack(section)]
         if len(rest) == 1 and (rest[0].owner() is owner or _handed_out(rest[0])):
             return rest[0]
-        if rest and all(s.owner() is owner and s.frame == where.frame for s in rest):
-            # All the closer's own, entered in this very frame: they end newest first, as
-            # nested `with` blocks do (the outer block's exit took the inner one entered by
-            # hand, and the outer stayed open for good: review 25, 04).
-            return rest[-1]
         return None
     same_frame = newest_of_owner = None
     handed_out = []

@@ -142,13 +142,13 @@ class LoopState:
         if loop is not None and _loops.get(loop) is self:
             del _loops[loop]  # then: nothing may reach the clients being closed
         leases, self.leases = list(self.leases), set()
-        # Generators still closing past the wait may still use a lease held by its object
-        # too (its release() in their finally): released now, it is reported lost as a
-        # block's is (review 25: another client got in with no on_lost).
-        in_use = at_shutdown and beside()
         for lease in leases:
-            if (lease.sections or (in_use and lease.held and lease.alive())) and lease._lose():
-                notify_lost(lease)  # a block still runs inside it: never released in silence
+            # A block still runs inside it: never released in silence. (Not a lease held by
+            # its object: which code may still use it cannot be told, and reporting every
+            # one lost when any generator's clean-up ran long was wrong for the rest: review
+            # 26, 03. Its own release() raises LockNotOwned, as documented.)
+            if lease.sections and lease._lose():
+                notify_lost(lease)
         work = [release_at_shutdown(lease) for lease in leases]
         if self.renewer is not None:
             work.append(self.renewer.last_cleanups())

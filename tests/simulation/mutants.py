@@ -351,16 +351,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "flight", "_guard", TAKE_COUNTED, TAKE_COUNTED.replace("busy += 1", "busy += 0")
        .replace("busy -= 1", "busy -= 0"),
        "tests/integration/test_shutdown.py"),
-    py("renewer-cancel-ends", "an asyncio renewer cancelled by anyone (asyncio.run's end) "
-       "stays stopped while leases are held", "_renewal",
-       "            if not self._stopped and self._table.jobs:", "            if False:",
-       "tests/integration/test_shutdown.py"),
-    py("pushed-exit-nested-refused", "an exit pushed by hand inside the caller's own block on "
-       "the object, in one frame, ends nothing", "_ownership", "        if rest and all(",
-       "        if False and all(", "tests/integration/test_handed_out_blocks.py"),
-    py("object-lease-released-silently", "a lease held by its object, released by the loop's "
-       "shutdown while generators still close, is not reported lost", "_process",
-       "(in_use and lease.held and lease.alive())", "False", "tests/integration/test_shutdown.py"),
+    py("renewal-round-cancel-unseen", "a renewal round cancelled before its first step leaves "
+       "its lease marked as renewing: never renewed again, never reported lost", "_renewal",
+       "        job.renewing = False\n        self._arm(time.monotonic())",
+       "        self._arm(time.monotonic())", "tests/integration/test_shutdown.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
        "        if job._orphan():\n            notify_lost(job)",
