@@ -879,19 +879,34 @@ def test_an_acquire_is_in_flight_to_its_end_give_back_included(r: redis.Redis) -
     r.delete("lock:in-flight")
 
 
+# Another client trying a name once, `after` seconds on (a thread of the script): "contender
+# in" if it got in (and gave it back), else "contender out".
+CONTENDS = """
+import threading, time
+lost, events = [], []
+
+def contend(name, after):
+    time.sleep(after)
+    other = redlock_deco.Lock(name, ttl=5)
+    if other.acquire(blocking=False):
+        events.append("contender in")
+        other.release()
+    else:
+        events.append("contender out")
+"""
+
+
 def test_a_task_cancelled_at_the_loops_end_keeps_its_lease_through_its_clean_up(
     server: RedisServer,
 ) -> None:
     """Review 25, 02: asyncio.run's end cancels every task, the loop's renewer too, while a
     task it cancelled may still run inside its block (a clean-up under the cancel): nothing
     renewed its lease, another client got in at its ttl while the body ran on, and on_lost
-    never fired. A renewer cancelled by anyone but its loop's clean-up starts again."""
+    never fired. The loop's renewer is a timer now, which no cancel reaches."""
     done = run_script(
         server,
+        CONTENDS,
         """
-        import threading, time
-        lost, events = [], []
-
         async def worker(entered):
             async with redlock_deco.asyncio.Lock("cancelled", ttl=1, on_lost=lost.append):
                 entered.set()
@@ -902,14 +917,7 @@ def test_a_task_cancelled_at_the_loops_end_keeps_its_lease_through_its_clean_up(
                     events.append("body ended")
                     raise
 
-        def contender():
-            time.sleep(1.3)
-            other = redlock_deco.Lock("cancelled", ttl=5)
-            if other.acquire(blocking=False):
-                events.append("contender in")
-                other.release()
-            else:
-                events.append("contender out")
+        contender = lambda: contend("cancelled", 1.3)
 
         async def main():
             entered = asyncio.Event()
@@ -939,18 +947,9 @@ def test_a_renewer_cancelled_before_its_first_step_still_renews(
     reaches."""
     done = run_script(
         server,
+        CONTENDS,
         f"""
-        import threading, time
-        lost, events = [], []
-
-        def contender():
-            time.sleep(1.4)
-            other = redlock_deco.Lock("renewed", ttl=5)
-            if other.acquire(blocking=False):
-                events.append("contender in")
-                other.release()
-            else:
-                events.append("contender out")
+        contender = lambda: contend("renewed", 1.4)
 
         async def main():
             lock = redlock_deco.asyncio.Lock("renewed", ttl=1, on_lost=lost.append)
