@@ -16,7 +16,8 @@ releases). Code that manages loops by hand calls ``await redlock_deco.aclose()``
 closed without either is forgotten at the next loop's first use: what it still held lapses
 after its ttl, its connections are dropped unclosed (a ResourceWarning under ``-W default``,
 as for any client nobody closed), and its idle grant subscriber is destroyed without the
-"Task was destroyed but it is pending" report (it holds nothing, see ``_waiting``).
+"Task was destroyed but it is pending" report (it holds nothing, see ``_waiting``); a renewal
+round in flight as such a loop closed is reported so (its lease lapses within its ttl).
 """
 
 from __future__ import annotations

@@ -76,7 +76,9 @@ def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
 
 
 def overdue(jobs: Iterable[Job], now: float) -> list[Lease]:
-    """Held leases whose renewal round is still in flight after the lease ran out.
+    """Held leases that ran out: their renewal round still in flight, or never run (an
+    asyncio round cancelled before its first step at every turn, by a task cancelling every
+    other: review 27, 02 -- never renewed, and never reported lost).
 
     A round that never comes back (a client without a socket timeout on a stalled server, a
     renewal thread stuck for good) must not leave its lease expiring in silence: the holder
@@ -85,11 +87,14 @@ def overdue(jobs: Iterable[Job], now: float) -> list[Lease]:
     once left the renewal stuck, and another process took the lock while its holder, never
     told, kept running.)
     """
-    return [
-        job
-        for job in jobs
-        if job.renewing and type(job) is Lease and job.held and now >= job.expires_at
-    ]
+    return [job for job in jobs if type(job) is Lease and job.held and now >= job.expires_at]
+
+
+def _renewed_meanwhile(job: Job, now: float) -> bool:
+    """Whether a lease's round, which waited for its lease's I/O lock, finds it renewed by an
+    ``extend()`` meanwhile: sending the usual ttl then undid the extension (review 27, 01:
+    ``extend(by=5)`` on a stalled server, then 0.5 s left on the server)."""
+    return type(job) is Lease and not _to_drop(job, now) and job.next_renew > now
 
 
 def _to_drop(lease: Lease, now: float) -> bool:
@@ -353,6 +358,8 @@ class Renewer:
 
     def _run(self, job: Job) -> None:
         started = time.monotonic()
+        if _renewed_meanwhile(job, started):
+            return
         planned = plan(job, started)
         if planned is not None:
             steps, ttl_ms = planned
@@ -499,6 +506,8 @@ class AsyncRenewer:
             else:
                 await self._run(job)
         except Exception:  # a bug or an unexpected error must not end renewals
+            if self._loop.is_closed():
+                return  # collected pending on a loop closed without aclose(): nothing to do
             log.exception("renewing %r failed", job.key)
             now = time.monotonic()
             if type(job) is Lease:
@@ -513,6 +522,8 @@ class AsyncRenewer:
 
     async def _run(self, job: Job) -> None:
         started = time.monotonic()
+        if _renewed_meanwhile(job, started):
+            return
         planned = plan(job, started)
         if planned is not None:
             steps, ttl_ms = planned

@@ -83,3 +83,102 @@ def test_server_paused_past_the_ttl_means_lock_lost(server: RedisServer) -> None
 
     with pytest.raises(LockLost):
         through_long_pause()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_an_extension_is_not_undone_by_a_renewal_that_waited_for_it(
+    server: RedisServer, r: redis.Redis, flavour: str
+) -> None:
+    """Review 27, 01: ``extend(by=5)`` on a stalled server while the lease's renewal fell
+    due; the round waited for the extend, then renewed to the usual ttl: 0.5 s left on the
+    server, and the holder believed it too. A round that finds its lease renewed meanwhile
+    sends nothing."""
+    import asyncio
+
+    import redlock_deco.asyncio
+
+    def stall() -> threading.Timer:
+        server.pause()
+        resumed = threading.Timer(0.25, server.resume)
+        resumed.start()
+        return resumed
+
+    if flavour == "sync":
+        lock = Lock("extended", ttl=0.6)
+        assert lock.acquire()
+        time.sleep(0.05)  # its renewal is due at 0.2 s, inside the stall
+        resumed = stall()
+        lock.extend(by=5)
+        time.sleep(0.1)
+        left = r.pttl("lock:extended")
+        resumed.join()
+        lock.release()
+    else:
+
+        async def scenario() -> int:
+            lock = redlock_deco.asyncio.Lock("extended", ttl=0.6)
+            assert await lock.acquire()
+            await asyncio.sleep(0.05)
+            resumed = stall()
+            await lock.extend(by=5)
+            await asyncio.sleep(0.1)
+            left: int = r.pttl("lock:extended")
+            resumed.join()
+            await lock.release()
+            return left
+
+        left = asyncio.run(scenario())
+    assert left > 4000, left
+
+
+def test_a_lease_whose_renewal_rounds_are_all_cancelled_is_reported_lost(
+    r: redis.Redis,
+) -> None:
+    """Review 27, 02: a task inside its block that cancels every other task at each turn of
+    the loop cancelled every renewal round before its first step: the lease was never
+    renewed and never reported lost, and another client got in while the body ran. It is
+    reported lost when it runs out (on_lost, then LockLost at the exit), before anyone can
+    get in."""
+    import asyncio
+
+    import redlock_deco.asyncio
+
+    lost: list[float] = []
+    got_in: list[float] = []
+    stop = threading.Event()
+
+    def contend() -> None:
+        other = Lock("every-turn", ttl=5)
+        while not stop.is_set():
+            if other.acquire(blocking=False):
+                got_in.append(time.monotonic())
+                other.release()
+            time.sleep(0.02)
+
+    async def scenario() -> None:
+        me = asyncio.current_task()
+        lock = redlock_deco.asyncio.Lock(
+            "every-turn", ttl=0.5, on_lost=lambda _: lost.append(time.monotonic())
+        )
+
+        async def cancel_every_other_task_each_turn() -> None:
+            async with lock:
+                contender.start()
+                until = time.monotonic() + 1.2
+                while time.monotonic() < until:
+                    for task in asyncio.all_tasks():
+                        if task is not me:
+                            task.cancel()
+                    await asyncio.sleep(0)
+
+        with pytest.raises(LockLost):
+            await cancel_every_other_task_each_turn()
+
+    contender = threading.Thread(target=contend)
+    try:
+        asyncio.run(scenario())
+    finally:
+        stop.set()
+        contender.join(5)
+    assert lost, "never reported lost"
+    assert not got_in or lost[0] <= got_in[0], (lost, got_in)

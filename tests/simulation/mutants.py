@@ -96,6 +96,13 @@ def py(name: str, what: str, where: str, old: str, new: str, *tests: str) -> Mut
     return Mutant(f"py:{name}", what, where, old, new, tests)
 
 
+# The asyncio renewal round's check for an extend() it waited behind (_renewal.AsyncRenewer).
+RENEWED_MEANWHILE = (
+    "    async def _run(self, job: Job) -> None:\n"
+    "        started = time.monotonic()\n"
+    "        if _renewed_meanwhile(job, started):\n"
+)
+
 # The asyncio acquire counted in flight from its first try to its end (_guard._take_async).
 TAKE_COUNTED = (
     "    target.busy += 1\n"
@@ -355,6 +362,14 @@ MUTANTS: tuple[Mutant, ...] = (
        "its lease marked as renewing: never renewed again, never reported lost", "_renewal",
        "        job.renewing = False\n        self._arm(time.monotonic())",
        "        self._arm(time.monotonic())", "tests/integration/test_shutdown.py"),
+    py("renewal-undoes-extend", "a renewal round that waited behind an extend() renews to "
+       "the usual ttl (asyncio)", "_renewal", RENEWED_MEANWHILE,
+       RENEWED_MEANWHILE.replace("if _renewed_meanwhile(job, started):", "if False:"),
+       "tests/integration/test_renewal.py"),
+    py("overdue-only-in-flight", "a held lease that ran out is reported lost only if its round "
+       "was in flight", "_renewal", "if type(job) is Lease and job.held and now >= job.expires_at]",
+       "if job.renewing and type(job) is Lease and job.held and now >= job.expires_at]",
+       "tests/integration/test_renewal.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
        "        if job._orphan():\n            notify_lost(job)",
