@@ -278,6 +278,7 @@ def loop_state() -> LoopState:
             )
         for closed in [known for known in _copied(_loops.keys) if known.is_closed()]:
             _loops.pop(closed, None)  # closed without asyncio.run or aclose(): forget
+        worker.forget_closed()  # and their tasks still pending (a grant subscriber)
         state = _loops[loop] = LoopState(loop)
         state.watch_shutdown()
     return state

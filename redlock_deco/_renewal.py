@@ -25,6 +25,7 @@ import math
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterable
 from typing import Any
 
@@ -36,7 +37,7 @@ from . import _process as process
 from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
-from ._worker import SerialWorker
+from ._worker import SerialWorker, background
 
 log = logging.getLogger("redlock_deco")
 
@@ -75,10 +76,12 @@ def due(jobs: Iterable[Job], now: float) -> tuple[list[Job], float]:
     return ready, upcoming
 
 
-def overdue(jobs: Iterable[Job], now: float) -> list[Lease]:
-    """Held leases that ran out: their renewal round still in flight, or never run (an
-    asyncio round cancelled before its first step at every turn, by a task cancelling every
-    other: review 27, 02 -- never renewed, and never reported lost).
+def overdue(jobs: Iterable[Job], now: float, *, idle_too: bool = False) -> list[Lease]:
+    """Held leases that ran out with their renewal round still in flight; with ``idle_too``
+    (asyncio) also with none, as when a round is cancelled before its first step at every
+    turn, by a task cancelling every other (review 27, 02: never renewed, and never reported
+    lost). (The sync renewer's rounds cannot be cancelled; one merely late, on a busy
+    machine, still renews a lease the server keeps a little past its holder's reckoning.)
 
     A round that never comes back (a client without a socket timeout on a stalled server, a
     renewal thread stuck for good) must not leave its lease expiring in silence: the holder
@@ -87,7 +90,11 @@ def overdue(jobs: Iterable[Job], now: float) -> list[Lease]:
     once left the renewal stuck, and another process took the lock while its holder, never
     told, kept running.)
     """
-    return [job for job in jobs if type(job) is Lease and job.held and now >= job.expires_at]
+    return [
+        job
+        for job in jobs
+        if (idle_too or job.renewing) and type(job) is Lease and job.held and now >= job.expires_at
+    ]
 
 
 def _renewed_meanwhile(job: Job, now: float) -> bool:
@@ -400,7 +407,10 @@ class AsyncRenewer:
 
     def __init__(self) -> None:
         self._table = _Jobs()
-        self._loop = asyncio.get_running_loop()
+        # Weakly: a loop closed by hand without aclose() is forgotten through its weak key
+        # in the loops' table; held here, it kept its state, clients and all, until another
+        # loop's first use, whose collection then warned in whatever ran (CI's slow leg).
+        self._loop = weakref.ref(asyncio.get_running_loop())
         self._timer: asyncio.TimerHandle | None = None
         self._next_wake = math.inf
         self._rounds: set[asyncio.Task[None]] = set()  # rounds in flight, stopped with it
@@ -411,7 +421,14 @@ class AsyncRenewer:
             self._arm(job.next_renew)
 
     def remove(self, job: Job) -> None:
-        self._table.remove(job)  # (the timer, if armed, finds nothing more to do)
+        self._table.remove(job)
+        if not self._table.jobs and self._timer is not None:
+            # Idle: no timer left on the loop. An armed one holds the loop, and through this
+            # renewer the loop's state, clients and all: a loop closed by hand then stayed in
+            # the loops' table (weak keys) until another loop's first use, and its unclosed
+            # connections warned in whatever ran when they were collected (CI's slow leg).
+            self._timer.cancel()
+            self._timer, self._next_wake = None, math.inf
 
     def resume(self) -> None:
         """Look at once (``asyncio.run`` cancelled every round in flight): the loop's shutdown
@@ -426,27 +443,29 @@ class AsyncRenewer:
 
     def _arm(self, when: float) -> None:
         """Look at the jobs at ``when`` (monotonic), unless it looks earlier already."""
-        if self._stopped or self._loop.is_closed():
+        loop = self._loop()
+        if self._stopped or loop is None or loop.is_closed():
             return
         if self._timer is not None:
             if when >= self._next_wake:
                 return
             self._timer.cancel()
         self._next_wake = when
-        self._timer = self._loop.call_later(max(0.0, when - time.monotonic()), self._tick)
+        self._timer = loop.call_later(max(0.0, when - time.monotonic()), self._tick)
 
     def _tick(self) -> None:
         self._timer, self._next_wake = None, math.inf
-        if self._stopped:
+        loop = self._loop()
+        if self._stopped or loop is None:
             return
         now = time.monotonic()
         ready, upcoming = due(self._table.jobs.values(), now)
-        for lost in overdue(self._table.jobs.values(), now):
+        for lost in overdue(self._table.jobs.values(), now, idle_too=True):
             if lost._lose():
                 notify_lost(lost)
         for job in ready:
             job.renewing = True
-            round_ = self._loop.create_task(self._run_safely(job), name="redlock-deco-renewal")
+            round_ = background(self._run_safely(job), name="redlock-deco-renewal")
             self._rounds.add(round_)
             round_.add_done_callback(functools.partial(self._round_done, job))
         if upcoming != math.inf:
@@ -506,7 +525,8 @@ class AsyncRenewer:
             else:
                 await self._run(job)
         except Exception:  # a bug or an unexpected error must not end renewals
-            if self._loop.is_closed():
+            loop = self._loop()
+            if loop is None or loop.is_closed():
                 return  # collected pending on a loop closed without aclose(): nothing to do
             log.exception("renewing %r failed", job.key)
             now = time.monotonic()

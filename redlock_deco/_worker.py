@@ -80,15 +80,23 @@ def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]
     asyncio holds only weak references to tasks: one nobody references can be collected
     while pending, its coroutine closed mid-flight.
     """
+    forget_closed()
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+    return task
+
+
+def forget_closed() -> None:
+    """Stop keeping the tasks of loops closed without running them to their end (a loop
+    closed by hand leaves its grant subscriber pending): referenced here, each kept its
+    connection open until the next purge, and it warned, unclosed, wherever it was then
+    collected (CI's slow leg, once the asyncio renewer no longer started a task per loop)."""
     # A copy first (list() of a set runs in C, between no two thread switches): other
     # threads' loops add and discard tasks while this looks at each (review 13: "Set changed
     # size during iteration" with loops in 12 threads).
     for stale in [t for t in list(_running) if t.get_loop().is_closed()]:
         _running.discard(stale)
-    task = asyncio.get_running_loop().create_task(coro, name=name)
-    _running.add(task)
-    task.add_done_callback(_running.discard)
-    return task
 
 
 async def set_within(event: asyncio.Event, timeout: float | None) -> bool:

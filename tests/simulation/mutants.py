@@ -367,8 +367,7 @@ MUTANTS: tuple[Mutant, ...] = (
        RENEWED_MEANWHILE.replace("if _renewed_meanwhile(job, started):", "if False:"),
        "tests/integration/test_renewal.py"),
     py("overdue-only-in-flight", "a held lease that ran out is reported lost only if its round "
-       "was in flight", "_renewal", "if type(job) is Lease and job.held and now >= job.expires_at]",
-       "if job.renewing and type(job) is Lease and job.held and now >= job.expires_at]",
+       "was in flight (asyncio)", "_renewal", "now, idle_too=True)", "now, idle_too=False)",
        "tests/integration/test_renewal.py"),
     py("owner-end-silent", "a lease whose owner ended with its block open stops renewing "
        "without a word", "_renewal", "        if job._lose():\n            notify_lost(job)",
