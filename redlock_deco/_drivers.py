@@ -487,12 +487,14 @@ class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
     __slots__ = (
-        "checked", "client", "counted", "direct", "lanes", "renewal_worker", "spares", "waiting"
+        "checked", "client", "counted", "direct", "lanes", "owned", "renewal_worker", "spares",
+        "waiting",
     )  # fmt: skip
     algorithms: Algorithms = SINGLE
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, owned: bool = False) -> None:
         self.client = client
+        self.owned = owned  # built here from a URL: ours to disconnect when retired
         self.direct = direct_pool(client)
         size = pool_size(client)
         keep = spares_for(self.direct, size)
@@ -513,6 +515,12 @@ class SyncTarget:
             self.renewal_worker.retire()
         if self.spares is not None:
             self.spares.close()
+        if self.owned:
+            # Idle connections, the slots' included, closed now: redis-py 8's pools and
+            # connections refer to each other, so a retired client waits for the cycle
+            # collector, which may close a socket before its connection (a ResourceWarning,
+            # an error under -W error). Connections in use close as usual, with their client.
+            self.client.connection_pool.disconnect(inuse_connections=False)
 
     def execute(self, step: Step) -> Any:
         kind = type(step)

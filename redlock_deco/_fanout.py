@@ -412,6 +412,8 @@ class QuorumSyncTarget:
         connections go."""
         for master in self._masters:
             master.retire()
+        for node in self.nodes:  # the eviction check's commands went through their spares,
+            node.retire()  # whose kept connections were never given back (CI: unclosed socket)
         if self.renewal_worker is not None:
             self.renewal_worker.retire()
 

@@ -370,8 +370,13 @@ def _resolve(name: str, source: object) -> object:
 def _sync_target(name: str, source: object) -> SyncTarget | QuorumSyncTarget:
     value = _resolve(name, source)
     if isinstance(value, (list, tuple)):
-        return QuorumSyncTarget([SyncTarget(_client(name, v, "sync", node=True)) for v in value])
-    return SyncTarget(_client(name, value, "sync"))
+        return QuorumSyncTarget(
+            [
+                SyncTarget(_client(name, v, "sync", node=True), owned=isinstance(v, str))
+                for v in value
+            ]
+        )
+    return SyncTarget(_client(name, value, "sync"), owned=isinstance(value, str))
 
 
 def _async_target(name: str, source: object) -> AsyncTarget | QuorumAsyncTarget:
