@@ -109,10 +109,10 @@ class LoopState:
 
     def _in_use(self) -> bool:
         """Whether an acquire, a round trip or a wait is in flight on the loop's clients."""
-        return any(target.busy or getattr(target, "sending", 0) for target in self.targets.values())
+        return any(target.busy or target.sending for target in self.targets.values())
 
     def _sending(self) -> bool:
-        return any(getattr(target, "sending", 0) for target in self.targets.values())
+        return any(target.sending for target in self.targets.values())
 
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it

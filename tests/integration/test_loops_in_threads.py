@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from redlock_deco import _worker
 from redlock_deco.asyncio import Lock
 
 # A loop closed by hand without aclose() drops its connections unclosed (documented, see
@@ -109,6 +110,8 @@ def test_loops_in_many_threads_share_the_process_tables_safely(
     # test's (the slow leg's next test failed on their ResourceWarnings).
     asyncio.run(section("threads:last"))
     gc.collect()
+    # ... and no task of a closed loop is kept referenced by the library after that use.
+    assert [t for t in list(_worker._running) if t.get_loop().is_closed()] == []
     assert sum(calls) >= 100, calls  # enough calls to have searched anything
     assert errors == [], f"{len(errors)} of {sum(calls)} calls raised: {errors[:3]}"
     assert overlaps == []
