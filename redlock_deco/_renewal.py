@@ -254,7 +254,10 @@ class Renewer:
             self._table.add(self._orphans.get_nowait())
         if not self._table.add(job):
             return
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():
+            # "Not alive" too: an interrupt between these two lines left a thread never started
+            # standing for the renewer, and no lease of the process was renewed or given back
+            # again (the interrupts leg, when the renewer had gone idle just before).
             self._thread = threading.Thread(
                 target=self._serve, name="redlock-deco-renewer", daemon=True
             )

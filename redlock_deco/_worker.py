@@ -38,7 +38,9 @@ class SerialWorker:
         future: Future[T] = Future()
         with self._ready:
             self._queue.append((future, fn, args))
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
+                # (Not alive: an interrupt before start() left a thread that never ran, and
+                # nothing submitted here ran again -- see the renewer's twin.)
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             else:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from support.core_helpers import make_claim
+from support.samples import wait_until
 
 from redlock_deco import _renewal as renewal
 from redlock_deco._lifecycle import Cleanup
@@ -45,13 +46,24 @@ def add_lines() -> list[int]:
     return [line for line in body if not lines[line - start].strip().startswith(("#", '"'))]
 
 
+@pytest.mark.parametrize("state", ["idling", "ended"])
 @pytest.mark.parametrize("line", add_lines())
-def test_a_job_added_after_an_interrupted_add_runs_at_once(line: int) -> None:
+def test_a_job_added_after_an_interrupted_add_runs_at_once(
+    line: int, state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In both states of the thread: idling, and ended (idle long enough: the add starts a
+    new one). An interrupt between creating that thread and starting it left a thread never
+    started standing for the renewer: nothing of the process was renewed or given back again
+    (CI's interrupts leg, once the renewer had ended just before an interrupted add)."""
+    if state == "ended":
+        monkeypatch.setattr(renewal, "IDLE", 0.05)
     renewer = renewal.Renewer()
     first = FakeTarget()
     renewer.add(cleanup("warm", first))  # the thread runs, then idles (its table empty)
     assert first.sent.wait(2)
     time.sleep(0.3)
+    if state == "ended":
+        assert wait_until(lambda: renewer._thread is None, 5)
 
     code = renewal.Renewer._add_locked.__code__
 

@@ -4,9 +4,13 @@ only, no server."""
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
 import time
 from concurrent.futures import Future
+from types import FrameType
+from typing import Any
 
 import pytest
 from support.samples import thread_of, wait_until
@@ -104,4 +108,29 @@ def test_serial_worker_survives_submissions_racing_its_idle_end() -> None:
         assert work.submit(lambda i=i: i).result(timeout=5) == i
         if i % 3 == 0:
             time.sleep(0.001)  # now and then let the thread reach its idle end
+    work.retire()
+
+
+def test_a_submit_interrupted_as_it_starts_the_thread_leaves_the_next_one_to_start_it() -> None:
+    """A KeyboardInterrupt at the line that starts the worker's thread left a thread never
+    started standing for it: every later submit only notified it, and nothing ran again (the
+    renewals and give-backs of a target among them)."""
+    work = SerialWorker("test-serial", idle=0.05)
+    code = SerialWorker.submit.__code__
+    lines, first = inspect.getsourcelines(SerialWorker.submit)
+    start = next(first + i for i, text in enumerate(lines) if "self._thread.start()" in text)
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is code and event == "line" and frame.f_lineno == start:
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return tracer if frame.f_code is code else None
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            work.submit(lambda: None)
+    finally:
+        sys.settrace(None)
+    assert work.submit(lambda: 42).result(timeout=5) == 42
     work.retire()
