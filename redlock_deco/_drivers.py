@@ -252,11 +252,12 @@ class Spares:
     child empties every slot at fork time: the parent's are its parent's sockets.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_locks", "_slots", "pool")
+    __slots__ = ("__weakref__", "_closed", "_disconnect", "_locks", "_slots", "pool")
 
     def __init__(self, pool: Any, keep: int) -> None:
         self.pool = pool
         self._closed = False
+        self._disconnect = False
         self._empty(keep)
         _ALL_SPARES.add(self)
 
@@ -308,9 +309,11 @@ class Spares:
         """The connections the slots keep (for tests and the clean-up)."""
         return [conn for slot in self._slots for conn in slot]
 
-    def close(self) -> None:
+    def close(self, disconnect: bool = False) -> None:
         """The target is retired: no slot is used again, and every slot's connection goes
-        back to the pool, now if the slot is free, else as its command frees it."""
+        back to the pool, now if the slot is free, else as its command frees it; closed
+        first if ``disconnect`` (the client is the target's own)."""
+        self._disconnect = disconnect
         self._closed = True
         for index, lock in enumerate(self._locks):
             if lock.acquire(blocking=False):
@@ -320,6 +323,8 @@ class Spares:
         """Return slot ``index``'s connection (its lock held, for good: the slot is done)."""
         slot = self._slots[index]
         if slot:
+            if self._disconnect:
+                slot[0].disconnect()
             self.pool.release(slot[0])
             slot.clear()
 
@@ -514,7 +519,7 @@ class SyncTarget:
         if self.renewal_worker is not None:
             self.renewal_worker.retire()
         if self.spares is not None:
-            self.spares.close()
+            self.spares.close(disconnect=self.owned)  # a busy slot's connection: once freed
         if self.owned:
             # Idle connections, the slots' included, closed now: redis-py 8's pools and
             # connections refer to each other, so a retired client waits for the cycle

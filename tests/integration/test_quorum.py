@@ -320,6 +320,11 @@ def test_unregistering_a_quorum_provider_closes_its_connections(masters: list[Re
     assert lock.acquire()
     lock.release()
     assert min(ours()) >= 1  # the round's (and the eviction check's, on first use)
+    # The check may still be running (a slow machine): its slot's connection closes as it
+    # is freed, so wait for it, as for any command in flight.
+    assert wait_until(
+        lambda: not any(t.name == "redlock-deco-check" for t in threading.enumerate()), 5
+    )
     gc.disable()  # closed by the library, not by the collector when it happens to run
     try:
         redlock_deco.unregister_provider("q")
