@@ -18,19 +18,17 @@ local mine = false
 local holder = nil
 local queued = entry(ARGV[1], ARGV[2], ARGV[7])
 if mode ~= '2' then
-  -- One command takes the lock or reads its holder (Redis >= 7; 6.2 refuses NX with GET, and
-  -- a key of another type raises WRONGTYPE: both take the two-command way, whose GET raises
-  -- WRONGTYPE to the caller). A contended attempt runs one command less.
-  local taken = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
-  if type(taken) == 'table' then
+  -- One command takes the lock or reads its holder where the server allows NX with GET
+  -- (Redis >= 7, whose scripts see REDIS_VERSION_NUM; 6.2 refuses the pair): a contended
+  -- attempt runs one command less. A key of another type raises WRONGTYPE either way.
+  if redis.REDIS_VERSION_NUM then
+    holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+    mine = not holder
+  else
     mine = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
     if not mine then
       holder = redis.call('GET', KEYS[1])
     end
-  elseif taken then
-    holder = taken
-  else
-    mine = true
   end
   if mine and mode == '1' then
     -- An earlier copy of this attempt (re-sent by a client retry) may have queued us: that

@@ -165,6 +165,7 @@ redis.status_reply = function(msg) return {ok = msg} end
 redis.sha1hex = function(s) return py_sha1(s) end
 redis.log = function(level, msg) py_log(level, msg) end
 redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
+redis.REDIS_VERSION, redis.REDIS_VERSION_NUM = '7.0.0', 0x070000  -- the commands modelled here
 base.redis = redis
 
 local function compile(source)
