@@ -191,9 +191,10 @@ async def job():
     assert await limited_job() == 2
     async with redlock_deco.asyncio.Semaphore("job:cm", limit=1, ttl=5):
         pass
-    lock = redlock_deco.asyncio.Lock("job:renewed", ttl=0.15)
+    # ttl 0.3 s (0.15 s once expired unrenewed on a machine running CI beside two test runs)
+    lock = redlock_deco.asyncio.Lock("job:renewed", ttl=0.3)
     assert await lock.acquire(wait=1)
-    await asyncio.sleep(0.1)  # renewed at 0.05 s
+    await asyncio.sleep(0.2)  # renewed at 0.1 s
     await lock.release()
     await asyncio.gather(contended(0.05), contended(0))
 """
