@@ -68,6 +68,7 @@ from ._options import MAX_SECONDS, check_options, check_wait
 from ._protocol import Eval
 from ._scripts import Outcome
 from ._signatures import explains_bad_arguments
+from ._worker import quiet
 
 DEFAULT: Any = object()
 
@@ -266,17 +267,11 @@ async def _give_back_async(
     target: Any, key: str, token: str, cost: float, options: ThrottleOptions
 ) -> None:
     request = asyncio.ensure_future(target.execute(return_step(key, token, cost, options)))
-    request.add_done_callback(_quiet)
+    request.add_done_callback(quiet)  # a failed give-back is never "never retrieved" noise
     # Shielded and bounded: a second cancellation, or a slow server, lets the caller go on
     # while the request finishes by itself (or fails, costing rate only).
     with contextlib.suppress(Exception, asyncio.CancelledError):
         await asyncio.wait_for(asyncio.shield(request), GIVE_BACK_WAIT)
-
-
-def _quiet(request: asyncio.Future[Any]) -> None:
-    """Read a give-back's outcome, so a failed one is never "never retrieved" noise."""
-    if not request.cancelled():
-        request.exception()
 
 
 # -- the classes ------------------------------------------------------------------------------

@@ -119,6 +119,13 @@ async def set_within(event: asyncio.Event, timeout: float | None) -> bool:
     return event.is_set()
 
 
+def quiet(future: asyncio.Future[Any]) -> None:
+    """A done-callback reading a background future's outcome: a failure nobody waits for is
+    dropped, never logged as "exception was never retrieved"."""
+    if not future.cancelled():
+        future.exception()
+
+
 def forget_tasks() -> None:
     """In a forked child: the parent's tasks and loops do not run here."""
     _running.clear()

@@ -30,6 +30,7 @@ import redis
 from redlock_deco import Lock, locked, register_provider
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.asyncio import Semaphore as AsyncSemaphore
+from redlock_deco.testing import RedisServer
 
 needs_cancelling = pytest.mark.skipif(
     sys.version_info < (3, 11),
@@ -506,3 +507,51 @@ def test_a_cancellation_during_a_release_the_server_never_answers_leaves_a_clean
     if NOTES_REACH_THE_AWAITER and cancels == 1:
         assert any("failed too" in note for note in getattr(ended, "__notes__", []))
     assert not r.exists("lock:unreached")  # released in the background, not at its ttl
+
+
+def _suspended_in(task: asyncio.Task[Any], name: str) -> bool:
+    """Is ``task`` suspended inside a call of the function named ``name``?"""
+    coro: Any = task.get_coro()
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        if coro.cr_frame.f_code.co_name == name:
+            return True
+        coro = coro.cr_await
+    return False
+
+
+def test_a_cancel_as_the_first_calls_server_check_ends_is_never_dropped(
+    server: RedisServer,
+) -> None:
+    """Review 30: a loop's first lock call checks the server's eviction policy in line; it
+    waited with asyncio.wait_for, which on 3.10 returns instead of raising when the cancel
+    comes as the awaited check ends (and 3.10 has no Task.cancelling() for the acquire to
+    notice it): the acquire went on and ran its body in the cancelled task, 20 of 20 times.
+    Here the cancel comes at exactly that moment, in each of 10 fresh loops."""
+    from redlock_deco import _eviction
+
+    where = _eviction._where(redis.Redis.from_url(server.url))
+
+    async def trial(n: int) -> tuple[str, bool]:
+        _eviction._checked.discard(where)  # (else the check runs once per process)
+        ran: list[bool] = []
+
+        async def victim() -> None:
+            async with AsyncLock(f"first-check:{n}", ttl=5):
+                ran.append(True)
+
+        task = asyncio.ensure_future(victim())
+        while not task.done():
+            if where in _eviction._checked and _suspended_in(task, "check_async_once"):
+                task.cancel()  # the check has just ended; the acquire waits on it still
+                break
+            await asyncio.sleep(0)
+        try:
+            await task
+            outcome = "returned"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        return outcome, bool(ran)
+
+    results = [asyncio.run(trial(n)) for n in range(10)]
+    assert all(not ran for _, ran in results), results  # never the body of a cancelled task
+    assert all(outcome == "cancelled" for outcome, _ in results), results
