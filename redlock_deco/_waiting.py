@@ -355,6 +355,20 @@ class SyncWaiting:
 
     def _read(self, handoff: Handoff, deadline: float, until_subscribed: bool = False) -> None:
         """Read grants (handing on others') until ours came, or ``deadline``."""
+        try:
+            self._read_on(handoff, deadline, until_subscribed)
+        except BaseException:
+            if not self._subscribed_event.is_set():
+                # Interrupted before the subscription was confirmed -- between creating it and
+                # subscribing, or between reading the confirmation and noting it: kept, it
+                # was never noted as subscribed, no later reader subscribed again, and every
+                # wait of the process fell back to its recheck (review 31, 01: a Ctrl-C
+                # during a process's first contended wait, 12 of 40 with real signals).
+                _closed(self._pubsub)
+                self._pubsub = None
+            raise
+
+    def _read_on(self, handoff: Handoff, deadline: float, until_subscribed: bool) -> None:
         while handoff.at is None and not (until_subscribed and self._subscribed):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -487,7 +501,10 @@ class AsyncWaiting:
     async def listen(self, token: str, timeout: float = START_TIMEOUT) -> AsyncHandoff | None:
         handoff = AsyncHandoff(self, token)
         self._board.add(token, handoff)
-        if self._task is None:
+        if self._task is None or self._task.done():
+            # (Done: cancelled before its first step -- "cancel every other task" at the turn
+            # it was created -- its finally never ran to clear it, and no subscriber was ever
+            # started again in this loop: review 31, 02.)
             self._task = background(self._run(), "redlock-deco-waiting")
             # It idles for IDLE seconds after its last waiter, to spare the next wait a
             # SUBSCRIBE, and holds nothing: a loop closed by hand without aclose() destroys it

@@ -11,8 +11,6 @@ all on the uncontended path, which skipped the check the step driver makes after
 from __future__ import annotations
 
 import asyncio
-import dis
-import functools
 import gc
 import itertools
 import sys
@@ -21,11 +19,12 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import CodeType, FrameType
+from types import FrameType
 from typing import Any
 
 import pytest
 import redis
+from support.interrupts import with_exits
 
 from redlock_deco import Lock, locked, register_provider
 from redlock_deco.asyncio import Lock as AsyncLock
@@ -262,23 +261,6 @@ def test_a_task_cancelled_while_releasing_still_releases_and_stays_cancelled(
 # -- interrupted calls (sync): nothing of the call is left held or renewed -----------------
 
 
-@functools.cache
-def with_exits(code: CodeType) -> dict[int, int]:
-    """Line -> offset of the ``with`` statements in ``code``: a line event of that line
-    after that offset is the block's exit (where ``__exit__`` is about to be called)."""
-    exits: dict[int, int] = {}
-    line = code.co_firstlineno
-    for ins in dis.get_instructions(code):
-        positions = getattr(ins, "positions", None)  # 3.11+; 3.10 says where lines start
-        if positions is not None and positions.lineno is not None:
-            line = positions.lineno
-        elif type(ins.starts_line) is int:
-            line = ins.starts_line
-        if ins.opname in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH"):
-            exits[line] = ins.offset
-    return exits
-
-
 def line_events(call: Callable[[], object], stop_at: int = 0) -> int:
     """Run ``call`` counting the lines it executes in redlock_deco's own modules; with
     ``stop_at``, raise KeyboardInterrupt at that line instead (tracing ends with the raise,
@@ -337,6 +319,9 @@ def no_lease_left(key: str) -> list[str]:
     held, calls = _process.thread_tables()
     if held or calls or _process.thread_owner().here:
         problems.append(f"tables: {held} {calls} {_process.thread_owner().here}")
+    thread = _renewal.renewer()._thread
+    if thread is not None and not thread.is_alive():  # nothing renewed or given back again
+        problems.append(f"the renewer's thread is not running: {thread!r}")
     renewed = [job for job in _renewal.renewer()._table.jobs.values() if type(job) is Lease]
     problems += [f"renewed: {job!r}" for job in renewed if job.held and job.key == key]
     return problems
@@ -371,10 +356,25 @@ def gone_within(r: redis.Redis, key: str, seconds: float) -> bool:
     return True
 
 
+def make_cold(url: str) -> None:
+    """Put the process back where a first lock call starts: a new target for the provider
+    (its client, lanes and subscriber built at first use), the server not yet checked, a
+    renewer with no thread yet (the last one goes on with its clean-ups, then idles out). Two
+    bugs lived only there, hidden by warm-up calls: an interrupt between creating the
+    renewer's thread and starting it, and a dropped cancel in the first call's server check."""
+    from redlock_deco import _eviction, _process
+    from redlock_deco import _renewal as renewal
+
+    register_provider("default", url)
+    _eviction._checked.clear()
+    _process.sync_renewer[:] = [renewal.Renewer()]
+
+
 @pytest.mark.interrupts  # one run per line: the interrupts CI leg, beside test_interrupts.py
+@pytest.mark.parametrize("state", ["warm", "cold"])
 @pytest.mark.parametrize("form", ["decorated", "with"])
 def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
-    form: str, r: redis.Redis
+    form: str, state: str, r: redis.Redis, server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """b07: a caught Ctrl-C at some points of a call left its lease held and renewed for as
     long as the thread lived, and the thread's later calls walked into it without a round
@@ -385,7 +385,15 @@ def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
     dropped section is collected."""
     call = protected if form == "decorated" else with_block
     call()  # warm: the first call of a process also builds its client (other lines)
+    if state == "cold":  # each interrupted call is a first call (see make_cold)
+        from redlock_deco import _process
+        from redlock_deco import _renewal as renewal
+
+        monkeypatch.setattr(renewal, "IDLE", 0.05)  # (the replaced renewers' threads end)
+        monkeypatch.setattr(_process, "sync_renewer", [])
     for stop_at in itertools.count(1):
+        if state == "cold":
+            make_cold(server.url)
         try:
             line_events(call, stop_at)
         except KeyboardInterrupt as exc:
