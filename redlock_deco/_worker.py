@@ -55,7 +55,8 @@ class SerialWorker:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        thread = self._thread
+        return thread is not None and thread.is_alive()
 
     def _run(self) -> None:
         while True:
