@@ -319,12 +319,15 @@ def no_lease_left(key: str) -> list[str]:
     held, calls = _process.thread_tables()
     if held or calls or _process.thread_owner().here:
         problems.append(f"tables: {held} {calls} {_process.thread_owner().here}")
-    thread = _renewal.renewer()._thread
-    if thread is not None and not thread.is_alive():  # nothing renewed or given back again
-        problems.append(f"the renewer's thread is not running: {thread!r}")
     renewed = [job for job in _renewal.renewer()._table.jobs.values() if type(job) is Lease]
     problems += [f"renewed: {job!r}" for job in renewed if job.held and job.key == key]
     return problems
+
+
+def renewer_thread() -> threading.Thread | None:
+    from redlock_deco import _renewal
+
+    return _renewal.renewer()._thread
 
 
 def taken_and_given_back() -> bool:
@@ -406,6 +409,11 @@ def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
         assert no_lease_left("lock:intr") == [], at
         assert gone_within(r, "lock:intr", 1.0), at
         assert in_thread(taken_and_given_back), at
+        # ... and that acquisition's lease started the renewer's thread, if it had none (an
+        # interrupt as it was started once left a thread that never ran standing for it:
+        # nothing renewed or given back again).
+        thread = renewer_thread()
+        assert thread is None or thread.is_alive(), f"{at}: the renewer's thread never ran"
     assert stop_at > 100  # every line of the acquire, the call and the release
     call()  # and the name works as ever
     assert r.dbsize() == 0

@@ -27,6 +27,7 @@ from support.interrupts import signal_cannot_land
 
 import redlock_deco
 from redlock_deco import Lock, LockNotAcquired
+from redlock_deco import _waiting as waiting
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
@@ -100,14 +101,19 @@ def test_an_interrupt_at_any_line_of_the_first_wait_leaves_hand_offs_working(
     server: RedisServer, r: redis.Redis
 ) -> None:
     stop_at = 0
-    while True:
-        stop_at += 1
-        redlock_deco.register_provider("default", server.url)  # a fresh target: a first wait
-        if not interrupted_first_wait(stop_at):
-            break
-        took = handed_within(1.5)
-        assert took is not None and took < HOLD + 0.5, (stop_at, took)
-        assert r.keys("lock:*") == []
+    try:
+        while True:
+            stop_at += 1
+            redlock_deco.register_provider("default", server.url)  # a fresh target
+            if not interrupted_first_wait(stop_at):
+                break
+            took = handed_within(1.5)
+            assert took is not None and took < HOLD + 0.5, (stop_at, took)
+            assert r.keys("lock:*") == []
+    finally:
+        # An interrupt on a line of the clean-up that closes a grant registration leaves it
+        # registered (nothing held; test_interrupts.py says why): not for later tests to see.
+        waiting.registry.waiting.clear()
     assert stop_at > 20  # the subscription's lines were all reached
 
 
