@@ -358,15 +358,31 @@ class SyncWaiting:
         try:
             self._read_on(handoff, deadline, until_subscribed)
         except BaseException:
-            if not self._subscribed_event.is_set():
-                # Interrupted before the subscription was confirmed -- between creating it and
-                # subscribing, or between reading the confirmation and noting it: kept, it
-                # was never noted as subscribed, no later reader subscribed again, and every
-                # wait of the process fell back to its recheck (review 31, 01: a Ctrl-C
-                # during a process's first contended wait, 12 of 40 with real signals).
-                _closed(self._pubsub)
-                self._pubsub = None
+            # Interrupted while reading: the subscription is dropped, and the next reader
+            # subscribes afresh. Kept, it could be dead for good with nobody subscribing
+            # again, and every wait of the process fell back to its recheck: interrupted
+            # between creating it and subscribing, or between reading the confirmation and
+            # noting it (review 31, 01: a Ctrl-C in a process's first contended wait, 12 of
+            # 40 with real signals), or inside redis-py's reconnect after a connection error,
+            # after the confirmed subscription's socket was replaced (review 32, 01).
+            self._drop_subscription()
+            # An interrupt inside redis-py's connect can leave a half-connected connection
+            # back in the pool (its handshake never read), which the next subscribe then took
+            # and read nothing on: hand-off gone for good (review 32, 01 "first"). Idle
+            # connections are closed, to connect afresh at their next use.
+            pool = getattr(self.client, "connection_pool", None)
+            if pool is not None:
+                with contextlib.suppress(Exception):
+                    pool.disconnect(inuse_connections=False)
             raise
+
+    def _drop_subscription(self) -> None:
+        """Forget the subscription, then close it: taken out first, so an interrupted close
+        is never repeated (closed twice, redis-py 5's pool listed its connection as free
+        twice, and a release then went out on a subscribed connection: review 32, 01)."""
+        pubsub, self._pubsub = self._pubsub, None
+        self._subscribed_event.clear()
+        _closed(pubsub)
 
     def _read_on(self, handoff: Handoff, deadline: float, until_subscribed: bool) -> None:
         while handoff.at is None and not (until_subscribed and self._subscribed):
@@ -380,9 +396,7 @@ class SyncWaiting:
                 message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
             except Exception as exc:  # connection trouble: grants are lost until we are back
                 log.debug("redlock-deco: grant subscription failed (%r); subscribing again", exc)
-                self._subscribed_event.clear()
-                _closed(self._pubsub)
-                self._pubsub = None
+                self._drop_subscription()
                 time.sleep(min(RETRY_DELAY, max(0.0, deadline - time.monotonic())))
                 continue
             if message is None:
