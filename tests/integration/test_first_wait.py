@@ -143,24 +143,13 @@ def test_a_subscriber_cancelled_before_its_first_step_is_started_again() -> None
             loop.set_task_factory(None)
 
     async def handed_async() -> float | None:
-        taken = threading.Event()
-
-        def hold() -> None:
-            with Lock("first", ttl=5):
-                taken.set()
-                time.sleep(HOLD)
-
-        thread = threading.Thread(target=hold)
-        thread.start()
-        await asyncio.get_running_loop().run_in_executor(None, taken.wait, 5)
-        started = time.monotonic()
-        try:
-            async with AsyncLock("first", ttl=5, wait=1.5):
-                took: float | None = time.monotonic() - started
-        except LockNotAcquired:
-            took = None
-        await asyncio.get_running_loop().run_in_executor(None, thread.join, 10)
-        return took
+        with held_elsewhere(HOLD):  # (its thread takes the lock in a moment: the loop waits)
+            started = time.monotonic()
+            try:
+                async with AsyncLock("first", ttl=5, wait=1.5):
+                    return time.monotonic() - started
+            except LockNotAcquired:
+                return None
 
     took = asyncio.run(scenario())
     assert all(t is not None and t < HOLD + 0.5 for t in took[1:]), took
