@@ -42,6 +42,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
+from ._pools import disconnect_idle
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -214,9 +215,14 @@ def checkout(pool: Any, into: list[Any]) -> Any:
     """``pool.get_connection()``, as this redis-py wants it called, appended to ``into``
     before it is returned: an interrupt as this function returned kept the connection out
     of the pool for good, its caller never having stored it (review 4, r03)."""
-    into.append(
-        pool.get_connection("EVALSHA") if _takes_command_name(pool) else pool.get_connection()
-    )
+    try:
+        into.append(
+            pool.get_connection("EVALSHA") if _takes_command_name(pool) else pool.get_connection()
+        )
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # an interrupt: it may have cut a connect short
+            disconnect_idle(pool)
+        raise
     return into[-1]
 
 
@@ -293,7 +299,13 @@ class Spares:
         if conn._sock is None:
             # Connected here, as the pool's checkout connects, outside the command's retries:
             # a server that refuses connections fails the call once, not once per retry.
-            conn.connect()
+            try:
+                conn.connect()
+            except BaseException:
+                # An interrupt in redis-py's handshake leaves the socket set and the handshake
+                # unread (see _pools): connected afresh at the slot's next use.
+                conn.disconnect()
+                raise
         return conn
 
     def free(self, index: int) -> None:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _tokens as tokens
+from ._pools import disconnect_idle
 from ._protocol import Claim, granted_claim
 from ._worker import background, set_within
 
@@ -59,6 +60,8 @@ START_TIMEOUT = 2.0
 SUBSCRIBE_POLL = 0.05
 # Each read of the subscription blocks at most this long.
 READ_TIMEOUT = 1.0
+# A subscription not confirmed after this long is presumed dead, and made again.
+UNCONFIRMED = 1.0
 # After a failed read (connection trouble), subscribe again after this long.
 RETRY_DELAY = 0.1
 # A token whose waiter was cut short is remembered this long (its entry may be served
@@ -265,6 +268,7 @@ class SyncWaiting:
         self._reader: Handoff | None = None
         self._board = Board(counted)
         self._pubsub: Any = None  # touched only by the reader
+        self._since = 0.0  # when the reader subscribed it
         self._subscribed_event = threading.Event()
         _subscribers.add(self)
 
@@ -366,14 +370,9 @@ class SyncWaiting:
             # 40 with real signals), or inside redis-py's reconnect after a connection error,
             # after the confirmed subscription's socket was replaced (review 32, 01).
             self._drop_subscription()
-            # An interrupt inside redis-py's connect can leave a half-connected connection
-            # back in the pool (its handshake never read), which the next subscribe then took
-            # and read nothing on: hand-off gone for good (review 32, 01 "first"). Idle
-            # connections are closed, to connect afresh at their next use.
-            pool = getattr(self.client, "connection_pool", None)
-            if pool is not None:
-                with contextlib.suppress(Exception):
-                    pool.disconnect(inuse_connections=False)
+            # It may have cut redis-py's connect short, leaving a half-connected connection in
+            # the pool for the next subscribe to take (see _pools).
+            disconnect_idle(getattr(self.client, "connection_pool", None))
             raise
 
     def _drop_subscription(self) -> None:
@@ -390,7 +389,10 @@ class SyncWaiting:
             if remaining <= 0:
                 return
             try:
+                if self._pubsub is not None and not self._subscribed and unconfirmed(self._since):
+                    self._drop_subscription()  # see unconfirmed()
                 if self._pubsub is None:
+                    self._since = time.monotonic()
                     self._pubsub = self.client.pubsub()
                     self._pubsub.subscribe(channel())
                 message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
@@ -453,6 +455,19 @@ class SyncWaiting:
             ]
         if others:
             others[0].nudge()
+
+
+def unconfirmed(since: float) -> bool:
+    """Has a subscription made at ``since`` gone unconfirmed too long to be alive?
+
+    A live server confirms a SUBSCRIBE within a round trip. One that never does sits on a
+    connection nothing can be read from -- a client's pool can hand out one that an interrupt
+    left half-connected (see ``_pools``): without this, every later wait of the process took
+    its whole subscribe time and then polled, and a wait under 2 s failed with the lock free
+    (review 32, 01, on clients this library did not build). Dropped, it is made again on a
+    new connection; a server that is merely slow (paused, overloaded) costs a reconnect a
+    second."""
+    return time.monotonic() - since > UNCONFIRMED
 
 
 def _closed(pubsub: Any) -> None:
@@ -561,6 +576,8 @@ class AsyncWaiting:
         idle_since = time.monotonic()
         try:
             while True:
+                # (No check for a subscription never confirmed, as the sync reader has:
+                # redis.asyncio's checkout reconnects a connection whose reader is gone.)
                 try:
                     if pubsub is None:
                         pubsub = self._pubsub = self.client.pubsub()

@@ -153,3 +153,31 @@ def test_a_subscriber_cancelled_before_its_first_step_is_started_again() -> None
 
     took = asyncio.run(scenario())
     assert all(t is not None and t < HOLD + 0.5 for t in took[1:]), took
+
+
+def test_a_subscription_on_a_half_connected_pooled_connection_is_made_again(
+    server: RedisServer,
+) -> None:
+    """A client the application shares with the library can hold a connection that one of
+    the application's own calls left half-connected (interrupted in redis-py's handshake:
+    socket set, reader never made; redis-py gives it back to the pool as it is). The grant
+    subscription that draws it reads nothing, ever: it is dropped once it has gone a second
+    unconfirmed (review 32, 01), and the waiter is handed the lock as the holder frees it."""
+    client = redis.Redis.from_url(server.url)
+    try:
+        redlock_deco.register_provider("default", client)
+        with Lock("warm", ttl=5):  # the library's own connections are made
+            pass
+        pool = client.connection_pool
+        half = pool.get_connection()
+        half._parser.on_disconnect()  # the reader gone, the socket still set
+        pool.release(half)
+        with held_elsewhere(HOLD):
+            started = time.monotonic()
+            with Lock("first", ttl=5, wait=2.5):
+                took = time.monotonic() - started
+        assert took < waiting.UNCONFIRMED + 0.8, took
+        assert handed_within(1.5) is not None  # and from then on at once
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
