@@ -37,7 +37,7 @@ from types import FunctionType
 from typing import Any, Protocol, TypeVar
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ClusterError, NoScriptError, ResponseError, TryAgainError
 from redis.retry import Retry
 
 from . import _waiting as waiting
@@ -175,6 +175,23 @@ def can_listen(client: Any) -> bool:
 
 def is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key")
+
+
+# A cluster slot being migrated refuses a script whose keys are split between its two nodes
+# (TRYAGAIN): redis-py's cluster client tries again for about 0.1 s, then raises
+# ClusterError("TTL exhausted."), having run nothing. Our scripts take several keys of one
+# slot (the lock, its queue, its fence), where a single-key command would have followed the
+# ASK redirect; a completed body's release failed with a redis error, and the lock was left
+# to its ttl (review 33). Such a step is sent again for this long, this often.
+MIGRATION_PATIENCE = 2.0
+MIGRATION_RETRY = 0.05
+
+
+def refused_while_migrating(exc: BaseException) -> bool:
+    """Was ``exc`` a cluster's refusal that ran nothing (every try redirected or TRYAGAIN)?"""
+    return isinstance(exc, TryAgainError) or (
+        type(exc) is ClusterError and str(exc) == "TTL exhausted."
+    )
 
 
 def lane_of(step: Step) -> int:
@@ -504,8 +521,8 @@ class SyncTarget:
     """One sync client and what the driver derives from it once."""
 
     __slots__ = (
-        "checked", "client", "counted", "direct", "lanes", "owned", "renewal_worker", "spares",
-        "waiting",
+        "checked", "client", "cluster", "counted", "direct", "lanes", "owned", "renewal_worker",
+        "spares", "waiting",
     )  # fmt: skip
     algorithms: Algorithms = SINGLE
 
@@ -519,7 +536,8 @@ class SyncTarget:
         self.lanes = make_lanes(None if size is None else size - keep, Places)
         self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
-        self.counted = not is_cluster(client)
+        self.cluster = is_cluster(client)
+        self.counted = not self.cluster
         self.waiting = waiting.SyncWaiting(self, self.counted) if can_listen(client) else None
 
     @property
@@ -550,14 +568,27 @@ class SyncTarget:
         if kind is Sleep:
             time.sleep(step.seconds)  # type: ignore[union-attr]
             return None
+        send = self._send_patiently if self.cluster else self._send
         if self.lanes is None:
-            return self._send(step)
+            return send(step)
         lane = self.lanes[lane_of(step)]
         try:
             lane.acquire()
-            return self._send(step)
+            return send(step)
         finally:
             lane.release()
+
+    def _send_patiently(self, step: Step) -> Any:
+        """:meth:`_send` on a cluster, sent again while its slot migrates (see
+        MIGRATION_PATIENCE)."""
+        give_up = time.monotonic() + MIGRATION_PATIENCE
+        while True:
+            try:
+                return self._send(step)
+            except (ClusterError, TryAgainError) as exc:
+                if not refused_while_migrating(exc) or time.monotonic() >= give_up:
+                    raise
+            time.sleep(MIGRATION_RETRY)
 
     def _send(self, step: Step) -> Any:
         if type(step) is Replicated:
@@ -664,7 +695,9 @@ def confirmed(acked: Any, same_socket: bool) -> Any:
 class AsyncTarget:
     """One ``redis.asyncio`` client (bound to one event loop) and what derives from it."""
 
-    __slots__ = ("busy", "checked", "client", "closed", "counted", "lanes", "sending", "waiting")
+    __slots__ = (
+        "busy", "checked", "client", "closed", "cluster", "counted", "lanes", "sending", "waiting",
+    )  # fmt: skip
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any) -> None:
@@ -674,7 +707,8 @@ class AsyncTarget:
         self.busy = 0  # algorithms running on it now (see run_async)
         self.closed = False  # its loop's shutdown closed the client (see stop)
         self.sending = 0  # commands in flight on it now
-        self.counted = not is_cluster(client)
+        self.cluster = is_cluster(client)
+        self.counted = not self.cluster
         self.waiting = waiting.AsyncWaiting(self, self.counted) if can_listen(client) else None
 
     @property
@@ -711,16 +745,29 @@ class AsyncTarget:
                 if self.waiting is None:
                     return None
                 return await self.waiting.listen(step.token, step.timeout)  # type: ignore[union-attr]
+            send = self._send_patiently if self.cluster else self._send
             if self.lanes is None:
-                return await self._send(step)
+                return await send(step)
             lane = self.lanes[lane_of(step)]
             await lane.acquire()
             try:
-                return await self._send(step)
+                return await send(step)
             finally:
                 lane.release()
         finally:
             self.sending -= 1
+
+    async def _send_patiently(self, step: Step) -> Any:
+        """:meth:`_send` on a cluster, sent again while its slot migrates (see
+        MIGRATION_PATIENCE)."""
+        give_up = time.monotonic() + MIGRATION_PATIENCE
+        while True:
+            try:
+                return await self._send(step)
+            except (ClusterError, TryAgainError) as exc:
+                if not refused_while_migrating(exc) or time.monotonic() >= give_up:
+                    raise
+            await asyncio.sleep(MIGRATION_RETRY)
 
     async def _send(self, step: Step) -> Any:
         if type(step) is Replicated:

@@ -28,6 +28,7 @@ from support.interrupts import signal_cannot_land
 import redlock_deco
 from redlock_deco import Lock, LockNotAcquired
 from redlock_deco import _waiting as waiting
+from redlock_deco._drivers import checkout
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
@@ -169,7 +170,7 @@ def test_a_subscription_on_a_half_connected_pooled_connection_is_made_again(
         with Lock("warm", ttl=5):  # the library's own connections are made
             pass
         pool = client.connection_pool
-        half = pool.get_connection()
+        half = checkout(pool, [])  # (as this redis-py wants get_connection called)
         half._parser.on_disconnect()  # the reader gone, the socket still set
         pool.release(half)
         with held_elsewhere(HOLD):

@@ -15,7 +15,8 @@ import redis
 import redis.asyncio
 
 from redlock_deco import Lock, LockNotAcquired, Semaphore, limited, locked, register_provider
-from redlock_deco._drivers import checkout
+from redlock_deco import _providers as providers
+from redlock_deco._drivers import MIGRATION_PATIENCE, checkout
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.asyncio import Semaphore as AsyncSemaphore
 from redlock_deco.testing import LocalCluster, LocalSentinels, RedisServer
@@ -98,8 +99,6 @@ def test_async_cluster_client(cluster: LocalCluster) -> None:
         return count
 
     async def scenario() -> None:
-        from redlock_deco import _providers as providers
-
         try:
             both = asyncio.Event()
             assert await asyncio.gather(export("a", both), export("a", both)) == [2, 2]
@@ -109,6 +108,112 @@ def test_async_cluster_client(cluster: LocalCluster) -> None:
             await providers.async_target("acluster").client.aclose()
 
     asyncio.run(scenario())
+
+
+class SlotMove:
+    """Moves the slot of ``key`` to the next master as redis-cli's reshard does -- importing
+    and migrating marks, then MIGRATE of its keys -- in two halves: ``start(first)`` moves
+    only the keys named (the slot's keys are split between two nodes), ``finish()`` the rest
+    and gives the slot to its new node."""
+
+    def __init__(self, cluster: LocalCluster, key: str) -> None:
+        self.nodes = [server.client(decode_responses=True) for server in cluster.servers]
+        self.ports = [server.port for server in cluster.servers]
+        self.ids = [node.cluster("MYID") for node in self.nodes]
+        self.slot = self.nodes[0].cluster("KEYSLOT", key)
+        owner = next(
+            span[2][1]
+            for span in self.nodes[0].execute_command("CLUSTER", "SLOTS")
+            if span[0] <= self.slot <= span[1]
+        )
+        self.source = self.ports.index(owner)
+        self.target = (self.source + 1) % len(self.nodes)
+
+    def start(self, first: list[str]) -> None:
+        source, target = self.nodes[self.source], self.nodes[self.target]
+        target.cluster("SETSLOT", self.slot, "IMPORTING", self.ids[self.source])
+        source.cluster("SETSLOT", self.slot, "MIGRATING", self.ids[self.target])
+        for key in first:
+            self._migrate([key])
+
+    def finish(self) -> None:
+        self._migrate(self.nodes[self.source].cluster("GETKEYSINSLOT", self.slot, 100))
+        for node in self.nodes:
+            node.cluster("SETSLOT", self.slot, "NODE", self.ids[self.target])
+
+    def finish_in(self, seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, self.finish)
+        timer.start()
+        return timer
+
+    def _migrate(self, keys: list[str]) -> None:
+        if keys:
+            port = self.ports[self.target]
+            self.nodes[self.source].execute_command(
+                "MIGRATE", "127.0.0.1", port, "", 0, 5000, "REPLACE", "KEYS", *keys
+            )
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+
+def test_a_release_while_its_slot_migrates_waits_for_the_move(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """Review 33: the lock's slot was being moved (its key on the new node, its queue and
+    fence still on the old one), and the release of a completed body raised ClusterError
+    ("TTL exhausted.") after redis-py's 0.1 s of TRYAGAIN: the caller saw a failure, and the
+    lock was left to its ttl. The scripts touch several keys of the slot, which the
+    importing node refuses while they are split; the library sends them again meanwhile."""
+    with Lock("moving", provider="cluster", ttl=5, fencing=True):
+        pass  # the fence counter now exists: the next acquire touches a key that is there
+    move = SlotMove(cluster, "lock:moving")
+    try:
+        with Lock("moving", provider="cluster", ttl=5, fencing=True):
+            move.start(["lock:moving"])  # the lock on the new node, the fence on the old
+            timer = move.finish_in(0.3)
+            started = time.monotonic()
+        took = time.monotonic() - started
+        timer.join(5)
+        assert 0.25 < took < MIGRATION_PATIENCE, took
+        assert not cluster_client.exists("lock:moving")
+        move = SlotMove(cluster, "lock:moving")  # and back, while an acquire runs
+        move.start(["{lock:moving}:fence"])
+        timer = move.finish_in(0.3)
+        lock = Lock("moving", provider="cluster", ttl=5, fencing=True)
+        assert lock.acquire(blocking=False)  # sent again until the move ended: taken
+        lock.release()
+        timer.join(5)
+    finally:
+        move.close()
+
+
+def test_an_asyncio_release_while_its_slot_migrates_waits_for_the_move(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster
+) -> None:
+    port = cluster.servers[0].port
+    register_provider("acluster", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port))
+
+    async def scenario() -> float:
+        async with AsyncLock("amoving", provider="acluster", ttl=5, fencing=True):
+            pass
+        move = SlotMove(cluster, "lock:amoving")
+        try:
+            async with AsyncLock("amoving", provider="acluster", ttl=5, fencing=True):
+                move.start(["lock:amoving"])
+                timer = move.finish_in(0.3)
+                started = time.monotonic()
+            took = time.monotonic() - started
+            timer.join(5)
+            return took
+        finally:
+            move.close()
+            await providers.async_target("acluster").client.aclose()
+
+    took = asyncio.run(scenario())
+    assert 0.25 < took < MIGRATION_PATIENCE, took
+    assert not cluster_client.exists("lock:amoving")
 
 
 def test_cluster_replicas_are_counted_on_the_keys_node_connection(
