@@ -550,6 +550,8 @@ class SyncTarget:
             self.renewal_worker.retire()
         if self.spares is not None:
             self.spares.close(disconnect=self.owned)  # a busy slot's connection: once freed
+        if self.waiting is not None:
+            self.waiting.retire()
         if self.owned:
             # Idle connections, the slots' included, closed now: redis-py 8's pools and
             # connections refer to each other, so a retired client waits for the cycle

@@ -19,8 +19,8 @@ What holds, and where:
 - A re-sent request (the client's retry after a lost reply) finds its own token as the last
   reservation and gets the same answer, counted once. If another caller reserved in between,
   the re-sent request counts again: a slot wasted, never one too many admitted.
-- A call interrupted or cancelled while it sleeps for its slot gives the slot back (a second
-  round trip) when no later caller has reserved since; otherwise the slot stays used -- giving
+- A call interrupted or cancelled while its request is out or while it sleeps for its slot
+  gives the slot back (a second round trip) when no later caller has reserved since; otherwise the slot stays used -- giving
   it back would move the next slot before those already promised -- and costs the name one
   call's worth of rate, once. A process killed while it sleeps costs the same.
 - The server's clock jumping forward admits at once what the jump made due (up to ``burst``);
@@ -196,19 +196,26 @@ def refused(name: str, key: str, answer: Admission, wait: float | None) -> Throt
 def admit(options: ThrottleOptions, name: str, key: str, cost: float,
           wait: float | None) -> Admission:  # fmt: skip
     """Decide a call; if it was given a slot ahead, sleep until it came. A call interrupted
-    while it sleeps gives the slot back where that is safe (see the module docstring)."""
+    while its request is out or while it sleeps gives the slot back where that is safe (see
+    the module docstring), as :func:`admit_async` does when cancelled."""
     target = providers.sync_target(options.provider)
     _check_target(target, options)
     token = call_token()
-    answer = admission(target.execute(admit_step(key, token, cost, options, wait)), key)
-    if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
-        eviction.start_check(target)
-    if answer.admitted and answer.delay > 0:
-        try:
+    answer: Admission | None = None
+    try:
+        answer = admission(target.execute(admit_step(key, token, cost, options, wait)), key)
+        if not target.checked:  # an evicted arrival time admits a new burst (review 8, t02)
+            eviction.start_check(target)
+        if answer.admitted and answer.delay > 0:
             time.sleep(answer.delay)
-        except BaseException:
+    except BaseException as exc:
+        # An interrupt: the request may have run, its answer lost with it (review 32: a
+        # Ctrl-C in the round trip kept the slot, where a cancelled task gave it back). An
+        # error is the server's or the connection's: the caller sees it, and a slot the
+        # request may have taken stays used (rate only).
+        if not isinstance(exc, Exception) and (answer is None or answer.admitted):
             _give_back(target, key, token, cost, options)
-            raise
+        raise
     _decided(options, name, key, answer)
     return answer
 

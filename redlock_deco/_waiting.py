@@ -269,6 +269,7 @@ class SyncWaiting:
         self._board = Board(counted)
         self._pubsub: Any = None  # touched only by the reader
         self._since = 0.0  # when the reader subscribed it
+        self._retired = False  # its target was replaced: closed once nobody waits on it
         self._subscribed_event = threading.Event()
         _subscribers.add(self)
 
@@ -321,6 +322,28 @@ class SyncWaiting:
     def forget(self, handoff: Handoff, cut_short: bool) -> None:
         with self._lock:
             self._board.forget(handoff.token, handoff, cut_short)
+        if self._retired:
+            self.close_if_unused()
+
+    def retire(self) -> None:
+        """The target was replaced (its provider registered again): the subscription is
+        closed as soon as nobody waits on it. Kept, nobody would ever read it again, yet it
+        stayed subscribed -- a connection per registration until the collector came, and
+        releases went on counting its channel as listening (review 32, 02)."""
+        self._retired = True
+        self.close_if_unused()
+
+    def close_if_unused(self) -> None:
+        closer = Handoff(self, "")
+        with self._lock:
+            if self._board.waiting or self._reader is not None:
+                return  # the last waiter's close comes back here
+            self._reader = closer  # nobody else touches the subscription meanwhile
+        try:
+            self._drop_subscription()
+        finally:
+            with self._lock:
+                self._reader = None
 
     def drop(self, token: str) -> None:
         """Close ``token``'s registration, cut short, wherever it is: an interrupt lost it on

@@ -223,6 +223,26 @@ def test_a_waiter_interrupted_while_it_sleeps_gives_its_slot_back(
     assert state(r, "throttle:interrupted")[b"tok"] == b"-"  # nobody's: a re-send gives nothing
 
 
+def test_a_call_interrupted_while_its_request_is_out_gives_back_what_it_took(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 32: a Ctrl-C that lands as the admission's reply comes back (the request ran,
+    the slot is taken) kept the slot, where a cancelled asyncio call gave it back."""
+    limiter = Throttle("ctrl-c", rate=1, per=10.0, burst=1, wait=0)
+    answered = throttle.admission
+
+    def interrupted(*args: object) -> throttle.Admission:
+        answered(*args)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(throttle, "admission", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        limiter.acquire()
+    monkeypatch.undo()
+    assert r.get("throttle:ctrl-c") is None  # given back: nothing reserved is left
+    assert limiter.acquire()  # the slot it took is free again
+
+
 def test_a_cancelled_waiter_gives_its_slot_back_only_if_nobody_reserved_after_it(
     r: redis.Redis,
 ) -> None:
