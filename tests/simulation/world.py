@@ -191,6 +191,7 @@ class Waiting:
         self.subscribing = False
         self.inbox: deque[str] = deque()
         self._lock = contextlib.nullcontext()  # what SyncWaiting.forget holds
+        self._retired = False  # (what SyncWaiting.forget reads: a simulated one never is)
         self._board = self.board
         self.blocked: dict[Handoff, tuple[Task, int]] = {}
         self.listeners: list[tuple[Task, int, Handoff]] = []
