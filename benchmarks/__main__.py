@@ -63,6 +63,11 @@ def main() -> int:
                 results.contended[processes][library] = contention.contend(
                     server.url, library, processes, args.seconds
                 )
+        for library in ("redlock-deco @locked", "redis-py Lock"):
+            step(f"8 processes, one of them profiled: {library}")
+            results.profiled[library] = contention.contend(
+                server.url, library, 8, args.seconds, profile=True
+            )
         for library in LOCKS:
             step(f"8 processes, 1 ms of work inside: {library}")
             results.worked[library] = contention.contend(

@@ -10,8 +10,10 @@ microseconds it spent in them.
 
 from __future__ import annotations
 
+import cProfile
 import multiprocessing
 import os
+import pstats
 import resource
 import statistics
 import time
@@ -49,6 +51,8 @@ class Contended:
     releases: list[float] = field(default_factory=list)
     deliveries: list[float] = field(default_factory=list)
     wake_ups: list[float] = field(default_factory=list)
+    # One worker's own time under cProfile, by where it was spent (seconds), when profiled.
+    profile: dict[str, float] = field(default_factory=dict)
 
     def per_cs(self, total: float) -> float:
         """``total`` per critical section (one acquire + release)."""
@@ -69,9 +73,37 @@ class Contended:
         return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
+def where(path: str, function: str) -> str:
+    """The part of the client a profiled function belongs to."""
+    if "redlock_deco" in path:
+        return "redlock-deco: " + path.rsplit("/", 1)[-1].removesuffix(".py")
+    if "/redis/" in path:
+        if "connection" in path and function in ("get_connection", "release", "make_connection"):
+            return "redis-py: pool checkout and return"
+        return "redis-py: " + ("parser" if "_parsers" in path else "other")
+    if path == "~":  # a builtin: say which kind
+        if any(word in function for word in ("recv", "send", "poll", "select", "socket")):
+            return "socket I/O (kernel calls)"
+        if any(word in function for word in ("acquire", "release", "wait", "lock")):
+            return "thread locks and waits"
+        return "other builtins"
+    if "benchmarks" in path:
+        return "the benchmark's own loop"
+    return "other Python (standard library)"
+
+
+def _profiled(profile: cProfile.Profile) -> dict[str, float]:
+    spent: dict[str, float] = {}
+    stats: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (path, _, function), (_, _, own, _, _) in stats.items():
+        part = where(path, function)
+        spent[part] = spent.get(part, 0.0) + own
+    return spent
+
+
 def _worker(
     library: str, url: str, key: str, index: int, start: float, stop: float,
-    shared: Any, out: Any, work: float,
+    shared: Any, out: Any, work: float, profile: bool = False,
 ) -> None:  # fmt: skip
     trips = count_round_trips()
     factory, _ = LOCKS[library]
@@ -102,13 +134,20 @@ def _worker(
 
     time.sleep(max(0.0, start - time.monotonic()))
     baseline = trips()
+    # CPU time, not the wall clock: a worker asleep waiting for its grant spends nothing.
+    profiler = cProfile.Profile(time.process_time) if profile and index == 0 else None
     cpu, system, switched = time.process_time(), os.times().system, _switches()
+    if profiler is not None:
+        profiler.enable()
     while time.monotonic() < stop:
         run(body)
         if last_holder.value == index:
             releases.append(time.monotonic() - last_release.value)
+    if profiler is not None:
+        profiler.disable()
     out.put((index, count, gaps, trips() - baseline, time.process_time() - cpu, releases,
-             deliveries, wake_ups, os.times().system - system, _switches() - switched))  # fmt: skip
+             deliveries, wake_ups, os.times().system - system, _switches() - switched,
+             _profiled(profiler) if profiler is not None else {}))  # fmt: skip
 
 
 def _switches() -> int:
@@ -146,9 +185,11 @@ def server_cpu(client: Any) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-def contend(url: str, library: str, processes: int, seconds: float, work: float = 0.0) -> Contended:
+def contend(url: str, library: str, processes: int, seconds: float, work: float = 0.0,
+            profile: bool = False) -> Contended:  # fmt: skip
     """``processes`` workers loop critical sections on one key for ``seconds``, each section
-    sleeping ``work`` seconds inside (0: a tight loop)."""
+    sleeping ``work`` seconds inside (0: a tight loop); ``profile``: worker 0 under cProfile
+    (it slows that worker: its figures are for where the time goes, not how much)."""
     ctx = multiprocessing.get_context("fork")
     key = f"bench:contended:{processes}:{work}"
     shared = (ctx.Value("q", 0, lock=False), ctx.Value("d", 0.0, lock=False),
@@ -160,7 +201,9 @@ def contend(url: str, library: str, processes: int, seconds: float, work: float 
     start = time.monotonic() + 1.0 + processes * 0.02  # everyone forked and connected by then
     stop = start + seconds
     workers = [
-        ctx.Process(target=_worker, args=(library, url, key, i, start, stop, shared, out, work))
+        ctx.Process(
+            target=_worker, args=(library, url, key, i, start, stop, shared, out, work, profile)
+        )
         for i in range(processes)
     ]
     for worker in workers:
@@ -195,6 +238,7 @@ def contend(url: str, library: str, processes: int, seconds: float, work: float 
         wake_ups=[x for r in results for x in r[7]],
         server_cpu=cpu_after - cpu_before,
         work=work,
+        profile=next((r[10] for r in results if r[10]), {}),
     )
 
 

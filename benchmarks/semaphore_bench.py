@@ -22,6 +22,7 @@ from .candidates import Runner, redlock_deco_limited
 from .contention import server_cpu
 
 LIMIT = 3
+HOLD = 0.001  # seconds each holder keeps its slot
 OURS = "redlock-deco @limited(limit=3)"
 
 
@@ -92,7 +93,7 @@ def _worker(library: str, url: str, start: float, stop: float, gauge: Any, out: 
         with gauge.get_lock():
             gauge.value += 1
             peak = max(peak, gauge.value)
-        time.sleep(0.001)  # hold the slot a moment, so the slots fill up
+        time.sleep(HOLD)  # hold the slot a moment, so the slots fill up
         with gauge.get_lock():
             gauge.value -= 1
         count += 1
