@@ -24,20 +24,20 @@ from __future__ import annotations
 import os
 import random
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from types import FrameType
 from typing import Any
 
 import pytest
 import redis
+from support.handing import handed_within, held_elsewhere
 from support.interrupts import signal_cannot_land
 
 import redlock_deco
-from redlock_deco import Lock, LockNotAcquired
+from redlock_deco import Lock
 from redlock_deco import _waiting as waiting
 from redlock_deco.testing import RedisServer
 
@@ -45,25 +45,6 @@ HOLD = 0.1  # how long the other thread holds before its release hands the lock 
 SAMPLE = 30  # positions tried in a CI run outside the connects' own lines, per kind of client
 
 Position = tuple[str, int, int]  # file, line, which occurrence of it (1, 2, ...)
-
-
-@contextmanager
-def held_elsewhere(seconds: float) -> Iterator[None]:
-    """Another thread holds "first" for ``seconds``, from before the block starts."""
-    taken = threading.Event()
-
-    def hold() -> None:
-        with Lock("first", ttl=5):
-            taken.set()
-            time.sleep(seconds)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert taken.wait(5)
-    try:
-        yield
-    finally:
-        thread.join(10)
 
 
 def in_redis_py(frame: FrameType) -> bool:
@@ -158,18 +139,6 @@ def interrupted_at(position: Position) -> bool:
     return fired
 
 
-def handed_within() -> float | None:
-    """A contended wait: how long until the lock freed after HOLD came (None: never; at
-    least HOLD, or it got in while the other thread held it)."""
-    with held_elsewhere(HOLD):
-        started = time.monotonic()
-        try:
-            with Lock("first", ttl=5, wait=1.5):
-                return time.monotonic() - started
-        except LockNotAcquired:
-            return None
-
-
 def chosen(found: list[Position], handshake: set[Position], seed: int) -> list[Position]:
     if os.environ.get("REDLOCK_DECO_INTERRUPT_SAMPLE") == "all":
         return found
@@ -211,7 +180,7 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
                 continue
             tried += 1
             where = f"{position} (seed {seed}, {kind})"
-            took = handed_within()
+            took = handed_within(HOLD)
             assert took is not None and HOLD * 0.9 < took < HOLD + 0.5, (where, took)
             assert r.keys("lock:*") == [] and r.dbsize() == 0, where
         assert tried > SAMPLE, tried

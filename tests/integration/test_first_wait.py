@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 import pytest
 import redis
+from support.handing import handed_within, held_elsewhere
 from support.interrupts import signal_cannot_land
 
 import redlock_deco
@@ -33,36 +31,6 @@ from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
 HOLD = 0.15  # how long the other thread holds before its release hands the lock on
-
-
-@contextmanager
-def held_elsewhere(seconds: float) -> Iterator[None]:
-    """Another thread holds "first" for ``seconds``, from before the block starts."""
-    taken = threading.Event()
-
-    def hold() -> None:
-        with Lock("first", ttl=5):
-            taken.set()
-            time.sleep(seconds)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert taken.wait(5)
-    try:
-        yield
-    finally:
-        thread.join(10)
-
-
-def handed_within(seconds: float) -> float | None:
-    """A contended wait: how long until the lock freed after HOLD came (None: never)."""
-    with held_elsewhere(HOLD):
-        started = time.monotonic()
-        try:
-            with Lock("first", ttl=5, wait=1.5):
-                return time.monotonic() - started
-        except LockNotAcquired:
-            return None
 
 
 def interrupted_first_wait(stop_at: int) -> bool:
@@ -108,7 +76,7 @@ def test_an_interrupt_at_any_line_of_the_first_wait_leaves_hand_offs_working(
             redlock_deco.register_provider("default", server.url)  # a fresh target
             if not interrupted_first_wait(stop_at):
                 break
-            took = handed_within(1.5)
+            took = handed_within(HOLD)
             assert took is not None and took < HOLD + 0.5, (stop_at, took)
             assert r.keys("lock:*") == []
     finally:
@@ -178,7 +146,7 @@ def test_a_subscription_on_a_half_connected_pooled_connection_is_made_again(
             with Lock("first", ttl=5, wait=2.5):
                 took = time.monotonic() - started
         assert took < waiting.UNCONFIRMED + 0.8, took
-        assert handed_within(1.5) is not None  # and from then on at once
+        assert handed_within(HOLD) is not None  # and from then on at once
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
@@ -190,7 +158,7 @@ def test_a_replaced_providers_subscription_is_closed(server: RedisServer, r: red
     registration left one more connection for the collector to close."""
     for _ in range(4):
         redlock_deco.register_provider("default", server.url)
-        took = handed_within(1.5)
+        took = handed_within(HOLD)
         assert took is not None and took < HOLD + 0.5, took
     redlock_deco.register_provider("default", server.url)  # the last one retired too
     deadline = time.monotonic() + 2
