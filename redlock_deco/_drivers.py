@@ -23,6 +23,7 @@ both drivers that send it, read side by side so the sync and asyncio targets can
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import importlib
 import inspect
@@ -32,7 +33,7 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FunctionType
 from typing import Any, Protocol, TypeVar
 
@@ -42,7 +43,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import disconnect_idle
+from ._pools import disconnect_idle, guard
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -187,6 +188,27 @@ MIGRATION_PATIENCE = 2.0
 MIGRATION_RETRY = 0.05
 
 
+# Not for the renewer's rounds: renewals run one at a time per target, and a round that waited
+# out a migration held up every other lease of the target behind it -- a lock on another node,
+# nothing to do with the move, was lost (review 34, 03). A renewal refused so is tried again
+# at its next round, and a lease whose slot stays refused past its ttl is reported lost.
+_patient: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "redlock_deco_patient", default=True
+)
+
+
+@contextlib.contextmanager
+def impatient() -> Iterator[None]:
+    """Steps sent inside are not sent again while their slot migrates (the renewer's)."""
+    _patient.set(False)
+    try:
+        yield
+    finally:
+        # set, not reset by token: a round closed at a loop's shutdown runs this in another
+        # context, where a token's reset raises ValueError (as _providers' _UNWRITTEN).
+        _patient.set(True)
+
+
 def refused_while_migrating(exc: BaseException) -> bool:
     """Was ``exc`` a cluster's refusal that ran nothing (every try redirected or TRYAGAIN)?"""
     return isinstance(exc, TryAgainError) or (
@@ -319,8 +341,7 @@ class Spares:
             try:
                 conn.connect()
             except BaseException:
-                # An interrupt in redis-py's handshake leaves the socket set and the handshake
-                # unread (see _pools): connected afresh at the slot's next use.
+                # (A connection made before guard() took its pool cannot close itself.)
                 conn.disconnect()
                 raise
         return conn
@@ -528,6 +549,7 @@ class SyncTarget:
 
     def __init__(self, client: Any, *, owned: bool = False) -> None:
         self.client = client
+        guard(getattr(client, "connection_pool", None), asynchronous=False)  # see _pools
         self.owned = owned  # built here from a URL: ours to disconnect when retired
         self.direct = direct_pool(client)
         size = pool_size(client)
@@ -570,7 +592,7 @@ class SyncTarget:
         if kind is Sleep:
             time.sleep(step.seconds)  # type: ignore[union-attr]
             return None
-        send = self._send_patiently if self.cluster else self._send
+        send = self._send_patiently if self.cluster and _patient.get() else self._send
         if self.lanes is None:
             return send(step)
         lane = self.lanes[lane_of(step)]
@@ -704,6 +726,7 @@ class AsyncTarget:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        guard(getattr(client, "connection_pool", None), asynchronous=True)  # see _pools
         self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
         self.checked = False
         self.busy = 0  # algorithms running on it now (see run_async)
@@ -747,7 +770,7 @@ class AsyncTarget:
                 if self.waiting is None:
                     return None
                 return await self.waiting.listen(step.token, step.timeout)  # type: ignore[union-attr]
-            send = self._send_patiently if self.cluster else self._send
+            send = self._send_patiently if self.cluster and _patient.get() else self._send
             if self.lanes is None:
                 return await send(step)
             lane = self.lanes[lane_of(step)]

@@ -1,18 +1,25 @@
-"""Repairing a redis-py connection pool after an interrupt cut a connect short.
+"""Connections that an interrupt cannot leave half-connected in a redis-py pool.
 
 redis-py's checkout gives a connection back to its pool on *any* exception, and its connect
-cleans up only after its own errors (``RedisError``). A ``KeyboardInterrupt`` between opening
-the socket and making its reader so leaves a connection in the pool that looks connected and
-is not, and the sync checkout hands it out again as it is: the grant subscription that took
-one read nothing, for good -- hand-off gone for the rest of the process (review 32, 01) -- and
-a command on one failed with an ``AttributeError`` (the interrupted call's own clean-up did,
-in place of its ``KeyboardInterrupt``). (redis.asyncio's checkout reconnects such a
-connection: it asks the reader, which refuses.)
+cleans up only after its own errors (``RedisError``). A ``KeyboardInterrupt`` (sync) or a
+cancellation (asyncio) between opening the socket and the end of the handshake (AUTH, HELLO,
+CLIENT SETINFO, SELECT) so left a connection in the pool that looks connected and is not, and
+the next checkout handed it out as it was:
 
-Which idle connection it is cannot be told from outside, so every idle connection is closed
-(each connects again at its next use); connections in use are left alone. Clients the library
-builds from URLs never need this: their connections close themselves when a connect is cut
-short (``_providers``).
+- with its handshake cut before ``SELECT``, its commands ran in database 0: a lock taken
+  there did not exclude the holders of the same name in the client's own database -- a
+  second holder (review 34, 01: 3 of 3, a traced client, a ``redis.Redis`` subclass, a
+  Sentinel's ``master_for`` client);
+- cut before its reader was made, a grant subscription on it read nothing, for good -- the
+  hand-off gone for the process -- and a command on it failed with ``AttributeError``
+  (review 32, 01).
+
+So every pool the library sends through gets connections that close themselves when a
+connect is cut short (:func:`guard`): its class for the connections it makes from now on,
+and the connections it has already made. Repairing the pool after the interrupt instead left
+a window in which another thread drew the half-connected connection first (review 34, 08).
+The application's own calls on that pool are protected the same way; nothing else about its
+connections changes.
 """
 
 from __future__ import annotations
@@ -21,8 +28,77 @@ import contextlib
 from typing import Any
 
 
+class WholeConnect:
+    """A mixin for a sync connection: a connect cut short by an interrupt closes what it
+    opened, as redis-py's connect does after its own errors."""
+
+    def connect(self) -> None:
+        try:
+            super().connect()  # type: ignore[misc]
+        except BaseException:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+        try:
+            super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise
+
+
+class WholeAsyncConnect:
+    """:class:`WholeConnect` for a redis.asyncio connection: a cancelled connect closes what
+    it opened (a cancellation in the handshake is an ordinary event there: any timeout)."""
+
+    async def connect(self) -> None:
+        try:
+            await super().connect()  # type: ignore[misc]
+        except BaseException:
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise
+
+    async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+        try:
+            await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise
+
+
+_WHOLE: dict[tuple[type, type], type] = {}  # (a connection class, mixin) -> the two
+
+
+def _whole(plain: type, mixin: type) -> type:
+    if issubclass(plain, mixin):
+        return plain
+    made = _WHOLE.get((plain, mixin))
+    if made is None:
+        name = f"Whole{plain.__name__}"
+        made = _WHOLE[plain, mixin] = type(name, (mixin, plain), {"__module__": plain.__module__})
+    return made
+
+
+def guard(pool: Any, asynchronous: bool) -> None:
+    """Make ``pool``'s connections, those to come and those it has, close themselves when a
+    connect is cut short (see the module). A pool it cannot see into is left as it is."""
+    plain = getattr(pool, "connection_class", None)
+    if not isinstance(plain, type):
+        return
+    mixin = WholeAsyncConnect if asynchronous else WholeConnect
+    pool.connection_class = _whole(plain, mixin)
+    made = [
+        *getattr(pool, "_available_connections", ()),
+        *getattr(pool, "_in_use_connections", ()),
+    ]
+    for connection in made:
+        with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
+            connection.__class__ = _whole(type(connection), mixin)
+
+
 def disconnect_idle(pool: Any) -> None:
-    """Close the idle connections of a sync pool (see the module)."""
+    """Close the idle connections of a sync pool: after an interrupt in a checkout from a
+    pool :func:`guard` could not see into."""
     disconnect = getattr(pool, "disconnect", None)
     if disconnect is not None:
         with contextlib.suppress(Exception):

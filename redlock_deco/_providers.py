@@ -307,32 +307,11 @@ class _CheckedConnection:
         await super().send_packed_command(command, check_health)  # type: ignore[misc]
 
 
-class _WholeConnect:
-    """A mixin for the connections of a URL's sync client: a connect cut short by an
-    interrupt closes what it opened, as redis-py's connect does after its own errors.
-    Otherwise the pool took the half-connected connection back and handed it out again as
-    connected (see ``_pools``: a grant subscription on one read nothing, for good)."""
-
-    def connect(self) -> None:
-        try:
-            super().connect()  # type: ignore[misc]
-        except BaseException:
-            self.disconnect()  # type: ignore[attr-defined]
-            raise
-
-    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
-        try:
-            super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
-        except BaseException:
-            self.disconnect()  # type: ignore[attr-defined]
-            raise
-
-
 def _guarded(pool: Any, *mixins: type) -> None:
     """Give ``pool``'s connections ``mixins`` (its class as the URL chose it: redis://,
     rediss:// or unix://)."""
     plain = pool.connection_class
-    pool.connection_class = type(f"Guarded{plain.__name__}", (*mixins, plain), {})
+    pool.connection_class = type(f"Checked{plain.__name__}", (*mixins, plain), {})
 
 
 async def _closed_while_idle(conn: Any) -> bool:
@@ -363,9 +342,7 @@ def _ended(reader: Any) -> bool:
 def _from_url(url: str, flavour: str, *, node: bool) -> Any:
     kwargs = url_client_options(flavour, node=node)
     if flavour == "sync":
-        sync = redis.Redis.from_url(url, **kwargs)
-        _guarded(sync.connection_pool, _WholeConnect)
-        return sync
+        return redis.Redis.from_url(url, **kwargs)
     client = _CheckedRedis.from_url(url, **kwargs)
     _guarded(client.connection_pool, _CheckedConnection)
     process.loop_state().clients.append(client)  # ours to close at the loop's shutdown

@@ -374,7 +374,8 @@ class Renewer:
         if planned is not None:
             steps, ttl_ms = planned
             try:
-                outcome = drivers.run(steps, job.target)
+                with drivers.impatient():  # (see there)
+                    outcome = drivers.run(steps, job.target)
             except UNREACHABLE:
                 outcome = FAILED
             except RedisError as exc:  # an error reply is an answer: the round failed
@@ -492,7 +493,10 @@ class AsyncRenewer:
 
         async def once(job: Cleanup) -> None:
             abandon = job.target.algorithms.abandon(job.claim)
-            with contextlib.suppress(RedisError, OSError, TimeoutError, asyncio.TimeoutError):
+            with (
+                contextlib.suppress(RedisError, OSError, TimeoutError, asyncio.TimeoutError),
+                drivers.impatient(),
+            ):
                 await drivers.run_async(abandon, job.target)
             self.remove(job)
 
@@ -551,7 +555,8 @@ class AsyncRenewer:
         if planned is not None:
             steps, ttl_ms = planned
             try:
-                outcome = await drivers.run_async(steps, job.target)
+                with drivers.impatient():  # (see there)
+                    outcome = await drivers.run_async(steps, job.target)
             except UNREACHABLE:
                 outcome = FAILED
             except RedisError as exc:  # an error reply is an answer: the round failed

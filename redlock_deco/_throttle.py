@@ -20,9 +20,10 @@ What holds, and where:
   reservation and gets the same answer, counted once. If another caller reserved in between,
   the re-sent request counts again: a slot wasted, never one too many admitted.
 - A call interrupted or cancelled while its request is out or while it sleeps for its slot
-  gives the slot back (a second round trip) when no later caller has reserved since; otherwise the slot stays used -- giving
-  it back would move the next slot before those already promised -- and costs the name one
-  call's worth of rate, once. A process killed while it sleeps costs the same.
+  gives the slot back (a second round trip) when no later caller has reserved since;
+  otherwise the slot stays used -- giving it back would move the next slot before those
+  already promised -- and costs the name one call's worth of rate, once. A process killed
+  while it sleeps costs the same.
 - The server's clock jumping forward admits at once what the jump made due (up to ``burst``);
   jumping back makes callers wait (or be refused) until it has caught up. Never more than the
   bound on the server's own clock.

@@ -374,6 +374,9 @@ def make_cold(url: str) -> None:
 
 
 @pytest.mark.interrupts  # one run per line: the interrupts CI leg, beside test_interrupts.py
+# ~1 min alone on 2 cores, CPU-bound (a tracer on every line): past the default 120 s on a
+# loaded machine (CI, beside another leg's worker), as test_interrupts.py's are.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("state", ["warm", "cold"])
 @pytest.mark.parametrize("form", ["decorated", "with"])
 def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(

@@ -10,10 +10,12 @@ to polling -- a wait under 2 s failed with the lock free. Here the first contend
 fresh provider is interrupted at redis-py's lines, one position (and occurrence) at a time,
 and afterwards a freed lock must be handed on at once, with no error and nothing held.
 
-Both kinds of client: one the library builds from a URL (its connections close themselves
-when a connect is cut short) and one the user built (the library repairs the pool, and drops a
-subscription that is never confirmed). The clients use database 3, so that a connection that
-skipped its handshake (and its SELECT) would show: its lock would not exclude the others.
+Three kinds of client: one the library builds from a URL, one the user built, and one whose
+``execute_command`` is wrapped (as tracing does: redis-py's own checkout and commands then
+carry the library's calls). Every pool the library sends through gets connections that close
+themselves when a connect is cut short (``_pools``). The clients use database 3, so that a
+connection that skipped its handshake (and its SELECT) would show: its lock would not
+exclude the others.
 There are about a thousand positions; a CI run tries every line of the connects after their
 socket is stored, and SAMPLE others drawn with a seed its failures print (``REDLOCK_DECO_SEED``
 replays one); ``REDLOCK_DECO_INTERRUPT_SAMPLE=all`` tries every one.
@@ -21,6 +23,7 @@ replays one); ``REDLOCK_DECO_INTERRUPT_SAMPLE=all`` tries every one.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import sys
@@ -33,12 +36,14 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from support.handing import handed_within, held_elsewhere
 from support.interrupts import signal_cannot_land
 
 import redlock_deco
 from redlock_deco import Lock
 from redlock_deco import _waiting as waiting
+from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
 HOLD = 0.1  # how long the other thread holds before its release hands the lock on
@@ -148,7 +153,7 @@ def chosen(found: list[Position], handshake: set[Position], seed: int) -> list[P
 
 
 @pytest.mark.interrupts  # one wait per position: the interrupts CI leg
-@pytest.mark.parametrize("kind", ["url", "client"])
+@pytest.mark.parametrize("kind", ["url", "client", "traced"])
 # redis-py's socket opening closes the socket it made on OSError only: one interrupted before
 # it was stored in its connection is left to the collector, where the library never sees it.
 # What this test looks for is what the library is left with; its own leaks have tests.
@@ -165,9 +170,13 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
     def fresh_provider() -> None:
         if kind == "url":
             redlock_deco.register_provider("default", url)
-        else:  # a client the user built: the library cannot change its connections
-            clients.append(redis.Redis.from_url(url))
-            redlock_deco.register_provider("default", clients[-1])
+            return
+        client = redis.Redis.from_url(url)  # a client the user built
+        if kind == "traced":  # wrapped, as tracing does: redis-py's own checkout and commands
+            untraced = client.execute_command
+            client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+        clients.append(client)
+        redlock_deco.register_provider("default", client)
 
     try:
         fresh_provider()
@@ -193,3 +202,47 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
         redlock_deco.register_provider("default", server.url)
         for client in clients:
             client.close()
+
+
+def test_a_cancellation_in_an_asyncio_handshake_leaves_no_connection_without_it(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asyncio twin: a task cancelled inside redis.asyncio's handshake (here at its first
+    step, before anything is sent) left a connection in the pool that looked connected and
+    had never selected its database; the next call's lock went to database 0, where it
+    excluded nobody. A client of the user's, database 3."""
+    url = server.url.removesuffix("/0") + "/3"
+    connection = redis.asyncio.connection.AbstractConnection
+    name = (
+        "on_connect_check_health"
+        if hasattr(connection, "on_connect_check_health")
+        else "on_connect"
+    )
+    handshake = getattr(connection, name)
+    cut: list[object] = []
+
+    async def cut_short(self: object, *args: object, **kwargs: object) -> None:
+        if not cut:
+            cut.append(self)
+            raise asyncio.CancelledError  # as a cancellation at the handshake's first await
+        await handshake(self, *args, **kwargs)
+
+    monkeypatch.setattr(connection, name, cut_short)
+
+    async def scenario() -> tuple[bool, bool]:
+        client = redis.asyncio.Redis.from_url(url)
+        redlock_deco.register_provider("default", url, asyncio=lambda: client)
+        try:
+            with suppress(asyncio.CancelledError):
+                async with AsyncLock("selected", ttl=5):
+                    pass
+            async with AsyncLock("selected", ttl=5):
+                with redis.Redis.from_url(url) as three, server.client() as zero:
+                    return bool(three.exists("lock:selected")), bool(zero.exists("lock:selected"))
+        finally:
+            await client.aclose()
+            redlock_deco.register_provider("default", server.url)
+
+    found = asyncio.run(scenario())
+    assert cut  # the handshake was cut short
+    assert found == (True, False)
