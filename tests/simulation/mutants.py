@@ -379,6 +379,32 @@ MUTANTS: tuple[Mutant, ...] = (
        "    _stop(lease)\n    if lease.pid == os.getpid():\n        _cut_short(",
        "    _stop(lease)\n    if False:\n        _cut_short(",
        "tests/integration/test_cancellation.py"),
+    # -- the connections and the drivers (no simulator: their tests) ------------------------
+    py("connect-cut-short-kept", "a pool's connections are left as redis-py makes them: a "
+       "connect cut short by an interrupt stays in the pool half-connected", "_pools",
+       "    mixin = WholeAsyncConnect if asynchronous else WholeConnect\n",
+       "    return\n", "tests/integration/test_connect_interrupts.py"),
+    py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
+       "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
+       "    return False", "tests/integration/test_first_wait.py"),
+    py("migration-impatient", "a step refused while its cluster slot migrates fails at once",
+       "_drivers",
+       "        send = self._send_patiently if self.cluster and _patient.get() else self._send\n"
+       "        if self.lanes is None:\n            return send(step)",
+       "        send = self._send\n        if self.lanes is None:\n            return send(step)",
+       "tests/integration/test_topologies.py"),
+    py("renewal-patient", "a renewal refused while its slot migrates is sent again for 2 s, "
+       "holding up the other renewals", "_renewal",
+       "                with drivers.impatient():  # (see there)\n"
+       "                    outcome = drivers.run(steps, job.target)",
+       "                with contextlib.nullcontext():\n"
+       "                    outcome = drivers.run(steps, job.target)",
+       "tests/integration/test_topologies.py"),
+    py("throttle-interrupt-keeps-slot", "a sync throttle call interrupted while its request "
+       "is out keeps the slot the request took", "_throttle",
+       "if not isinstance(exc, Exception) and (answer is None or answer.admitted):",
+       "if not isinstance(exc, Exception) and answer is not None and answer.admitted:",
+       "tests/integration/test_throttle.py"),
     # -- the throttle (lua/throttle_*.lua; its own seeded schedules: simulation/throttle.py) --
     lua("throttle-retry-counts-twice", "a re-sent admit is judged as a new call",
         "throttle_admit.lua", "if token == ARGV[1] then", "if false then",
