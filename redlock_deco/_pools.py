@@ -87,10 +87,12 @@ def guard(pool: Any, asynchronous: bool) -> None:
         return
     mixin = WholeAsyncConnect if asynchronous else WholeConnect
     pool.connection_class = _whole(plain, mixin)
-    made = [
-        *getattr(pool, "_available_connections", ()),
-        *getattr(pool, "_in_use_connections", ()),
-    ]
+    made = {  # (a BlockingConnectionPool lists every connection it made in _connections)
+        id(connection): connection
+        for where in ("_available_connections", "_in_use_connections", "_connections")
+        for connection in getattr(pool, where, ())
+        if connection is not None  # (a BlockingConnectionPool's queue holds None for room)
+    }.values()
     for connection in made:
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)

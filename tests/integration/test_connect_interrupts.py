@@ -13,9 +13,9 @@ and afterwards a freed lock must be handed on at once, with no error and nothing
 Three kinds of client: one the library builds from a URL, one the user built, and one whose
 ``execute_command`` is wrapped (as tracing does: redis-py's own checkout and commands then
 carry the library's calls). Every pool the library sends through gets connections that close
-themselves when a connect is cut short (``_pools``). The clients use database 3, so that a
-connection that skipped its handshake (and its SELECT) would show: its lock would not
-exclude the others.
+themselves when a connect is cut short (``_pools``), those it made before included. The
+clients use database 3, so that a connection that skipped its handshake (and its SELECT)
+would show: its lock would not exclude the others.
 There are about a thousand positions; a CI run tries every line of the connects after their
 socket is stored, and SAMPLE others drawn with a seed its failures print (``REDLOCK_DECO_SEED``
 replays one); ``REDLOCK_DECO_INTERRUPT_SAMPLE=all`` tries every one.
@@ -43,6 +43,7 @@ from support.interrupts import signal_cannot_land
 import redlock_deco
 from redlock_deco import Lock
 from redlock_deco import _waiting as waiting
+from redlock_deco._pools import WholeConnect
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
@@ -191,6 +192,9 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
             where = f"{position} (seed {seed}, {kind})"
             took = handed_within(HOLD)
             assert took is not None and HOLD * 0.9 < took < HOLD + 0.5, (where, took)
+            for _ in range(3):  # (both threads above may have drawn one bad connection)
+                with Lock("placed", ttl=5):
+                    assert r.exists("lock:placed"), (where, "a lock outside database 3")
             assert r.keys("lock:*") == [] and r.dbsize() == 0, where
         assert tried > SAMPLE, tried
         with server.client() as zero:
@@ -246,3 +250,29 @@ def test_a_cancellation_in_an_asyncio_handshake_leaves_no_connection_without_it(
     found = asyncio.run(scenario())
     assert cut  # the handshake was cut short
     assert found == (True, False)
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_the_connections_a_pool_made_before_the_library_saw_it_are_guarded_too(
+    server: RedisServer, pool: str
+) -> None:
+    """Review 35, 01: a BlockingConnectionPool lists its connections in ``_connections``,
+    which the guard did not look at: a connection the application had made before the
+    library's first call kept redis-py's connect, and a Ctrl-C in its reconnect's handshake
+    sent the next lock to database 0 (a second holder, 2 of 3 and 3 of 3)."""
+    client = redis.Redis(connection_pool=getattr(redis, pool).from_url(server.url))
+    try:
+        client.ping()  # made before the library sees the client
+        redlock_deco.register_provider("default", client)
+        with Lock("guarded", ttl=5):
+            pass
+        made = [
+            c
+            for where in ("_available_connections", "_in_use_connections", "_connections")
+            for c in getattr(client.connection_pool, where, ())
+            if c is not None
+        ]
+        assert made and all(isinstance(c, WholeConnect) for c in made), made
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
