@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import disconnect_idle, guard
+from ._pools import guard
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -254,14 +254,9 @@ def checkout(pool: Any, into: list[Any]) -> Any:
     """``pool.get_connection()``, as this redis-py wants it called, appended to ``into``
     before it is returned: an interrupt as this function returned kept the connection out
     of the pool for good, its caller never having stored it (review 4, r03)."""
-    try:
-        into.append(
-            pool.get_connection("EVALSHA") if _takes_command_name(pool) else pool.get_connection()
-        )
-    except BaseException as exc:
-        if not isinstance(exc, Exception):  # an interrupt: it may have cut a connect short
-            disconnect_idle(pool)
-        raise
+    into.append(
+        pool.get_connection("EVALSHA") if _takes_command_name(pool) else pool.get_connection()
+    )
     return into[-1]
 
 
@@ -338,12 +333,7 @@ class Spares:
         if conn._sock is None:
             # Connected here, as the pool's checkout connects, outside the command's retries:
             # a server that refuses connections fails the call once, not once per retry.
-            try:
-                conn.connect()
-            except BaseException:
-                # (A connection made before guard() took its pool cannot close itself.)
-                conn.disconnect()
-                raise
+            conn.connect()  # (cut short, it closes itself: see _pools)
         return conn
 
     def free(self, index: int) -> None:

@@ -96,12 +96,3 @@ def guard(pool: Any, asynchronous: bool) -> None:
     for connection in made:
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
-
-
-def disconnect_idle(pool: Any) -> None:
-    """Close the idle connections of a sync pool: after an interrupt in a checkout from a
-    pool :func:`guard` could not see into."""
-    disconnect = getattr(pool, "disconnect", None)
-    if disconnect is not None:
-        with contextlib.suppress(Exception):
-            disconnect(inuse_connections=False)

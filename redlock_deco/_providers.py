@@ -307,13 +307,6 @@ class _CheckedConnection:
         await super().send_packed_command(command, check_health)  # type: ignore[misc]
 
 
-def _guarded(pool: Any, *mixins: type) -> None:
-    """Give ``pool``'s connections ``mixins`` (its class as the URL chose it: redis://,
-    rediss:// or unix://)."""
-    plain = pool.connection_class
-    pool.connection_class = type(f"Checked{plain.__name__}", (*mixins, plain), {})
-
-
 async def _closed_while_idle(conn: Any) -> bool:
     reader = getattr(conn, "_reader", None)
     writer = getattr(conn, "_writer", None)
@@ -344,7 +337,9 @@ def _from_url(url: str, flavour: str, *, node: bool) -> Any:
     if flavour == "sync":
         return redis.Redis.from_url(url, **kwargs)
     client = _CheckedRedis.from_url(url, **kwargs)
-    _guarded(client.connection_pool, _CheckedConnection)
+    pool = client.connection_pool
+    plain = pool.connection_class  # redis://, rediss:// or unix://: as the URL says
+    pool.connection_class = type(f"Checked{plain.__name__}", (_CheckedConnection, plain), {})
     process.loop_state().clients.append(client)  # ours to close at the loop's shutdown
     return client
 

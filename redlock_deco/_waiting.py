@@ -45,7 +45,6 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _tokens as tokens
-from ._pools import disconnect_idle
 from ._protocol import Claim, granted_claim
 from ._worker import background, set_within
 
@@ -393,9 +392,6 @@ class SyncWaiting:
             # 40 with real signals), or inside redis-py's reconnect after a connection error,
             # after the confirmed subscription's socket was replaced (review 32, 01).
             self._drop_subscription()
-            # It may have cut redis-py's connect short, leaving a half-connected connection in
-            # the pool for the next subscribe to take (see _pools).
-            disconnect_idle(getattr(self.client, "connection_pool", None))
             raise
 
     def _drop_subscription(self) -> None:
