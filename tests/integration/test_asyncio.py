@@ -27,15 +27,25 @@ async def wait_empty(r: redis.Redis, seconds: float = 5.0) -> int:
     return int(r.dbsize())
 
 
+async def cancelled(waiter: asyncio.Task[Any]) -> None:
+    """Cancel ``waiter`` and see it raise CancelledError. On Python 3.10 redis-py can drop a
+    cancel that lands in its connection checkout (docs/asyncio.md: its ``async_timeout(0)``
+    probe; 1 CI run in ~30), and the docs tell users to cancel again: so does this, there
+    only. On 3.11+ one cancel must do (Task.cancelling() notices a dropped one)."""
+    waiter.cancel()
+    while sys.version_info < (3, 11) and not (await asyncio.wait((waiter,), timeout=0.5))[0]:
+        waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+
+
 def test_cancelled_while_waiting_leaves_nothing_held(r: redis.Redis) -> None:
     async def scenario() -> None:
         async with Lock("c", ttl=10):
             waiter = asyncio.create_task(Lock("c", wait=30).acquire())
             while not r.exists("{lock:c}:queue"):
                 await asyncio.sleep(0.001)
-            waiter.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await waiter
+            await cancelled(waiter)
             await asyncio.sleep(0.05)  # the shielded clean-up runs to its end
             assert not r.exists("{lock:c}:queue")
         assert await wait_empty(r) == 0
