@@ -734,21 +734,46 @@ def _forget_async(lease: Lease) -> None:
             state.renewer.remove(lease)
 
 
+CUT_SHORT_WAIT = 0.5  # seconds a cancelled acquire waits for its clean-up, at most
+
+
 async def _cut_short_async(claim: Claim, target: Any, exc: BaseException) -> None:
-    """:func:`_cut_short` for asyncio; a task cancelled (again) meanwhile still cleans up."""
+    """:func:`_cut_short` for asyncio; a task cancelled (again) meanwhile still cleans up.
+
+    The clean-up is a task of its own. A cancelled acquire waits for it CUT_SHORT_WAIT at
+    most, then lets the cancellation go on and the clean-up end by itself: waiting for its
+    answer from a stalled server held the cancellation up to the client's socket_timeout --
+    an ``asyncio.timeout(0.5)`` took 8 s without one (review 35, 09). Any other error waits
+    for the clean-up's end, as the sync driver does."""
     if isinstance(exc, renewal.UNREACHABLE):
         renewal.give_back_later(claim, target, True)
         return
+    cleanup = asyncio.ensure_future(drivers.run_async(target.algorithms.abandon(claim), target))
+    cleanup.add_done_callback(partial(_cleanup_ended, claim, target, exc))
     try:
-        await asyncio.shield(drivers.run_async(target.algorithms.abandon(claim), target))
-    except (*renewal.UNREACHABLE, asyncio.CancelledError):
-        if not isinstance(exc, RedisError):
-            renewal.give_back_later(claim, target, True)
-    except RedisError:
-        pass
-    except BaseException:
-        renewal.give_back_later(claim, target, True)
-        raise
+        if isinstance(exc, asyncio.CancelledError):
+            await asyncio.wait((cleanup,), timeout=CUT_SHORT_WAIT)
+        else:
+            await asyncio.shield(cleanup)
+    except (RedisError, asyncio.CancelledError):
+        pass  # the server's answer, or cancelled again: _cleanup_ended has it in hand
+
+
+def _cleanup_ended(claim: Claim, target: Any, exc: BaseException,
+                   cleanup: asyncio.Future[Any]) -> None:  # fmt: skip
+    """A cut-short acquire's clean-up is done (read, whoever still waits for it): one that
+    could not reach the server, or was cancelled by the loop's end, or interrupted, is left
+    to the renewer's clean-ups -- unless the acquire itself failed on a Redis error, where
+    an unreachable clean-up is left to the ttl, as the sync :func:`_cut_short` does."""
+    failure = asyncio.CancelledError() if cleanup.cancelled() else cleanup.exception()
+    if failure is None:
+        return
+    if isinstance(failure, RedisError) and not isinstance(failure, renewal.UNREACHABLE):
+        return  # the server answered
+    if isinstance(exc, RedisError) and isinstance(failure, (*renewal.UNREACHABLE,
+                                                            asyncio.CancelledError)):  # fmt: skip
+        return
+    renewal.give_back_later(claim, target, True)
 
 
 async def _abandon_async(lease: Lease, exc: BaseException) -> None:

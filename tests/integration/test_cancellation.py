@@ -574,3 +574,57 @@ def test_a_cancel_as_the_first_calls_server_check_ends_is_never_dropped(
     results = [asyncio.run(trial(n)) for n in range(10)]
     assert all(not ran for _, ran in results), results  # never the body of a cancelled task
     assert all(outcome == "cancelled" for outcome, _ in results), results
+
+
+@pytest.mark.parametrize("contended", [False, True])
+def test_a_cancellation_of_an_acquire_the_server_never_answers_goes_on_within_a_bound(
+    server: Any, r: redis.Redis, contended: bool
+) -> None:
+    """Review 35, 09: ``asyncio.timeout(0.5)`` around an acquire took 8 s when the server did
+    not answer: the acquire's clean-up was awaited, shielded, until the server answered (or
+    the client's socket_timeout). Now the cancellation goes on after CUT_SHORT_WAIT at most,
+    and the clean-up releases what the acquire took once the server answers again.
+    Uncontended: cancelled while its request is out (it ran: the lock is taken). Contended:
+    cancelled while queued, its clean-up (leaving the queue) unanswered."""
+    from redlock_deco import _guard
+    from redlock_deco.testing import FaultProxy
+
+    with FaultProxy(server.port) as proxy:
+        register_provider("withheld", proxy.url + "?socket_timeout=30")
+
+        async def scenario() -> float:
+            async with AsyncLock("unanswered", provider="withheld", ttl=30):
+                pass  # connected (and the first call's server check done)
+            if contended:
+                r.set("lock:unanswered", "someone-else", px=30_000)
+            else:
+                proxy.withhold_replies()
+            waiter = asyncio.create_task(
+                AsyncLock("unanswered", provider="withheld", ttl=30, wait=60).acquire()
+            )
+            if contended:
+                while not r.exists("{lock:unanswered}:queue"):
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)  # waiting for its grant
+                proxy.stall()  # (withheld replies would let the clean-up run)
+            else:
+                while not r.exists("lock:unanswered"):
+                    await asyncio.sleep(0.01)
+            began = time.monotonic()
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            took = time.monotonic() - began
+            if contended:
+                r.delete("lock:unanswered")
+            assert r.dbsize()  # the queue entry, or the lock taken: not cleaned up yet
+            proxy.drop()  # the clean-up's connection too
+            proxy.heal()
+            deadline = time.monotonic() + 5  # the renewer's clean-ups retry every <= 0.5 s
+            while r.dbsize() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return took
+
+        took = asyncio.run(scenario())
+    assert took < _guard.CUT_SHORT_WAIT + 1.0  # was 30 s: the socket_timeout
+    assert r.dbsize() == 0
