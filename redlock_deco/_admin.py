@@ -114,7 +114,7 @@ def force_release(
     digests = digests_of(expect)
     compare = ("0",) if digests is None else ("1", *digests)
     step = Eval(
-        scripts.FORCE_RELEASE,
+        scripts.FORCE_RELEASE.on(not counted),
         (key, *(sibling(key, suffix) for suffix in ("queue", "limit", "readers"))),
         (HANDOFF_MS, int(counted), kind, int(force), *compare),
     )

@@ -349,6 +349,11 @@ class Claim:
         ``entry``, which the acquire scripts build from the same arguments)."""
         return f"{self.token}|{self.ttl_ms}|{self.limit}"
 
+    def _script(self, script: Script) -> Script:
+        """``script``'s text for where this claim runs: PUBLISH counts prove nothing exactly
+        on a Redis Cluster, whose slots can be moved (``Script.on_cluster``)."""
+        return script.on(not self.counted)
+
     def acquire_step(self, mode: int = TRY) -> Eval:
         keys = self.keys
         args: tuple[str | int, ...] = (
@@ -358,29 +363,45 @@ class Claim:
         if keys.fence is not None:
             args = (*args, FENCE_KEEP_MS)
         fence = () if keys.fence is None else (keys.fence,)
-        return Eval(self.kind.acquire_script, (keys.key, keys.queue, *keys.extra(), *fence), args)
+        return Eval(
+            self._script(self.kind.acquire_script),
+            (keys.key, keys.queue, *keys.extra(), *fence),
+            args,
+        )
 
     def release_step(self, leaving: bool = False) -> Eval:
         """The release; ``leaving``: by a waiter giving up, which also leaves the queue."""
         keys = self.keys
         args = (self.token, HANDOFF_MS, int(self.counted), int(leaving), self.entry, self.limit)
-        return Eval(self.kind.release_script, (keys.key, keys.queue, *keys.extra()), args)
+        return Eval(
+            self._script(self.kind.release_script),
+            (keys.key, keys.queue, *keys.extra()),
+            args,
+        )
 
     def extend_step(self, ttl_ms: int) -> Eval:
         keys = (self.keys.key, *self.keys.extra())
-        return Eval(self.kind.extend_script, keys, (self.token, ttl_ms))
+        return Eval(self._script(self.kind.extend_script), keys, (self.token, ttl_ms))
 
     def owned_step(self) -> Eval:
-        return Eval(self.kind.owned_script, (self.keys.key, *self.keys.extra()), (self.token,))
+        return Eval(
+            self._script(self.kind.owned_script),
+            (self.keys.key, *self.keys.extra()),
+            (self.token,),
+        )
 
     def adopt_step(self, held_by: str) -> Eval:
         """Take over the lease ``held_by`` holds, under this claim's token and ttl."""
         keys = (self.keys.key, *self.keys.extra())
-        return Eval(self.kind.adopt_script, keys, (held_by, self.token, self.ttl_ms))
+        return Eval(self._script(self.kind.adopt_script), keys, (held_by, self.token, self.ttl_ms))
 
 
 #: Each kind's acquire script, to undo an attempt from its step alone (see undo_step).
-_BY_ACQUIRE = {kind.acquire_script: kind for kind in (LOCK, SHARED, SEMAPHORE)}
+_BY_ACQUIRE = {
+    kind.acquire_script.on(cluster): kind
+    for kind in (LOCK, SHARED, SEMAPHORE)
+    for cluster in (False, True)
+}
 
 
 def undo_step(step: Eval) -> Eval | None:

@@ -2,8 +2,10 @@
 
 Each ``lua/*.lua`` file starts with its contract (KEYS, ARGV, returns). A header line
 ``-- include: waiters`` prepends ``lua/waiters.lua``, so the queue and hand-off logic exists
-once in Lua although every lock and semaphore script uses it. Scripts are run with EVALSHA and fall
-back to EVAL on NOSCRIPT (a restarted or flushed server), see :mod:`redlock_deco._drivers`.
+once in Lua although every lock and semaphore script uses it; such a script has a twin for a
+Redis Cluster (``Script.on_cluster``), ``lua/moving.lua`` first. Scripts are run with EVALSHA
+and fall back to EVAL on NOSCRIPT (a restarted or flushed server), see
+:mod:`redlock_deco._drivers`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ class Script:
     source: str
     sha: str
     waiting: bool = False  # run by acquirers (and waiters), not by holders: see drivers.Lanes
+    # The same script for a Redis Cluster, whose slots can be moved: lua/moving.lua first
+    # (a script that empties a key of a slot being moved must not stop half-way); None: this
+    # one runs there as it is (it never touches a key after deleting it).
+    on_cluster: Script | None = None
+
+    def on(self, cluster: bool) -> Script:
+        """The text to run on a cluster (``cluster``) or on one server."""
+        return self.on_cluster if cluster and self.on_cluster is not None else self
 
 
 def _read(name: str) -> str:
@@ -30,12 +40,20 @@ def _read(name: str) -> str:
 
 def load(name: str, *, waiting: bool = False) -> Script:
     body = _read(name)
-    parts: list[str] = []
+    includes: list[str] = []
     for line in body.splitlines():
         if line.startswith("-- include: "):
-            parts.extend(_read(include.strip()) for include in line[12:].split(","))
-    source = "\n".join([*parts, body])
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), waiting)
+            includes.extend(include.strip() for include in line[12:].split(","))
+    source = "\n".join([*map(_read, includes), body])
+    on_cluster = None
+    if "waiters" in includes:  # the scripts that empty keys and touch them again
+        moving = "\n".join([_read("moving"), source])
+        on_cluster = Script(name, moving, _sha(moving), waiting)
+    return Script(name, source, _sha(source), waiting, on_cluster)
+
+
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
 
 
 LOCK_ACQUIRE = load("lock_acquire", waiting=True)

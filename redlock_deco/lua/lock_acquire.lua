@@ -57,7 +57,9 @@ if not mine and not holder then
   -- Serve the queue in order; the lock is ours if we come first or nobody else listens.
   local served = lock_serve(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], 0)
   if served == ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if not written('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) then
+      return {0, 0}  -- refused on a cluster's slot being moved (moving.lua): ask again soon
+    end
     redis.call('ZREM', KEYS[2], queued)
     mine = true
   end
@@ -75,6 +77,9 @@ if mine then
   return {1, tonumber(ARGV[2])}
 end
 local left = redis.call('PTTL', KEYS[1])
+if left == -2 then
+  left = 0  -- no key: a cluster's slot being moved refused a write (moving.lua): ask again soon
+end
 if mode ~= '0' then
   -- A writer dropped while readers held the lock (its process seemed gone: a blip in its
   -- subscription) takes its place back at the head.

@@ -36,7 +36,9 @@ end
 -- slot behind nobody needs no ZSCORE: the ZADD below is the same for a listed token.)
 local behind = ARGV[6] == '1' and waiting
 if (count < limit and not behind) or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  if not written('ZADD', KEYS[1], now + ttl, ARGV[1]) then
+    return {0, 0}  -- refused on a cluster's slot being moved (moving.lua): ask again soon
+  end
   local lives = 0  -- a zset that was empty is new: no expiry yet
   if count > 0 then
     lives = redis.call('PTTL', KEYS[1])
@@ -57,4 +59,4 @@ if mode ~= '0' then
   queue_join(KEYS[2], queued, ARGV[4], mode == '2')
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, tonumber(first[2]) - now}
+return {0, (tonumber(first[2]) or now) - now}  -- (none: a slot being moved refused ours)

@@ -40,7 +40,9 @@ if not holder or holder == SHARED then
   -- A reader comes in at once only behind nobody: a queued writer (the queue's head) stops
   -- new readers, or a stream of them would starve it.
   if admitted or ((not holder or holder == SHARED) and redis.call('EXISTS', KEYS[2]) == 0) then
-    redis.call('ZADD', KEYS[3], now + ttl, token)
+    if not written('ZADD', KEYS[3], now + ttl, token) then
+      return {0, 0}  -- refused on a cluster's slot being moved (moving.lua): ask again soon
+    end
     readers_settle(KEYS[1], KEYS[3], now)
     if mode ~= '0' then
       redis.call('ZREM', KEYS[2], queued)
@@ -49,6 +51,9 @@ if not holder or holder == SHARED then
   end
 end
 local left = redis.call('PTTL', KEYS[1])
+if left == -2 then
+  left = 0  -- no key: a cluster's slot being moved refused a write (moving.lua): ask again soon
+end
 if mode ~= '0' then
   queue_join(KEYS[2], queued, ARGV[4], mode == '2')
 end

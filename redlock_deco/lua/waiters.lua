@@ -23,6 +23,19 @@
 -- (a killed process's connections are closed), so the next waiter is served instead. On a
 -- cluster the count covers one node only: the caller then says a 0 proves nothing.
 
+-- A write of the hand-off: its reply, or false if a cluster's slot being moved refused it
+-- (nothing done: see moving.lua), so that a grant is written before it is told, or not at all.
+local function written(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(reply.err, 'non local key', 1, true) then
+      return false
+    end
+    return redis.call(...)  -- raised as redis.call raises it (nothing ran)
+  end
+  return reply
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -67,8 +80,11 @@ local function queue_join(queue, item, window, again, front)
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     place = (tonumber(last[2]) or 0) + 1
   end
-  redis.call('ZADD', queue, 'NX', place, item)
-  redis.call('PEXPIRE', queue, window)
+  -- (A queue this very script emptied, on a cluster's slot being moved, takes no entry:
+  -- the waiter joins at its next check. See moving.lua.)
+  if written('ZADD', queue, 'NX', place, item) then
+    redis.call('PEXPIRE', queue, window)
+  end
 end
 
 -- The entry at the head of the queue (nil if nobody queues), left in place.
@@ -76,9 +92,10 @@ local function queue_head(queue)
   return redis.call('ZRANGE', queue, 0, 0)[1]
 end
 
--- The entry at the head of the queue, taken out (nil if nobody queues).
+-- The entry at the head of the queue, taken out, and its place (nil if nobody queues).
 local function queue_pop(queue)
-  return redis.call('ZPOPMIN', queue)[1]
+  local popped = redis.call('ZPOPMIN', queue)
+  return popped[1], popped[2]
 end
 
 -- A token lock's readers (shared holders) live in a sorted set beside it, token -> end of
@@ -136,7 +153,7 @@ end
 local function lock_serve(key, queue, readers, handoff, counted, live)
   local now = nil
   while true do
-    local head
+    local head, place  -- place: the popped entry's score (nil: only peeked, still queued)
     if live > 0 then
       -- Peeked, not popped, first: a writer left waiting keeps its place, and the queue its
       -- expiry (a queue popped empty and joined again would have none).
@@ -148,23 +165,42 @@ local function lock_serve(key, queue, readers, handoff, counted, live)
       if not reads(token) and listens(token, counted) then
         break  -- a writer waits: for the readers to leave
       end
-      queue_pop(queue)
     else
-      head = queue_pop(queue)
+      head, place = queue_pop(queue)
       if not head then
         break
       end
     end
     local token, ttl = terms(head, handoff, 1)
+    -- Each grant is written before it is told. A cluster's slot being moved may refuse the
+    -- write (moving.lua): then nobody is told, the entry keeps its place (put back, if it
+    -- was popped and the queue is still there), and the waiter asks again at its next check.
     if reads(token) then
-      if told(token, counted, 'R', key) then
-        now = now or now_ms()
-        redis.call('ZADD', readers, now + ttl, token)
-        live = live + 1
+      now = now or now_ms()
+      local new = written('ZADD', readers, now + ttl, token)
+      if not new then
+        if place then
+          written('ZADD', queue, 'NX', place, head)
+        end
+        break
       end
-    elseif live == 0 and told(token, counted, 'L', key) then
-      redis.call('SET', key, token, 'PX', ttl)
-      return token, 0
+      if told(token, counted, 'R', key) then
+        live = live + 1
+      elseif new == 1 then
+        redis.call('ZREM', readers, token)
+      end
+    elseif live == 0 then
+      if not written('SET', key, token, 'PX', ttl) then
+        written('ZADD', queue, 'NX', place, head)
+        break
+      end
+      if told(token, counted, 'L', key) then
+        return token, 0
+      end
+      redis.call('DEL', key)
+    end
+    if not place then
+      queue_pop(queue)  -- peeked: out now (admitted, or a writer whose process is gone)
     end
   end
   if live > 0 then
@@ -192,9 +228,17 @@ local function sem_serve(holders, queue, limits, now, handoff, limit, counted)
       end
       queue_pop(queue)  -- its process is gone: it must not hold the line
     else
+      local new = written('ZADD', holders, now + ttl, token)  -- written, then told (above)
+      if not new then
+        return added, true  -- (still queued, it asks again at its next check)
+      end
       queue_pop(queue)
-      if told(token, counted, 'S', holders) then
-        added = added + redis.call('ZADD', holders, now + ttl, token)
+      if not told(token, counted, 'S', holders) then
+        if new == 1 then
+          redis.call('ZREM', holders, token)
+        end
+      else
+        added = added + new
         local lives = redis.call('PTTL', holders)
         if lives < ttl then
           -- The zset lives exactly as long as its longest lease: no key outlives its holders.

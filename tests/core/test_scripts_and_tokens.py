@@ -97,3 +97,35 @@ def test_commands_are_packed_as_redis_py_packs_them(args: tuple[str | int, ...])
     expected = b"".join(redis.Connection().pack_command(*args))
     assert drivers.pack_text(args) == expected
     assert drivers.pack(args) == expected
+
+
+def test_a_cluster_claim_runs_the_cluster_text_of_every_script_that_empties_keys() -> None:
+    """On a Redis Cluster (PUBLISH counts prove nothing there: ``counted=False``) the lock
+    and semaphore scripts run behind lua/moving.lua (a slot being moved must not stop them
+    half-way, review 35); on one server, or a quorum's masters, as they are."""
+    import dataclasses
+
+    from redlock_deco import _admin as admin
+    from redlock_deco import _scripts as scripts
+    from redlock_deco._protocol import KINDS, Claim, Keys, undo_step
+
+    moving = resources.files("redlock_deco").joinpath("lua", "moving.lua").read_text()
+    for kind in KINDS:
+        single = Claim(kind, Keys.for_key("k", kind), kind.token("t"), 1000)
+        cluster = dataclasses.replace(single, counted=False)
+        for step in ("acquire_step", "release_step", "extend_step", "owned_step"):
+            args = (1000,) if step == "extend_step" else ()
+            plain = getattr(single, step)(*args).script
+            there = getattr(cluster, step)(*args).script
+            assert plain.on_cluster is None or moving not in plain.source
+            assert there is (plain.on_cluster or plain)
+        acquire = cluster.acquire_step().script
+        assert acquire.source == moving + "\n" + single.acquire_step().script.source
+        assert acquire.sha != single.acquire_step().script.sha
+        undone = undo_step(cluster.acquire_step())
+        assert undone is not None and undone.script is cluster.release_step().script
+    for counted in (True, False):
+        step = next(admin.force_release("lock:k", "lock", counted=counted, masters=1))
+        assert step.script is scripts.FORCE_RELEASE.on(not counted)
+    assert scripts.FORCE_RELEASE.on_cluster is not None
+    assert scripts.LOCK_EXTEND.on_cluster is None  # touches no key after deleting one

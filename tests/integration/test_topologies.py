@@ -230,6 +230,106 @@ def test_a_slot_migrating_for_long_does_not_hold_up_other_renewals(
     assert calm not in lost, lost
 
 
+@pytest.mark.parametrize("kind", ["reader", "semaphore"])
+def test_a_release_that_empties_a_migrating_slots_key_runs_to_its_end(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster, kind: str
+) -> None:
+    """Review 35, 06: with every key of a lock on the old node of a slot being moved, the
+    script runs there -- and Redis refuses its command on a key the script itself emptied
+    (the last reader's or holder's sorted set), keeping its earlier writes: the completed
+    body's exit raised ResponseError("...non local key..."), the key still said SHARED, and
+    the queued writer was not served. Now the release runs to its end; the writer, its
+    grant's write refused, gets the lock at its next check once the move is over."""
+    name = "{mv}rw" if kind == "reader" else "{mv}sem"
+
+    def holding(wait: float | None = None) -> Lock | Semaphore:
+        if kind == "reader":
+            return Lock(name, provider="cluster", ttl=10, shared=True, wait=wait)
+        return Semaphore(name, limit=1, provider="cluster", ttl=10, wait=wait)
+
+    def exclusive(wait: float) -> Lock | Semaphore:
+        if kind == "reader":
+            return Lock(name, provider="cluster", ttl=10, wait=wait)
+        return holding(wait)
+
+    served: list[float] = []
+
+    def writer() -> None:
+        with exclusive(30):
+            served.append(time.monotonic())
+
+    move = SlotMove(cluster, "{mv}")
+    first = holding()
+    first.acquire()
+    waiting = threading.Thread(target=writer)
+    try:
+        waiting.start()
+        source = move.nodes[move.source]
+        deadline = time.monotonic() + 5
+        while not any(key.endswith(":queue") for key in source.keys("*")):
+            assert time.monotonic() < deadline, "the writer never queued"
+            time.sleep(0.01)
+        move.start([])  # marked migrating, no key moved: the scripts run on the old node
+        first.release()  # raised ResponseError: "Script attempted to access a non local key"
+        for node in move.nodes:
+            node.cluster("SETSLOT", move.slot, "STABLE")  # the move called off
+        ended = time.monotonic()
+        waiting.join(10)
+    finally:
+        for node in move.nodes:
+            node.cluster("SETSLOT", move.slot, "STABLE")
+        move.close()
+    assert served, "the writer was never served"
+    assert served[0] - ended < 2.0  # its next check, not the first holder's ttl (10 s)
+
+
+def test_the_simulators_migrating_slot_answers_as_a_real_one(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """The simulator's model of a script on a slot being moved (tests/simulation/store.py,
+    ``Store.migrating``), against a real one: every key there when the script starts, one
+    of them emptied by the script itself; which commands on it are refused ("non local
+    key") and which are not. (Redis 6.2, 7 and Valkey word the error differently; the
+    scripts look for "non local key", in all three.)"""
+    from simulation.store import Error, Store
+
+    probes = ["GET {s}k", "ZSCORE {s}z a", "ZCARD {s}z", "ZRANGE {s}z 0 0", "ZPOPMIN {s}z",
+              "ZREM {s}z a", "ZREMRANGEBYSCORE {s}z -inf 5", "PTTL {s}z", "EXISTS {s}z",
+              "DEL {s}z", "PEXPIRE {s}z 100", "ZADD {s}z 1 b", "SET {s}z v", "GET {s}q",
+              "ZCARD {s}q", "TIME", "PUBLISH ch m"]  # fmt: skip
+    body = "redis.call('ZREM', KEYS[2], 'a'); redis.call('DEL', KEYS[1]); local out = {}\n"
+    for i, probe in enumerate(probes):
+        words = ", ".join(f"'{w}'" for w in probe.replace("{s}k", "KEYS[1]").split())
+        words = words.replace("'KEYS[1]'", "KEYS[1]").replace("'{s}z'", "KEYS[2]")
+        words = words.replace("'{s}q'", "KEYS[3]")
+        body += (f"local r{i} = redis.pcall({words}); out[{i + 1}] = (type(r{i}) == 'table' "
+                 f"and r{i}.err and string.find(r{i}.err, 'non local key', 1, true)) "
+                 f"and 'refused' or 'ran'\n")  # fmt: skip
+    body += "return out"
+    keys = ["{s}k", "{s}z", "{s}q"]
+
+    move = SlotMove(cluster, "{s}")
+    try:
+        source = move.nodes[move.source]
+        source.set("{s}k", "v")
+        source.zadd("{s}z", {"a": 1})
+        source.zadd("{s}q", {"w": 1})
+        move.start([])
+        real = source.eval(body, 3, *keys)
+    finally:
+        for node in move.nodes:
+            node.cluster("SETSLOT", move.slot, "STABLE")
+        move.close()
+
+    store = Store(lambda: 1_700_000_000_000_000)
+    store.migrating = True
+    for args in (["SET", "{s}k", "v"], ["ZADD", "{s}z", "1", "a"], ["ZADD", "{s}q", "1", "w"]):
+        store.execute(args)
+    simulated = store.execute(["EVAL", body, "3", *keys])
+    assert not isinstance(simulated, Error), simulated
+    assert [x.decode() for x in simulated] == list(real), dict(zip(probes, real, strict=True))
+
+
 def test_an_asyncio_release_while_its_slot_migrates_waits_for_the_move(
     cluster: LocalCluster, cluster_client: redis.RedisCluster
 ) -> None:

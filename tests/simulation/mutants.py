@@ -115,21 +115,39 @@ TAKE_COUNTED = (
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the queue and the hand-off (lua/waiters.lua, included by every script) --------------
+    lua("moving-refusal-raised", "on a cluster's slot being moved, a script reading a key it "
+        "emptied stops half-way (review 35, 06)",
+        "moving.lua", "      if string.find(reply.err, 'non local key', 1, true) then",
+        "      if false then"),
+    lua("moving-write-refusal-raised", "on a cluster's slot being moved, a hand-off write "
+        "refused stops the script half-way",
+        "waiters.lua", "    if string.find(reply.err, 'non local key', 1, true) then\n"
+        "      return false", "    if false then\n      return false"),
+    lua("moving-grant-told-unwritten", "a lock hand-off whose write a slot being moved refused "
+        "still tells the waiter",
+        "waiters.lua", "      if not written('SET', key, token, 'PX', ttl) then\n"
+        "        written('ZADD', queue, 'NX', place, head)\n        break\n      end\n",
+        "      written('SET', key, token, 'PX', ttl)\n"),
+    lua("moving-reader-told-unwritten", "a reader admission whose write a slot being moved "
+        "refused still tells the reader",
+        "waiters.lua", "      local new = written('ZADD', readers, now + ttl, token)\n",
+        "      local new = written('ZADD', readers, now + ttl, token) or 1\n",
+        scenario="moving_slot_tells_no_unwritten_grant"),
     lua("queue-join-moves-back", "a join re-sent by a client retry, or a waiter checking "
         "again, moves the token to the back of the queue (a list queued it twice: review 2's a01)",
-        "waiters.lua", "  redis.call('ZADD', queue, 'NX', place, item)",
-        "  redis.call('ZADD', queue, place, item)"),
+        "waiters.lua", "  if written('ZADD', queue, 'NX', place, item) then",
+        "  if written('ZADD', queue, place, item) then"),
     lua("queue-no-expiry", "a join leaves the queue without an expiry",
-        "waiters.lua", "  redis.call('PEXPIRE', queue, window)\n", ""),
+        "waiters.lua", "    redis.call('PEXPIRE', queue, window)\n", ""),
     lua("grant-constant-lease", "a lock hand-off gives a constant lease, not the waiter's ttl",
-        "waiters.lua", "      redis.call('SET', key, token, 'PX', ttl)",
-        "      redis.call('SET', key, token, 'PX', handoff)"),
+        "waiters.lua", "      if not written('SET', key, token, 'PX', ttl) then",
+        "      if not written('SET', key, token, 'PX', handoff) then"),
     lua("reader-grant-constant-lease", "a reader admitted by a hand-off gets a constant lease",
-        "waiters.lua", "        redis.call('ZADD', readers, now + ttl, token)",
-        "        redis.call('ZADD', readers, now + tonumber(handoff), token)"),
+        "waiters.lua", "      local new = written('ZADD', readers, now + ttl, token)",
+        "      local new = written('ZADD', readers, now + tonumber(handoff), token)"),
     lua("sem-grant-constant-lease", "a semaphore hand-off gives a constant lease",
-        "waiters.lua", "redis.call('ZADD', holders, now + ttl, token)",
-        "redis.call('ZADD', holders, now + tonumber(handoff), token)"),
+        "waiters.lua", "written('ZADD', holders, now + ttl, token)",
+        "written('ZADD', holders, now + tonumber(handoff), token)"),
     lua("sem-serve-without-limit", "a semaphore waiter is served without its own limit",
         "waiters.lua", "    if redis.call('ZCARD', holders) >= own_limit then",
         "    if false then"),
@@ -442,6 +460,9 @@ MUTANTS: tuple[Mutant, ...] = (
 # (a search over thousands of seeds would not fit its time).
 SEED_HINTS: dict[str, int] = {
     "lua:queue-no-expiry": 0,
+    "lua:moving-refusal-raised": 51,
+    "lua:moving-write-refusal-raised": 51,
+    "lua:moving-grant-told-unwritten": 807,
     "lua:queue-join-moves-back": 7,
     "lua:grant-constant-lease": 2,
     "lua:reader-grant-constant-lease": 5,

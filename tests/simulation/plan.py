@@ -79,6 +79,8 @@ class Plan:
     timed: tuple[Timed, ...]
     # Labels of rate-drawn faults that are silenced (shrinking).
     silenced: frozenset[str] = field(default_factory=frozenset)
+    # The names' slot is being migrated on a Redis Cluster throughout (store.Store.migrating).
+    migrating: bool = False
 
     def without_actor(self, index: int) -> Plan:
         return dataclasses.replace(self, actors=tuple(a for a in self.actors if a.index != index))
@@ -127,6 +129,8 @@ class Plan:
             amount = f" {t.seconds:.3f}" + ("x its ttl" if t.kind == "holder" else "s")
             amount = "" if t.kind == "interrupt" else amount
             lines.append(f"  at {t.at:.3f}s: {what}" + (amount if t.seconds else ""))
+        if self.migrating:
+            lines.append("  the slot is being migrated (a cluster reshard) throughout")
         if self.silenced:
             lines.append("  silenced: " + ", ".join(sorted(self.silenced)))
         return "\n".join(lines)
@@ -220,4 +224,7 @@ def generate(seed: int) -> Plan:
             seconds = rng.choice((0.05, 0.5, 2.0, 10.0))
         timed.append(Timed(at, kind, proc, seconds))
     timed.sort(key=lambda t: t.at)
-    return Plan(seed, tuple(names), procs, tuple(actors), rates, tuple(timed))
+    # Drawn apart, so that adding it left every other seed's plan as it was.
+    migrating = random.Random(f"migrating:{seed}").random() < 0.3
+    return Plan(seed, tuple(names), procs, tuple(actors), rates, tuple(timed),
+                migrating=migrating)  # fmt: skip

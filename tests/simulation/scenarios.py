@@ -125,12 +125,37 @@ def delayed_try_then_confirm_leaves_the_queue(transform: Transform = None) -> No
     assert server.store.execute(("GET", name)) is None, "the release handed the lock back"
 
 
+def moving_slot_tells_no_unwritten_grant(transform: Transform = None) -> None:
+    """A cluster's slot being moved (Store.migrating, the scripts' cluster text): the last
+    reader leaves -- emptying the readers' set, which the node then refuses to touch again
+    -- with a reader queued (put there directly: the seeded schedules rarely leave a reader at
+    the head as the last one leaves). The hand-off cannot write the reader's admission, so it
+    must not tell it either: a reader told of a share the server does not list believes it
+    holds while a writer takes the lock. The release itself runs to its end."""
+    server = Server(transform)
+    told: list[str] = []
+    server.store.publish_hook = lambda channel, message: told.append(message) or 1
+    name = "scen:moving"
+    leaving = claim(protocol.SHARED, name, "leaving", 60_000, counted=False)
+    queued = claim(protocol.SHARED, name, "queued", 60_000, counted=False)
+    assert acquired(server.step(leaving.acquire_step(protocol.TRY)))
+    server.store.execute(("ZADD", queued.keys.queue, "1", queued.entry))
+    server.store.migrating = True
+    reply = server.step(leaving.release_step())
+    assert reply == 1, f"the last reader's release stopped half-way: {reply}"
+    readers = server.store.execute(("ZRANGE", leaving.keys.readers, 0, -1))
+    for message in told:
+        token = message.split(" ")[0]
+        assert token.encode() in (readers or []), f"{token} told of a share not written"
+
+
 SCENARIOS: dict[str, Callable[[Transform], None]] = {
     f.__name__: f
     for f in (
         ended_readers_free_the_lock,
         uncounted_semaphore_admission_leaves_the_queue,
         delayed_try_then_confirm_leaves_the_queue,
+        moving_slot_tells_no_unwritten_grant,
     )
 }
 # The throttle's own seeded schedules (simulation/throttle.py), as one scenario.

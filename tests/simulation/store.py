@@ -32,6 +32,7 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOT_FLOAT = "ERR value is not a valid float"
 SYNTAX = "ERR syntax error"
+NON_LOCAL = "ERR Script attempted to access a non local key in a cluster node"
 
 
 class Error:
@@ -409,6 +410,17 @@ class Store:
         # it compares with a Valkey server. Our scripts pass integers only.
         self.lua_doubles = "%.17g"
         self.version = 0  # changes with every command (caches of what the store holds)
+        # A Redis Cluster node whose slot is being migrated (MIGRATING, no key moved yet)
+        # runs a script only if every key it names is there, and then refuses the script's
+        # command on any of those keys once it is gone -- deleted, or emptied (an emptied
+        # sorted set is deleted) by the script itself: "non local key", since the key may be
+        # on the new node. The script stops there, its earlier writes kept (review 35, 06).
+        # ``migrating``: every script that finds all its keys runs so (the others as on a
+        # stable slot: a migrating one would have refused them whole).
+        self.migrating = False
+        self._moving: frozenset[str] | None = None  # the running script's keys, so run
+        self.refused_writes = 0  # by the last command (a script): writes a migration refused
+        self.refused_reads = 0  # ... and reads (and writes changing nothing) it refused
         self._commands = {name: getattr(self, method) for name, method in _COMMANDS.items()}
         # What a script may call, by the name as the scripts spell it (upper case) too.
         self._in_scripts = {
@@ -475,6 +487,7 @@ class Store:
         """Run one command from a client; its reply (errors as :class:`Error`)."""
         self.version += 1
         self._now_ms = self.clock() // 1000
+        self.refused_writes = self.refused_reads = 0
         argv = [a if type(a) is str else _client_arg(a) for a in args]
         if self.on_command is not None:
             self.on_command(tuple(argv))
@@ -524,6 +537,12 @@ class Store:
                 if name in _NOT_IN_SCRIPTS:
                     return (4, "ERR This Redis command is not allowed from script")
                 return (4, "ERR Unknown Redis command called from script")
+        if self._moving is not None and self._gone_from_here(argv):
+            if argv[0].upper() not in _HARMLESS_WHEN_GONE:
+                self.refused_writes += 1
+            else:
+                self.refused_reads += 1
+            return (4, NON_LOCAL)
         try:
             reply = handler(argv[1:])
         except CommandError as exc:
@@ -532,6 +551,16 @@ class Store:
         if kind is str or kind is int:
             return (1, reply)
         return _to_lua(reply)
+
+    def _gone_from_here(self, argv: list[str]) -> bool:
+        """Does this command of a script on a migrating slot touch one of its keys that is
+        gone (see ``migrating``)?"""
+        name = argv[0].upper()
+        if name in _KEYLESS:
+            return False
+        keys = argv[1:] if name in _ALL_KEYS else argv[1:2]
+        assert self._moving is not None
+        return any(key in self._moving and not self._alive(key) for key in keys)
 
     # -- scripting ----------------------------------------------------------------------
 
@@ -549,6 +578,9 @@ class Store:
             raise CommandError("ERR Number of keys can't be negative")
         if nkeys > len(rest) - 1:
             raise CommandError("ERR Number of keys can't be greater than number of args")
+        keys = rest[1 : 1 + nkeys]
+        moving = self.migrating and all(self._alive(key) for key in keys)
+        self._moving = frozenset(keys) if moving else None
         self.script_depth += 1
         lua = self.lua
         outer, lua.store = lua.store, self
@@ -557,6 +589,7 @@ class Store:
         finally:
             self.script_depth -= 1
             lua.store = outer
+            self._moving = None
         if isinstance(reply, bytes):
             return reply.decode()
         return self._decoded(reply)
@@ -967,6 +1000,14 @@ class Store:
 
 _COMMANDS = {name[4:].upper(): name for name in dir(Store) if name.startswith("cmd_")}
 _NOT_IN_SCRIPTS = frozenset({"EVAL", "EVALSHA", "SCRIPT", "WAIT", "FLUSHALL", "SUBSCRIBE"})
+_KEYLESS = frozenset({"TIME", "PUBLISH", "PUBSUB", "PING", "DBSIZE", "KEYS"})
+_ALL_KEYS = frozenset({"DEL", "EXISTS"})  # every argument a key
+# Commands whose reply on a missing key the scripts can stand for themselves (reads, and
+# writes that change nothing there): a refusal of any other is a write that did not happen.
+_HARMLESS_WHEN_GONE = frozenset(
+    {"GET", "ZSCORE", "ZCARD", "ZRANGE", "ZPOPMIN", "ZREM", "ZREMRANGEBYSCORE", "PTTL", "EXISTS",
+     "DEL", "PEXPIRE"}
+)  # fmt: skip
 
 
 def _range(items: list[Any], start: int, stop: int) -> list[Any]:

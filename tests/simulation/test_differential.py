@@ -115,9 +115,11 @@ def command(rng: random.Random, now_ms: int) -> tuple[Any, ...]:
         ]
         key = SEMAPHORE if which == "semaphore" else name
         keys = protocol.Keys.for_key(key, kind, fencing=which == "lock" and rng.random() < 0.2)
+        # Uncounted: a cluster's claim, which runs the scripts' cluster text (moving.lua).
         claim = protocol.Claim(
-            kind, keys, token(rng, kind.shared), ttl, limit=rng.choice((1, 2, 3))
-        )
+            kind, keys, token(rng, kind.shared), ttl, limit=rng.choice((1, 2, 3)),
+            counted=rng.random() < 0.7,
+        )  # fmt: skip
         op = rng.choice(("acquire", "acquire", "acquire", "release", "extend", "owned", "count"))
         if op == "acquire":
             step = claim.acquire_step(rng.choice((protocol.TRY, protocol.QUEUE, protocol.AGAIN)))
@@ -134,7 +136,7 @@ def command(rng: random.Random, now_ms: int) -> tuple[Any, ...]:
         steps = admin.force_release(
             rng.choice((*LOCKS, SEMAPHORE)),
             rng.choice(("lock", "semaphore", "")),
-            counted=True,
+            counted=rng.random() < 0.7,
             masters=1,
             force=rng.random() < 0.5,
         )

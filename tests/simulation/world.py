@@ -43,7 +43,7 @@ from redlock_deco import _waiting as waiting
 
 from . import plan as plans
 from .invariants import Invariants, Violation
-from .store import Error, Store
+from .store import NON_LOCAL, Error, Store
 
 US = 1_000_000
 SERVER_EPOCH_US = 1_700_000_000 * US  # the server's clock starts here
@@ -64,6 +64,25 @@ _SCRIPT_NAMES = script_names()  # the scripts are the package's constants
 _SCRIPT_SOURCES = {
     s.source: s.name for s in vars(scripts).values() if isinstance(s, scripts.Script)
 }
+
+# The scripts that have a cluster text (scripts.Script.on_cluster), by their own text.
+_ON_CLUSTER = {
+    s.source: s.on_cluster.source
+    for s in vars(scripts).values()
+    if isinstance(s, scripts.Script) and s.on_cluster is not None
+}
+
+
+def _on_cluster(transform: Callable[[str], str] | None) -> Callable[[str], str]:
+    """A store's script rewrite that runs each script's cluster text (the clients send the
+    single-server one: PUBLISH counts keep their meaning), then ``transform`` (a mutant's)
+    on it."""
+
+    def rewrite(source: str) -> str:
+        text = _ON_CLUSTER.get(source, source)
+        return transform(text) if transform is not None else text
+
+    return rewrite
 
 
 class VirtualTime:
@@ -476,7 +495,11 @@ class World:
         self.trace: list[tuple[int, str]] = []
         self.tracing = self.options.trace
         self.server = ServerOwner()
-        self.store = Store(self.server_clock, self._publish, self._numsub, self.options.transform)
+        transform = self.options.transform
+        if plan.migrating:  # a cluster's slot being moved: the scripts' cluster text runs
+            transform = _on_cluster(transform)
+        self.store = Store(self.server_clock, self._publish, self._numsub, transform)
+        self.store.migrating = plan.migrating
         self.scripts = _SCRIPT_NAMES
         self.procs = [Proc(self, p) for p in plan.procs]
         self.channels = {p.channel: p for p in self.procs}
@@ -681,8 +704,18 @@ class World:
         if script is not None:
             code = reply[0] if isinstance(reply, list) and reply else reply
             if isinstance(code, Error):
+                if NON_LOCAL in code.message:
+                    self.invariants.fail(
+                        "whole",
+                        f"{script} stopped half-way on a migrating slot, its earlier writes "
+                        f"kept: {code.message}",
+                    )
                 code = code.code
             self.coverage[f"script {script} -> {code}"] += 1
+            if self.store.refused_reads:
+                self.coverage[f"migrating: {script} read a key it emptied"] += 1
+            if self.store.refused_writes:
+                self.coverage[f"migrating: {script} refused a grant's write"] += 1
         elif args[0] == "SET":
             self.coverage[f"plain SET NX -> {'OK' if reply else 'busy'}"] += 1
         if self.tracing:
