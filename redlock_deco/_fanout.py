@@ -239,7 +239,12 @@ class _Master:
         self._hand_back()
 
     def _hand_back(self) -> None:
+        """Retired: every connection goes back to its pool -- closed, if the pool is the
+        library's (SyncTarget.retire closed its idle ones already: one drained or made after
+        that went back open and stayed so until the collector came, the 3.12 CI leg)."""
         while (conn := self.pop()) is not None:
+            if self.node.owned:
+                conn.disconnect()
             self.pool.release(conn)
 
 

@@ -331,3 +331,38 @@ def test_unregistering_a_quorum_provider_closes_its_connections(masters: list[Re
         assert wait_until(lambda: ours() == [0, 0, 0], timeout=3), ours()
     finally:
         gc.enable()
+
+
+def test_a_lagging_masters_connection_closes_once_drained_after_unregistering(
+    masters: list[RedisServer],
+) -> None:
+    """A master that answered late (paused) has its connection drained in the background
+    before it goes back to its pool. Drained after the provider was unregistered, it went
+    back open, into a pool already closed, and stayed so until the collector came (the 3.12
+    CI leg: [1, 0, 0] connections left)."""
+
+    def ours() -> list[int]:  # connections to each master, the probe's own left out
+        counts = []
+        for master in masters:
+            with master.client() as probe:
+                counts.append(len(probe.client_list()) - 1)
+        return counts
+
+    with Lock("lagging", provider="q", ttl=5):
+        pass  # connected, and the first call's server check done
+    assert wait_until(
+        lambda: not any(t.name == "redlock-deco-check" for t in threading.enumerate()), 5
+    )
+    masters[0].pause()
+    try:
+        with Lock("lagging", provider="q", ttl=5):
+            pass  # the other two answer: master 0 owes its replies
+        gc.disable()  # closed by the library, not by the collector when it happens to run
+        redlock_deco.unregister_provider("q")
+    finally:
+        masters[0].resume()
+    try:
+        assert wait_until(lambda: ours() == [0, 0, 0], timeout=5), ours()
+    finally:
+        gc.enable()
+    assert masters[0].client().keys("lock:*") == []  # what it ran late was released
