@@ -303,23 +303,25 @@ def test_extend_by_adds_on_a_quorum_even_when_small(masters: list[RedisServer]) 
         lock.release()
 
 
+def connections(masters: list[RedisServer]) -> list[int]:
+    """Connections to each master, the probe's own left out."""
+    counts = []
+    for master in masters:
+        with master.client() as probe:
+            counts.append(len(probe.client_list()) - 1)
+    return counts
+
+
 def test_unregistering_a_quorum_provider_closes_its_connections(masters: list[RedisServer]) -> None:
     """A provider built from URLs owns its clients: unregistered (or registered again), its
     idle connections close at once -- the masters' and the eviction check's, kept in spare
     slots, included. They waited for the cycle collector, which may close a socket before its
     connection: a ResourceWarning, an error under -W error (CI, at a worker's exit)."""
 
-    def ours() -> list[int]:  # connections to each master, the probe's own left out
-        counts = []
-        for master in masters:
-            with master.client() as probe:
-                counts.append(len(probe.client_list()) - 1)
-        return counts
-
     lock = Lock("conns", provider="q", ttl=1, wait=0)
     assert lock.acquire()
     lock.release()
-    assert min(ours()) >= 1  # the round's (and the eviction check's, on first use)
+    assert min(connections(masters)) >= 1  # the round's (and the eviction check's, on first use)
     # The check may still be running (a slow machine): its slot's connection closes as it
     # is freed, so wait for it, as for any command in flight.
     assert wait_until(
@@ -328,7 +330,8 @@ def test_unregistering_a_quorum_provider_closes_its_connections(masters: list[Re
     gc.disable()  # closed by the library, not by the collector when it happens to run
     try:
         redlock_deco.unregister_provider("q")
-        assert wait_until(lambda: ours() == [0, 0, 0], timeout=3), ours()
+        closed = wait_until(lambda: connections(masters) == [0, 0, 0], timeout=3)
+        assert closed, connections(masters)
     finally:
         gc.enable()
 
@@ -340,13 +343,6 @@ def test_a_lagging_masters_connection_closes_once_drained_after_unregistering(
     before it goes back to its pool. Drained after the provider was unregistered, it went
     back open, into a pool already closed, and stayed so until the collector came (the 3.12
     CI leg: [1, 0, 0] connections left)."""
-
-    def ours() -> list[int]:  # connections to each master, the probe's own left out
-        counts = []
-        for master in masters:
-            with master.client() as probe:
-                counts.append(len(probe.client_list()) - 1)
-        return counts
 
     with Lock("lagging", provider="q", ttl=5):
         pass  # connected, and the first call's server check done
@@ -362,7 +358,8 @@ def test_a_lagging_masters_connection_closes_once_drained_after_unregistering(
     finally:
         masters[0].resume()
     try:
-        assert wait_until(lambda: ours() == [0, 0, 0], timeout=5), ours()
+        closed = wait_until(lambda: connections(masters) == [0, 0, 0], timeout=5)
+        assert closed, connections(masters)
     finally:
         gc.enable()
     assert masters[0].client().keys("lock:*") == []  # what it ran late was released
