@@ -21,10 +21,13 @@ NAMES = sorted(p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.ends
 def test_script_has_contract_header_and_runs(name: str, r: redis.Redis) -> None:
     text = LUA.joinpath(f"{name}.lua").read_text("utf-8")
     header = text.split("\n\n", 1)[0]
-    if name != "waiters":  # the shared fragment, included by the others
-        assert "KEYS[1]" in header and "ARGV[1]" in header and "returns" in header
-        script = scripts.load(name)
-        assert r.script_load(script.source) == script.sha  # valid Lua, loadable
+    if name in ("waiters", "moving"):  # fragments: included by the others, put before them
+        return
+    assert "KEYS[1]" in header and "ARGV[1]" in header and "returns" in header
+    script = scripts.load(name)
+    assert r.script_load(script.source) == script.sha  # valid Lua, loadable
+    if script.on_cluster is not None:  # and its text for a cluster (moving.lua first)
+        assert r.script_load(script.on_cluster.source) == script.on_cluster.sha
 
 
 # Script arguments after the token and ttl: queue window, the ttl of an entry without terms,
