@@ -546,6 +546,18 @@ class AsyncWaiting:
         self._ready.clear()
         _close_copy(getattr(pubsub, "connection", None))
 
+    def _abandoned(self) -> None:
+        """Its loop was closed by hand with the subscriber pending (no asyncio.run, no
+        aclose(); see worker.background). Its waiters will never take a grant, but a
+        hand-off still granted one the lock for its own ttl: the server counted the open
+        subscription as listening, and the process's other subscribers did not know the
+        token -- the name blocked for up to two ttls (review 37). So each waiter is cut
+        short (a grant for it that another subscriber of the process hears is given back at
+        once), and the subscription's socket is closed."""
+        for token, waiter in list(self._board.waiting.items()):
+            self._board.forget(token, waiter, cut_short=True)
+        self.forget_inherited()
+
     async def listen(self, token: str, timeout: float = START_TIMEOUT) -> AsyncHandoff | None:
         handoff = AsyncHandoff(self, token)
         self._board.add(token, handoff)
@@ -553,7 +565,7 @@ class AsyncWaiting:
             # (Done: cancelled before its first step -- "cancel every other task" at the turn
             # it was created -- its finally never ran to clear it, and no subscriber was ever
             # started again in this loop: review 31, 02.)
-            self._task = background(self._run(), "redlock-deco-waiting")
+            self._task = background(self._run(), "redlock-deco-waiting", self._abandoned)
             # It idles for IDLE seconds after its last waiter, to spare the next wait a
             # SUBSCRIBE, and holds nothing: a loop closed by hand without aclose() destroys it
             # pending, which is harmless, so asyncio is told not to report it (review 13: a

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
@@ -75,19 +76,30 @@ class SerialWorker:
 
 
 _running: set[asyncio.Task[Any]] = set()
+_abandoned: dict[asyncio.Task[Any], Callable[[], None]] = {}  # see background()
 
 
-def background(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+def background(
+    coro: Coroutine[Any, Any, None], name: str, abandoned: Callable[[], None] | None = None
+) -> asyncio.Task[None]:
     """Start ``coro`` on the running loop and keep it referenced until it is done.
 
     asyncio holds only weak references to tasks: one nobody references can be collected
-    while pending, its coroutine closed mid-flight.
+    while pending, its coroutine closed mid-flight. ``abandoned``: called if its loop is
+    found closed with the task still pending (closed by hand), when it is forgotten.
     """
     forget_closed()
     task = asyncio.get_running_loop().create_task(coro, name=name)
     _running.add(task)
-    task.add_done_callback(_running.discard)
+    task.add_done_callback(_done)
+    if abandoned is not None:
+        _abandoned[task] = abandoned
     return task
+
+
+def _done(task: asyncio.Task[Any]) -> None:
+    _running.discard(task)
+    _abandoned.pop(task, None)
 
 
 def forget_closed() -> None:
@@ -100,6 +112,10 @@ def forget_closed() -> None:
     # size during iteration" with loops in 12 threads).
     for stale in [t for t in list(_running) if t.get_loop().is_closed()]:
         _running.discard(stale)
+        abandoned = _abandoned.pop(stale, None)
+        if abandoned is not None:
+            with contextlib.suppress(Exception):  # best effort: the loop is gone
+                abandoned()
 
 
 async def set_within(event: asyncio.Event, timeout: float | None) -> bool:

@@ -1027,3 +1027,57 @@ def test_cancelling_every_other_task_until_none_is_left_ends(server: RedisServer
     assert words[0] == "sweeps" and int(words[1]) < 5 and words[2:] == ["keys", "0"], done.stdout
     noise = [line for line in done.stderr.splitlines() if "destroyed" in line or "Warning" in line]
     assert not noise, done.stderr
+
+
+@pytest.mark.parametrize("collected", [False, True])
+def test_a_waiter_of_a_loop_closed_by_hand_is_not_handed_the_lock(
+    server: RedisServer, collected: bool
+) -> None:
+    """Review 37: a loop closed by hand (no asyncio.run, no aclose()) while one task held a
+    lock and another waited for it. The dead loop's grant subscription stayed open, so the
+    server counted its waiter as listening: once the holder's lease lapsed, the next
+    acquirer's hand-off granted the lock to that waiter, for the waiter's own ttl, and the
+    name was taken again only after about two ttls (3.4 s for a ttl of 2 s). The dead
+    loop's subscription is closed once the process's next loop starts, so the name is free
+    within the holder's ttl, as docs/asyncio.md says."""
+    ttl = 2.0
+    done = run_script(
+        server,
+        f"""
+        import time
+        Lock = redlock_deco.asyncio.Lock
+
+        async def holder():
+            async with Lock("closed", ttl={ttl}):
+                await asyncio.sleep(60)
+
+        async def waiter():
+            async with Lock("closed", ttl={ttl}, wait=30):
+                await asyncio.sleep(60)
+
+        async def start():
+            asyncio.ensure_future(holder())
+            await asyncio.sleep(0.3)
+            asyncio.ensure_future(waiter())
+            while not r.exists("{{lock:closed}}:queue"):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep({ttl})  # renewed meanwhile
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(start())
+        loop.close()
+        closed = time.monotonic()
+        if {collected}:
+            del loop
+            gc.collect()
+
+        async def again():
+            async with Lock("closed", ttl={ttl}, wait={ttl} + 3):
+                return time.monotonic() - closed
+
+        print("took", round(asyncio.run(again()), 2))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    took = float(done.stdout.split()[-1])
+    assert took < ttl + 0.7, done.stdout  # the holder's lease lapses within its ttl
