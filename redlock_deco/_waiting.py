@@ -127,6 +127,19 @@ registry = Registry()
 _subscribers: weakref.WeakSet[SyncWaiting | AsyncWaiting] = weakref.WeakSet()
 
 
+def abandon_closed() -> bool:
+    """Tell the subscribers of event loops closed by hand (see AsyncWaiting._abandoned)
+    that they are: whether there were any. Asked when a grant reaches a subscriber of this
+    process that does not know its token: one of a closed loop's waiters, perhaps, still
+    registered, so the grant was not given back -- and a loop of another thread, already
+    running (or a sync thread), starts none, so no new loop noticed the close: each dead
+    waiter in turn held the lock for its own ttl (review 38: 17 s, against 2)."""
+    closed = [s for s in list(_subscribers) if isinstance(s, AsyncWaiting) and s.loop_closed()]
+    for subscriber in closed:
+        subscriber._abandoned()
+    return bool(closed)
+
+
 def _forked() -> None:
     """In a forked child: a registry of its own, and every grant subscription inherited from
     the parent closed -- on the child's side only. A fork copies the subscription's socket,
@@ -185,7 +198,7 @@ class Board:
         waiter = self.waiting.get(token)
         if waiter is not None:
             return waiter, None
-        if registry.give_back(token):
+        if registry.give_back(token) or (abandon_closed() and registry.give_back(token)):
             return None, granted_claim(message, self.counted)
         return None, None
 
@@ -533,11 +546,18 @@ class AsyncWaiting:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pubsub: Any = None  # the reader task's subscription, while it runs
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        with contextlib.suppress(RuntimeError):  # (made outside a loop: nothing to watch)
+            self._loop = weakref.ref(asyncio.get_running_loop())
         _subscribers.add(self)
 
     @property
     def listening(self) -> bool:
         return self._ready.is_set()
+
+    def loop_closed(self) -> bool:
+        loop = self._loop() if self._loop is not None else None
+        return loop is not None and loop.is_closed()
 
     def forget_inherited(self) -> None:
         """In a forked child: the parent's subscription is not ours (see ``_forked``). Its

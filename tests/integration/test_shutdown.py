@@ -1081,3 +1081,65 @@ def test_a_waiter_of_a_loop_closed_by_hand_is_not_handed_the_lock(
     assert done.returncode == 0, done.stderr
     took = float(done.stdout.split()[-1])
     assert took < ttl + 0.7, done.stdout  # the holder's lease lapses within its ttl
+
+
+@pytest.mark.parametrize("other", ["loop", "thread"])
+def test_a_closed_loops_waiters_do_not_hold_up_a_loop_or_thread_already_waiting(
+    server: RedisServer, other: str
+) -> None:
+    """Review 38: a loop closed by hand while two of its tasks waited (ttl 8 s), with a waiter
+    of the same process queued behind them in a loop of another thread, already running, or
+    in a sync thread. No new loop started, so nothing noticed the close: each dead waiter in
+    turn was handed the lock for its own ttl, and the live waiter got it 17.4 s after the
+    close, against the holder's 2 s. The subscriber that hears a grant for a token it does
+    not know now looks for closed loops first, and gives the dead waiter's grant back."""
+    done = run_script(
+        server,
+        f"""
+        import threading, time
+        Lock = redlock_deco.asyncio.Lock
+        SyncLock = redlock_deco.Lock
+
+        async def holder():
+            async with Lock("dead", ttl=2):
+                await asyncio.sleep(60)
+
+        async def waiter():
+            async with Lock("dead", ttl=8, wait=60):
+                await asyncio.sleep(60)
+
+        async def start():
+            asyncio.ensure_future(holder())
+            await asyncio.sleep(0.3)
+            for _ in range(2):
+                asyncio.ensure_future(waiter())
+            while r.zcard("{{lock:dead}}:queue") < 2:
+                await asyncio.sleep(0.01)
+
+        got = []
+
+        def live():
+            if {other!r} == "loop":
+                async def wait():
+                    async with Lock("dead", ttl=2, wait=30):
+                        got.append(time.monotonic())
+                asyncio.run(wait())
+            else:
+                with SyncLock("dead", ttl=2, wait=30):
+                    got.append(time.monotonic())
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(start())
+        behind = threading.Thread(target=live)
+        behind.start()
+        while r.zcard("{{lock:dead}}:queue") < 3:
+            time.sleep(0.01)
+        closed = time.monotonic()
+        loop.close()
+        behind.join(30)
+        print("took", round(got[0] - closed, 2))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    took = float(done.stdout.split()[-1])
+    assert took < 2 + 1.0, done.stdout  # the holder's ttl, not a dead waiter's 8 s
