@@ -23,6 +23,7 @@ import functools
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -237,7 +238,14 @@ class Renewer:
         """:meth:`add`, from a finalizer. The garbage collector may run one while this very
         thread holds the renewer's lock (inside :meth:`add`, say): waiting for it could hang,
         so it is tried for a moment; failing that, the job waits in a queue that is safe to
-        fill from anywhere, for the renewer's next round."""
+        fill from anywhere, for the renewer's next round.
+
+        Not once the interpreter is finalizing: a block left open and collected at exit
+        started a renewer thread there, whose start() waited forever -- the process never
+        exited (found by a mutant whose test run never ended). What it holds lapses within
+        its ttl."""
+        if sys.is_finalizing():
+            return
         locked = False
         try:
             locked = self._lock.acquire(timeout=0.05)
