@@ -11,7 +11,7 @@
 -- emptied reads as the missing key it is (`gone`); a write that would make it again is
 -- refused, and the hand-off asks `written` (waiters.lua) before it tells a grantee anything.
 -- Any other error is raised as redis.call raises it. (Not on a single server, which never
--- refuses so: this costs a script 1-2 us of the server's time.)
+-- refuses so: this costs a script 2-4 us of the server's time, measured.)
 local server = redis
 
 -- A read's reply on a missing key (and a write's that changes nothing there); nil for a
