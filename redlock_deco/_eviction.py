@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 from ._protocol import Call
-from ._worker import quiet
+from ._worker import quiet, start
 
 log = logging.getLogger("redlock_deco")
 
@@ -69,7 +69,7 @@ def start_check(target: Any) -> None:
     """Check the sync ``target`` on a short-lived thread: off the caller's path, so a slow
     or paused server (a quorum master) never delays a lock call for it."""
     target.checked = True
-    threading.Thread(target=check, args=(target,), name="redlock-deco-check", daemon=True).start()
+    start(threading.Thread(target=check, args=(target,), name="redlock-deco-check", daemon=True))
 
 
 async def check_async_once(target: Any) -> None:

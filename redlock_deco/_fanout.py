@@ -65,7 +65,7 @@ from ._drivers import (
 )
 from ._protocol import Algorithms, Eval, Fanout, Sleep, Step, undo_step
 from ._quorum import Quorum
-from ._worker import SerialWorker
+from ._worker import SerialWorker, start
 
 # How long a quorum round waits for each master: short against any sensible ttl, so a dead
 # or paused master costs a round this much, not a socket timeout.
@@ -198,10 +198,12 @@ class _Master:
             except Exception:  # the connection failed: what it carried ends with it
                 self.drop(conn)
                 return
-        threading.Thread(
+        drainer = threading.Thread(
             target=self._drain, args=(conn, owed + len(undo)), name="redlock-deco-drain",
             daemon=True,
-        ).start()  # fmt: skip
+        )  # fmt: skip
+        if not start(drainer):
+            self.drop(conn)
 
     def _drain(self, conn: Any, owed: int) -> None:
         deadline = time.monotonic() + DRAIN_MAX

@@ -23,7 +23,6 @@ import functools
 import logging
 import math
 import queue
-import sys
 import threading
 import time
 import weakref
@@ -38,7 +37,7 @@ from . import _process as process
 from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
-from ._worker import SerialWorker, background
+from ._worker import SerialWorker, background, start
 
 log = logging.getLogger("redlock_deco")
 
@@ -238,14 +237,7 @@ class Renewer:
         """:meth:`add`, from a finalizer. The garbage collector may run one while this very
         thread holds the renewer's lock (inside :meth:`add`, say): waiting for it could hang,
         so it is tried for a moment; failing that, the job waits in a queue that is safe to
-        fill from anywhere, for the renewer's next round.
-
-        Not once the interpreter is finalizing: a block left open and collected at exit
-        started a renewer thread there, whose start() waited forever -- the process never
-        exited (found by a mutant whose test run never ended). What it holds lapses within
-        its ttl."""
-        if sys.is_finalizing():
-            return
+        fill from anywhere, for the renewer's next round."""
         locked = False
         try:
             locked = self._lock.acquire(timeout=0.05)
@@ -269,7 +261,9 @@ class Renewer:
             self._thread = threading.Thread(
                 target=self._serve, name="redlock-deco-renewer", daemon=True
             )
-            self._thread.start()
+            if not start(self._thread):  # the interpreter is finalizing: nothing will run it
+                self._thread = None
+                return
         if job.next_renew < self._next_wake:
             # Notify first: an interrupt between the two lines then costs nothing. (The other
             # order, interrupted in between, left _next_wake earlier than any later add, so no

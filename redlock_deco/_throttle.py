@@ -69,7 +69,7 @@ from ._options import MAX_SECONDS, check_options, check_wait
 from ._protocol import Eval
 from ._scripts import Outcome
 from ._signatures import explains_bad_arguments
-from ._worker import quiet
+from ._worker import quiet, start
 
 DEFAULT: Any = object()
 
@@ -267,8 +267,8 @@ def _give_back(target: Any, key: str, token: str, cost: float, options: Throttle
 
     # On a thread of its own: the interrupt goes on after GIVE_BACK_WAIT whatever happens.
     sender = threading.Thread(target=send, name="redlock-deco-give-back", daemon=True)
-    sender.start()
-    sender.join(GIVE_BACK_WAIT)
+    if start(sender):
+        sender.join(GIVE_BACK_WAIT)
 
 
 async def _give_back_async(
