@@ -79,6 +79,15 @@ def supported(client: Any) -> bool:
     return callable(getattr(client, "pubsub", None))
 
 
+def location(client: Any) -> object:
+    """The server and database ``client`` sends to, as far as its pool says (None: unknown,
+    such as a cluster client's, whose nodes all use database 0)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return None
+    return (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"), int(kwargs.get("db") or 0))
+
+
 def _text(data: Any) -> str:
     return data.decode() if isinstance(data, bytes) else str(data)
 
@@ -91,15 +100,17 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.waiting: dict[str, int] = {}  # token -> registrations (normally 1)
-        self.cut: OrderedDict[str, float] = OrderedDict()  # token -> remembered until
+        # token -> (remembered until, where it waited: see Board.where)
+        self.cut: OrderedDict[str, tuple[float, object]] = OrderedDict()
 
     def add(self, token: str) -> None:
         with self._lock:
             self.waiting[token] = self.waiting.get(token, 0) + 1
 
-    def remove(self, token: str, cut_short: bool) -> None:
+    def remove(self, token: str, cut_short: bool, where: object = None) -> None:
         """``token``'s waiter stopped waiting; ``cut_short``: before it could leave the
-        queue (it neither took the lease nor had an answer to its leaving release)."""
+        queue (it neither took the lease nor had an answer to its leaving release), on the
+        server and database ``where``."""
         now = time.monotonic()
         with self._lock:
             left = self.waiting.get(token, 0) - 1
@@ -108,17 +119,25 @@ class Registry:
             else:
                 self.waiting.pop(token, None)
             cut = self.cut
-            while cut and (len(cut) >= CUT_MAX or next(iter(cut.values())) < now):
+            while cut and (len(cut) >= CUT_MAX or next(iter(cut.values()))[0] < now):
                 cut.popitem(last=False)
             if cut_short:
-                cut[token] = now + CUT_KEEP
+                cut[token] = (now + CUT_KEEP, where)
 
-    def give_back(self, token: str) -> bool:
-        """Should a grant for ``token`` that finds no waiter be given back (once)?"""
+    def give_back(self, token: str, where: object = None) -> bool:
+        """Should a grant for ``token`` that finds no waiter be given back (once), by a
+        subscriber on ``where``? Not by one on another database: channels ignore the
+        database, and a give-back there found no such key -- the grant was lost, the lock
+        held by nobody for the waiter's whole ttl (review 39). None: anywhere."""
         with self._lock:
             if token in self.waiting:
                 return False
-            return self.cut.pop(token, None) is not None
+            found = self.cut.get(token)
+            if found is None or (found[1] is not None and where is not None
+                                 and found[1] != where):  # fmt: skip
+                return False
+            del self.cut[token]
+            return True
 
 
 registry = Registry()
@@ -175,11 +194,12 @@ class Board:
     """Who waits for which token on one subscriber. Pure bookkeeping; the callers hold their
     own lock (sync) or run in one loop (asyncio)."""
 
-    __slots__ = ("counted", "waiting")
+    __slots__ = ("counted", "waiting", "where")
 
-    def __init__(self, counted: bool) -> None:
+    def __init__(self, counted: bool, where: object = None) -> None:
         self.waiting: dict[str, Any] = {}
         self.counted = counted  # PUBLISH counts prove a waiter gone there (not a cluster)
+        self.where = where  # the server and database its target sends to (None: unknown)
 
     def add(self, token: str, waiter: Any) -> None:
         self.waiting[token] = waiter
@@ -188,7 +208,7 @@ class Board:
     def forget(self, token: str, waiter: Any, cut_short: bool) -> None:
         if self.waiting.get(token) is waiter:
             del self.waiting[token]
-            registry.remove(token, cut_short)
+            registry.remove(token, cut_short, self.where)
 
     def deliver(self, message: str) -> tuple[Any, Claim | None]:
         """The waiter a grant message names; or (None, the claim to give back) for a waiter
@@ -198,7 +218,10 @@ class Board:
         waiter = self.waiting.get(token)
         if waiter is not None:
             return waiter, None
-        if registry.give_back(token) or (abandon_closed() and registry.give_back(token)):
+        where = self.where
+        if registry.give_back(token, where) or (
+            abandon_closed() and registry.give_back(token, where)
+        ):
             return None, granted_claim(message, self.counted)
         return None, None
 
@@ -278,7 +301,7 @@ class SyncWaiting:
         # returned (before the caller stored True) or as the leaving function started left
         # a Lock held for good, and nobody in the process read grants again (review 5 r10).
         self._reader: Handoff | None = None
-        self._board = Board(counted)
+        self._board = Board(counted, location(target.client))
         self._pubsub: Any = None  # touched only by the reader
         self._since = 0.0  # when the reader subscribed it
         self._retired = False  # its target was replaced: closed once nobody waits on it
@@ -542,7 +565,7 @@ class AsyncWaiting:
     def __init__(self, target: Any, counted: bool) -> None:
         self.client = target.client
         self._target = target  # runs the release step that gives a grant back
-        self._board = Board(counted)
+        self._board = Board(counted, location(target.client))
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pubsub: Any = None  # the reader task's subscription, while it runs

@@ -296,3 +296,44 @@ def test_a_grant_read_early_but_taken_late_is_confirmed_first() -> None:
     steps, result = drive(algorithm, replies, clock, own_length({Wait: 20.0}))
     assert result == protocol.Granted()
     assert modes(steps) == [QUEUE, AGAIN]  # asked the server before using it
+
+
+def test_a_cut_short_waiters_grant_is_given_back_only_on_its_own_database() -> None:
+    """Review 39: grant channels ignore the database, so a subscriber of the process on
+    database 1 heard the grant of a waiter cut short on database 0, took the give-back, and
+    sent it on database 1, where no such key is: the grant was lost, the lock held by
+    nobody for the waiter's whole ttl. Only a subscriber on the waiter's own server and
+    database gives it back; one whose location is unknown still does (a cluster's)."""
+    from redlock_deco import _waiting as waiting
+
+    saved = waiting.registry
+    waiting.registry = waiting.Registry()
+    try:
+        db0 = ("127.0.0.1", 6379, None, 0)
+        db1 = ("127.0.0.1", 6379, None, 1)
+        cut = waiting.Board(True, db0)
+        cut.add("p:1:w", object())
+        cut.forget("p:1:w", next(iter(cut.waiting.values())), cut_short=True)
+        message = "p:1:w L lock:x"
+        assert waiting.Board(True, db1).deliver(message) == (None, None)  # not its own
+        waiter, claim = waiting.Board(True, db0).deliver(message)
+        assert waiter is None and claim is not None and claim.token == "p:1:w"
+        assert waiting.Board(True, db0).deliver(message) == (None, None)  # once
+
+        cut.add("p:1:v", object())
+        cut.forget("p:1:v", next(iter(cut.waiting.values())), cut_short=True)
+        waiter, claim = waiting.Board(True, None).deliver("p:1:v L lock:x")
+        assert claim is not None  # a subscriber whose location is unknown: as before
+    finally:
+        waiting.registry = saved
+
+
+def test_a_clients_location_is_its_server_and_database() -> None:
+    import redis
+
+    from redlock_deco._waiting import location
+
+    client = redis.Redis(host="h", port=1, db=3)
+    assert location(client) == ("h", 1, None, 3)
+    assert location(redis.Redis(host="h", port=1)) != location(client)
+    assert location(object()) is None

@@ -118,7 +118,7 @@ def test_a_submit_interrupted_as_it_starts_the_thread_leaves_the_next_one_to_sta
     work = SerialWorker("test-serial", idle=0.05)
     code = SerialWorker.submit.__code__
     lines, first = inspect.getsourcelines(SerialWorker.submit)
-    start = next(first + i for i, text in enumerate(lines) if "self._thread.start()" in text)
+    start = next(first + i for i, text in enumerate(lines) if "start(self._thread)" in text)
 
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
         if frame.f_code is code and event == "line" and frame.f_lineno == start:

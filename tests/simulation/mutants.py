@@ -338,8 +338,9 @@ MUTANTS: tuple[Mutant, ...] = (
     py("no-give-back", "a grant nobody in the process waits for is kept, not given back",
        "_waiting", "return None, granted_claim(message, self.counted)", "return None, None"),
     py("give-back-any-grant", "every grant nobody waits for is given back (late copies too)",
-       "_waiting", "        if registry.give_back(token) or (abandon_closed() and "
-       "registry.give_back(token)):", "        if True:"),
+       "_waiting", "        if registry.give_back(token, where) or (\n"
+       "            abandon_closed() and registry.give_back(token, where)\n        ):",
+       "        if True:"),
     # -- code the simulator does not reach: named fast tests ---------------------------------
     py("quorum-majority", "a semaphore's quorum is a simple majority", "_quorum",
        "    return masters * limit // (limit + 1) + 1", "    return masters // 2 + 1",
