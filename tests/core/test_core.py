@@ -302,15 +302,14 @@ def test_a_cut_short_waiters_grant_is_given_back_only_on_its_own_database() -> N
     """Review 39: grant channels ignore the database, so a subscriber of the process on
     database 1 heard the grant of a waiter cut short on database 0, took the give-back, and
     sent it on database 1, where no such key is: the grant was lost, the lock held by
-    nobody for the waiter's whole ttl. Only a subscriber on the waiter's own server and
-    database gives it back; one whose location is unknown still does (a cluster's)."""
+    nobody for the waiter's whole ttl. Only a subscriber on the waiter's own database gives
+    it back; one whose location is unknown still does (a cluster's)."""
     from redlock_deco import _waiting as waiting
 
     saved = waiting.registry
     waiting.registry = waiting.Registry()
     try:
-        db0 = ("127.0.0.1", 6379, None, 0)
-        db1 = ("127.0.0.1", 6379, None, 1)
+        db0, db1 = 0, 1
         cut = waiting.Board(True, db0)
         cut.add("p:1:w", object())
         cut.forget("p:1:w", next(iter(cut.waiting.values())), cut_short=True)
@@ -328,12 +327,18 @@ def test_a_cut_short_waiters_grant_is_given_back_only_on_its_own_database() -> N
         waiting.registry = saved
 
 
-def test_a_clients_location_is_its_server_and_database() -> None:
+def test_a_clients_location_is_its_database_whatever_the_address() -> None:
+    """Review 41: the location compared host, port and socket path too, so one server
+    reached as ``localhost`` and as ``127.0.0.1``, or over a unix socket and TCP, counted as
+    two, and a dead waiter's grant was not given back (each held the lock for its ttl). A
+    grant reaches only the subscribers of the server that published it: the database is all
+    there is left to tell apart."""
     import redis
 
     from redlock_deco._waiting import location
 
-    client = redis.Redis(host="h", port=1, db=3)
-    assert location(client) == ("h", 1, None, 3)
-    assert location(redis.Redis(host="h", port=1)) != location(client)
+    assert location(redis.Redis(host="h", port=1, db=3)) == 3
+    assert location(redis.Redis(host="localhost", port="1", db="3")) == 3
+    assert location(redis.Redis(unix_socket_path="/tmp/r.sock", db=3)) == 3
+    assert location(redis.Redis(host="127.0.0.1", port=1)) == 0
     assert location(object()) is None

@@ -1083,7 +1083,7 @@ def test_a_waiter_of_a_loop_closed_by_hand_is_not_handed_the_lock(
     assert took < ttl + 0.7, done.stdout  # the holder's lease lapses within its ttl
 
 
-@pytest.mark.parametrize("other", ["loop", "thread"])
+@pytest.mark.parametrize("other", ["loop", "thread", "thread-at-another-address"])
 def test_a_closed_loops_waiters_do_not_hold_up_a_loop_or_thread_already_waiting(
     server: RedisServer, other: str
 ) -> None:
@@ -1092,7 +1092,10 @@ def test_a_closed_loops_waiters_do_not_hold_up_a_loop_or_thread_already_waiting(
     in a sync thread. No new loop started, so nothing noticed the close: each dead waiter in
     turn was handed the lock for its own ttl, and the live waiter got it 17.4 s after the
     close, against the holder's 2 s. The subscriber that hears a grant for a token it does
-    not know now looks for closed loops first, and gives the dead waiter's grant back."""
+    not know now looks for closed loops first, and gives the dead waiter's grant back.
+    Review 41: the same from a provider that reaches the server at another address
+    (``localhost``, not ``127.0.0.1``): it took that for another server and gave nothing back
+    (17.7 s)."""
     done = run_script(
         server,
         f"""
@@ -1125,7 +1128,11 @@ def test_a_closed_loops_waiters_do_not_hold_up_a_loop_or_thread_already_waiting(
                         got.append(time.monotonic())
                 asyncio.run(wait())
             else:
-                with SyncLock("dead", ttl=2, wait=30):
+                provider = "default"
+                if {other!r} == "thread-at-another-address":
+                    provider = "same-server"
+                    redlock_deco.register_provider(provider, "redis://localhost:{server.port}")
+                with SyncLock("dead", ttl=2, wait=30, provider=provider):
                     got.append(time.monotonic())
 
         loop = asyncio.new_event_loop()
