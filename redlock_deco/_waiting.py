@@ -158,6 +158,18 @@ registry = Registry()
 _subscribers: weakref.WeakSet[SyncWaiting | AsyncWaiting] = weakref.WeakSet()
 
 
+def _every_subscriber() -> list[SyncWaiting | AsyncWaiting]:
+    """A copy of :data:`_subscribers`, taken again if another thread added one meanwhile: a
+    WeakSet is iterated in Python, and every new event loop's first wait adds its subscriber,
+    so a subscriber reading a grant raised "Set changed size during iteration" out of a
+    waiter's acquire (review 40, 3: 16 in 30 s with frequent thread switches)."""
+    while True:
+        try:
+            return list(_subscribers)
+        except RuntimeError:
+            continue
+
+
 def abandon_closed() -> bool:
     """Tell the subscribers of event loops closed by hand (see AsyncWaiting._abandoned)
     that they are: whether there were any. Asked when a grant reaches a subscriber of this
@@ -165,7 +177,7 @@ def abandon_closed() -> bool:
     registered, so the grant was not given back -- and a loop of another thread, already
     running (or a sync thread), starts none, so no new loop noticed the close: each dead
     waiter in turn held the lock for its own ttl (review 38: 17 s, against 2)."""
-    closed = [s for s in list(_subscribers) if isinstance(s, AsyncWaiting) and s.loop_closed()]
+    closed = [s for s in _every_subscriber() if isinstance(s, AsyncWaiting) and s.loop_closed()]
     for subscriber in closed:
         subscriber._abandoned()
     return bool(closed)
@@ -182,7 +194,7 @@ def _forked() -> None:
     parent's connection too."""
     global registry
     registry = Registry()
-    for subscriber in list(_subscribers):
+    for subscriber in _every_subscriber():
         subscriber.forget_inherited()
 
 

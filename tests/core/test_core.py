@@ -342,3 +342,39 @@ def test_a_clients_location_is_its_database_whatever_the_address() -> None:
     assert location(redis.Redis(unix_socket_path="/tmp/r.sock", db=3)) == 3
     assert location(redis.Redis(host="127.0.0.1", port=1)) == 0
     assert location(object()) is None
+
+
+def test_looking_for_closed_loops_survives_a_subscriber_added_meanwhile() -> None:
+    """Review 40, 3: the process's subscribers are a WeakSet, iterated in Python, and every
+    new event loop's first wait adds one. A subscriber that heard a grant it did not know
+    looked for closed loops while another thread added a subscriber, and "Set changed size
+    during iteration" came out of a waiter's acquire. Here the set grows during the first
+    iteration, as another thread's add would make it."""
+    import weakref
+
+    from redlock_deco import _waiting as waiting
+
+    class Subscriber:
+        def loop_closed(self) -> bool:
+            return False
+
+    kept = [Subscriber() for _ in range(3)]
+
+    class Growing(weakref.WeakSet):  # type: ignore[type-arg]
+        grew = False
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            for item in super().__iter__():
+                if not self.grew:
+                    self.grew = True
+                    kept.append(Subscriber())
+                    self.add(kept[-1])  # another thread's new loop, meanwhile
+                yield item
+
+    saved = waiting._subscribers
+    waiting._subscribers = Growing(kept)
+    try:
+        assert waiting.abandon_closed() is False
+        assert waiting._subscribers.grew
+    finally:
+        waiting._subscribers = saved
