@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _tokens as tokens
+from ._flag import Flag
 from ._protocol import Claim, granted_claim
 from ._worker import background, set_within
 
@@ -278,7 +279,7 @@ class Handoff:
 
     def __init__(self, owner: SyncWaiting, token: str) -> None:
         self._owner = owner
-        self._event = threading.Event()
+        self._event = Flag()  # not threading.Event: see _flag
         self.token = token
         self.at: float | None = None  # when its grant arrived
         self.inside = False  # in wait() now, without its grant: it can take over reading
@@ -329,7 +330,7 @@ class SyncWaiting:
         self._pubsub: Any = None  # touched only by the reader
         self._since = 0.0  # when the reader subscribed it
         self._retired = False  # its target was replaced: closed once nobody waits on it
-        self._subscribed_event = threading.Event()
+        self._subscribed_event = Flag()  # not threading.Event: see _flag
         _subscribers.add(self)
 
     @property

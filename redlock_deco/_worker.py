@@ -45,12 +45,18 @@ class SerialWorker:
         self.idle = idle
         self._queue: collections.deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
         self._queue = collections.deque()
-        self._ready = threading.Condition(threading.Lock())
+        # Taken with `with self._lock:` (the C lock's own enter and exit), never `with
+        # self._ready:`: Condition.__enter__ is Python code, and a KeyboardInterrupt raised as
+        # it returned left the lock held for good -- a quorum call interrupted in submit()
+        # hung in its own clean-up, and every later call through that master hung past its
+        # wait (review 40, 6; the renewer's twin was review 4's).
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         future: Future[T] = Future()
-        with self._ready:
+        with self._lock:
             self._queue.append((future, fn, args))
             if self._thread is None or not self._thread.is_alive():
                 # (Not alive: an interrupt before start() left a thread that never ran, and
@@ -66,7 +72,7 @@ class SerialWorker:
 
     def retire(self) -> None:
         """End the thread as soon as the queued work is done (its target was replaced)."""
-        with self._ready:
+        with self._lock:
             self.idle = 0.0
             self._ready.notify()
 
@@ -77,7 +83,7 @@ class SerialWorker:
 
     def _run(self) -> None:
         while True:
-            with self._ready:
+            with self._lock:
                 if not self._queue and self.idle > 0:
                     self._ready.wait(self.idle)
                 if not self._queue:

@@ -23,7 +23,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "_options",
     ),
     "runtime": (
-        "_worker", "_pools", "_tokens", "_process", "_waiting", "_drivers", "_fanout", "_renewal",
+        "_worker", "_flag", "_pools", "_tokens", "_process", "_waiting", "_drivers", "_fanout",
+        "_renewal",
         "_eviction", "_providers",
     ),
     "guard": ("_guard", "_ownership"),

@@ -240,8 +240,9 @@ def test_a_forked_child_never_writes_to_its_parents_spare_connection(server: Red
     try:
         with Lock("forked", provider="forked", wait=1):
             pass
-        (parent,) = _target("forked").spares.connections()  # type: ignore[union-attr]
-        ours = parent._sock.getsockname()
+        # One spare, or two when the first-use server check ran beside the release.
+        parents = _target("forked").spares.connections()  # type: ignore[union-attr]
+        ours = {conn._sock.getsockname() for conn in parents}
         ctx = multiprocessing.get_context("fork")
         out = ctx.Queue()
 
@@ -249,19 +250,20 @@ def test_a_forked_child_never_writes_to_its_parents_spare_connection(server: Red
             for _ in range(20):
                 with Lock("forked", provider="forked", wait=5):
                     pass
-            (conn,) = _target("forked").spares.connections()  # type: ignore[union-attr]
-            out.put(conn._sock.getsockname())
+            conns = _target("forked").spares.connections()  # type: ignore[union-attr]
+            out.put({conn._sock.getsockname() for conn in conns})
 
         process = ctx.Process(target=child)
         process.start()
-        for _ in range(20):  # the parent at the same time, on its own connection
+        for _ in range(20):  # the parent at the same time, on its own connections
             with Lock("forked", provider="forked", wait=5):
                 pass
         theirs = out.get(timeout=30)
         process.join(30)
         assert process.exitcode == 0
-        assert theirs != ours
-        assert _target("forked").spares.connections() == [parent]
+        assert theirs and not theirs & ours
+        now = _target("forked").spares.connections()  # type: ignore[union-attr]
+        assert all(conn in now for conn in parents)
     finally:
         client.close()
 

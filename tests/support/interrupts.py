@@ -43,8 +43,43 @@ def nop_lines(code: CodeType) -> frozenset[int]:
     return frozenset(line for line, names in kinds.items() if names <= {"NOP"})
 
 
+# Instructions after which the next one is not reached by falling through.
+_NO_FALL = frozenset({
+    "RETURN_VALUE", "RETURN_CONST", "RERAISE", "RAISE_VARARGS", "JUMP_FORWARD", "JUMP_BACKWARD",
+    "JUMP_ABSOLUTE", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT",
+})  # fmt: skip
+
+
+@functools.cache
+def _with_entries(code: CodeType) -> dict[int, frozenset[int]]:
+    """Line -> the offsets from which that line falls through, without leaving it, into one
+    of its ``with`` statements' entries. A ``with`` in a ``finally`` is compiled more than
+    once (the normal and the exceptional path), so a line may have several."""
+    runs: list[tuple[int, dis.Instruction]] = []
+    line = code.co_firstlineno
+    for ins in dis.get_instructions(code):
+        positions = getattr(ins, "positions", None)
+        if positions is not None and positions.lineno is not None:
+            line = positions.lineno
+        elif type(ins.starts_line) is int:
+            line = ins.starts_line
+        runs.append((line, ins))
+    entries: dict[int, set[int]] = {}
+    for index, (line, ins) in enumerate(runs):
+        if ins.opname not in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH"):
+            continue
+        back = index
+        while back >= 0 and runs[back][0] == line:
+            entries.setdefault(line, set()).add(runs[back][1].offset)
+            if runs[back][1].is_jump_target or (back and runs[back - 1][1].opname in _NO_FALL):
+                break
+            back -= 1
+    return {line: frozenset(offsets) for line, offsets in entries.items()}
+
+
 def signal_cannot_land(code: CodeType, line: int, lasti: int) -> bool:
     """Is a line event at ``line`` (instruction ``lasti``) one where no real signal can be
-    raised, but a tracer's exception would skip handlers: a ``with``'s exit, or a NOP line."""
-    entered_at = with_exits(code).get(line)
-    return (entered_at is not None and lasti > entered_at) or line in nop_lines(code)
+    raised, but a tracer's exception would skip handlers: a ``with``'s exit, or a NOP line.
+    (An exit: a line event of a ``with`` line that does not run on into an entry.)"""
+    entries = _with_entries(code).get(line)
+    return (entries is not None and lasti not in entries) or line in nop_lines(code)
