@@ -223,6 +223,27 @@ def test_a_master_paused_past_the_round_keeps_no_lease_of_a_finished_call(
     assert a.keys("lock:job:*") == []
 
 
+def test_a_master_that_refused_the_acquire_does_not_make_its_release_lost(
+    api: Api, masters: list[RedisServer]
+) -> None:
+    """Review 41: master C holds someone's stale lease, so the acquire wins on A and B only;
+    A is paused at the release. B confirms, C refuses (it never granted this lease), A does
+    not answer: the release reported the lease lost (LockLost) for a lease held 0.1 s of its
+    30 s. One refusal proves nothing; the holder's clock decides, and it had 29.9 s left."""
+    masters[2].client().set("lock:stale-on-c", "someone-else", px=30_000)
+
+    async def scenario(api: Api) -> None:
+        async with api.Lock("stale-on-c", provider="q", ttl=30):
+            await api.sleep(0.1)
+            masters[0].pause()
+        masters[0].resume()
+
+    try:
+        api.run(scenario)  # no LockLost
+    finally:
+        masters[0].resume()
+
+
 def test_more_calls_than_a_paused_master_may_owe_leave_no_lease_on_it(
     masters: list[RedisServer],
 ) -> None:
