@@ -425,6 +425,17 @@ def abort(section: ownership.Section, exc: BaseException) -> None:
         _abandon(section.lease, exc)
 
 
+def close_unexited(blocks: ownership.Blocks, where: ownership.Place) -> None:
+    """Close the blocks of an object whose ``with`` statement is over though their exit never
+    ran (see ownership.unexited), as a ``with`` statement enters it again from ``where``: their
+    lease is given back, best effort (else it lapses within its ttl, renewed no more)."""
+    for section in ownership.unexited(blocks, where):
+        if ownership.close(section):
+            _stop(section.lease)
+            with contextlib.suppress(Exception):  # unreachable: given back later (_give_back)
+                _give_back(section.lease)
+
+
 _UNSET: Any = object()
 
 

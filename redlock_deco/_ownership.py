@@ -30,6 +30,7 @@ flag decide both re-entry and which block an exit ends).
 from __future__ import annotations
 
 import asyncio
+import dis
 import inspect
 import itertools
 import sys
@@ -98,6 +99,8 @@ class Section:
     """
 
     __slots__ = (
+        "at",
+        "body",
         "dropped",
         "entry",
         "frame",
@@ -121,6 +124,8 @@ class Section:
         self.held, self.stack = tables(owner)
         self.here = process.thread_owner().here
         self.frame = frame  # the frame running a `with` block (0 for a decorated call)
+        self.body: Any = None  # that frame's code
+        self.at = -1  # the offset of its `with` statement in that code (-1: not one)
         self.generator = False  # that frame is a generator's (see in_generators)
         # The callbacks of the ExitStack it was entered through, which only that stack's
         # exit leaves (see Place.stack).
@@ -163,9 +168,11 @@ def open_section(
     """Record a section of ``owner`` on ``lease``: a fresh lease, or one it re-enters
     (:meth:`Lease.reenter` refuses one that has ended); a ``with`` block gives the ``place``
     it is entered from. Undone if interrupted."""
-    frame, code, through = place if place is not None else _NOWHERE
+    where = place if place is not None else _NOWHERE
+    frame, code, through = where.frame, where.code, where.stack
     section: Section = _Open(lease, owner, frame, dropped)
     try:
+        section.body, section.at = where.body, where.at
         hk = (lease.provider, lease.key)
         if through is not None:
             section.through = weakref.ref(through)
@@ -275,9 +282,22 @@ class Place(NamedTuple):
     # frame or an owner only guesses, and a guess ended the closer's own block on the same
     # semaphore object (review 22, 06 and 07: a third holder got in while its body ran).
     stack: Any
+    body: Any = None  # that frame's code, whatever its kind
+    at: int = -1  # the offset of the `with` statement there, if a `with` statement enters
 
 
 _NOWHERE = Place(0, None, None)
+
+# The opcodes that call a ``with`` statement's ``__enter__`` (3.10; 3.11-3.13; later
+# versions have neither, and then no entry is known to be a statement's: see unexited()).
+_WITH_OPS = frozenset(
+    dis.opmap[name] for name in ("SETUP_WITH", "BEFORE_WITH") if name in dis.opmap
+)
+# Frames that can be suspended with a block open (off every stack, yet not over).
+_MAY_SUSPEND = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)  # fmt: skip
 
 # The methods of an (Async)ExitStack that enter or leave the blocks on it.
 _STACK_METHODS = frozenset(
@@ -310,7 +330,60 @@ def place() -> Place:
     if frame is None:
         return Place(0, None, stack)
     code = frame.f_code
-    return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack)
+    lasti = frame.f_lasti
+    at = (
+        lasti
+        if stack is None and 0 <= lasti < len(code.co_code) and code.co_code[lasti] in _WITH_OPS
+        else -1
+    )
+    return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack, code, at)
+
+
+def unexited(blocks: Blocks, where: Place) -> list[Section]:
+    """The open ``with`` blocks of an object (``blocks``) whose statement is over though their
+    exit never ran, found as a ``with`` statement enters the object again from ``where``.
+
+    A KeyboardInterrupt can come at the very first instruction of ``__exit__``, before any
+    handler of ours: the statement ends, and the block stays open on the object. A block
+    dropped with its object is closed by its finalizer, but an object that outlives its
+    blocks (``LOCK = Lock(...)``, then ``with LOCK:`` in a loop) kept it: its lease renewed for
+    as long as the thread lived, its later blocks re-entering it, every other thread and
+    process kept out -- or, once that lease ended, LockLost from every later block on the
+    name (review 40, 1). Only blocks of the calling owner entered by a ``with`` statement (a
+    by-hand ``__enter__()`` may be left by a later ``__exit__()`` anywhere) count, and only
+    when the statement is certainly over:
+
+    - the very statement entering now (same frame, code and offset): one ``with`` statement
+      cannot be open twice, so the earlier entry's ended (a loop, or a frame recycled);
+    - for a thread's blocks, a frame not on this thread's stack: a frame that cannot be
+      suspended runs on its thread's stack until it returns. (Not with greenlet imported:
+      greenlets of one thread, unpatched, share an owner and switch stacks.)
+    """
+    if where.at < 0 or not blocks:
+        return []
+    owner = current_owner()
+    over: list[Section] = []
+    live: set[tuple[int, Any]] | None = None
+    for section in list(blocks):
+        if section.at < 0 or not section.open or section.through is not None:
+            continue
+        if section.owner() is not owner:
+            continue
+        if section.frame == where.frame and section.body is where.body and section.at == where.at:
+            over.append(section)
+            continue
+        if (type(owner) is not ThreadOwner or section.body is None
+                or section.body.co_flags & _MAY_SUSPEND or "greenlet" in sys.modules):  # fmt: skip
+            continue
+        if live is None:
+            live = set()
+            frame: Any = sys._getframe(1)
+            while frame is not None:
+                live.add((id(frame), frame.f_code))
+                frame = frame.f_back
+        if (section.frame, section.body) not in live:
+            over.append(section)
+    return over
 
 
 def exiting(blocks: Blocks, where: Place) -> Section | None:

@@ -288,8 +288,11 @@ class Primitive(Base):
         started = time.monotonic()
         section: ownership.Section | None = None
         try:
+            where = ownership.place()
+            if self._blocks:
+                guard.close_unexited(self._blocks, where)
             section = guard.open_section(self.kind, self.options, self.name, self.key,
-                                         self.options.wait, place=ownership.place(),
+                                         self.options.wait, place=where,
                                          keep=self._blocks)  # fmt: skip
             if section is None:
                 raise self._not_acquired(started)
