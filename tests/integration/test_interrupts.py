@@ -132,6 +132,12 @@ class Tracer:
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "call":
             if _ours(frame):
+                if self.returns and not frame.f_code.co_flags & GENERATOR_FLAGS:
+                    # A signal is checked as a function starts, before its first line: an
+                    # interrupt at an __exit__'s first instruction left the block open on a
+                    # long-lived object (review 40, 1; the long-lived scenario settles it).
+                    self._point((frame.f_code.co_filename, frame.f_code.co_firstlineno,
+                                 f"call {frame.f_code.co_name}"), frame)  # fmt: skip
                 return self._local
             caller = frame.f_back
             if self.returns and caller is not None and _ours(caller):
@@ -197,6 +203,27 @@ def _plain_with(_: redis.Redis) -> Callable[[], None]:
             pass
 
     return run
+
+
+class _LongLived:
+    """One object outliving its blocks (``LOCK = Lock(...)``, then ``with LOCK:`` again and
+    again). A block whose exit an interrupt cut at its first instruction stays open on the
+    object until its next ``with`` statement, which :meth:`settle` runs (review 40, 1: the
+    lease stayed held and renewed for as long as the thread lived)."""
+
+    def __init__(self) -> None:
+        self.lock = Lock(NAME, ttl=5, wait=2)
+
+    def __call__(self) -> None:
+        with self.lock:
+            pass
+
+    def settle(self, where: str, point: Point) -> None:
+        self()  # the object's next block: closes one left open, then its own
+
+
+def _long_lived(_: redis.Redis) -> Callable[[], None]:
+    return _LongLived()
 
 
 def _decorated(_: redis.Redis) -> Callable[[], None]:
@@ -311,6 +338,7 @@ def _handed_off(r: redis.Redis) -> Callable[[], None]:
 
 SYNC = {
     "with-block": _plain_with,
+    "long-lived-object": _long_lived,
     "decorated": _decorated,
     "bare-acquire": _bare_acquire_release,
     "semaphore": _semaphore,
