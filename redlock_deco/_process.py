@@ -181,8 +181,14 @@ class LoopState:
             if stop is not None:
                 stop()
         # A command still in flight ends first: closed under it, the client's retry
-        # reconnected, and nothing closed that connection (review 22, 02).
-        await _while(self._sending, time.monotonic() + SENDING_GRACE)
+        # reconnected, and nothing closed that connection (review 22, 02). What a quorum's
+        # stalled master still owes (an acquire, the release queued behind it) gets the rest
+        # of the shutdown's time: closed after a second, the release never went out, and the
+        # acquire, run once the master came back, left a lease of a finished call (review 41).
+        grace = time.monotonic() + SENDING_GRACE
+        if any(getattr(target, "owed", 0) for target in self.targets.values()):
+            grace = max(grace, started + SHUTDOWN_TIMEOUT)
+        await _while(self._sending, grace)
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
                 await client.aclose()

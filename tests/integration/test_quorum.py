@@ -244,6 +244,33 @@ def test_a_master_that_refused_the_acquire_does_not_make_its_release_lost(
         masters[0].resume()
 
 
+def test_aclose_waits_for_what_a_stalled_master_still_owes(masters: list[RedisServer]) -> None:
+    """Review 41, F3: asyncio, one master paused while calls run, then aclose(): it closed the
+    clients after a second, dropping the releases queued behind acquires the master still
+    owed; on resume the master ran those acquires, and each left a lease of a finished call
+    for its ttl. aclose() now waits for what is owed, up to its SHUTDOWN_TIMEOUT."""
+    import asyncio
+    import threading
+
+    import redlock_deco.asyncio as aio
+
+    async def scenario() -> None:
+        async with aio.Lock("warm", provider="q", ttl=30):
+            pass
+        masters[0].pause()
+        for n in range(3):
+            async with aio.Lock(f"owed:{n}", provider="q", ttl=30):
+                pass
+        threading.Timer(1.5, masters[0].resume).start()
+        await redlock_deco.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        masters[0].resume()
+    assert masters[0].client().keys("lock:owed:*") == []
+
+
 def test_more_calls_than_a_paused_master_may_owe_leave_no_lease_on_it(
     masters: list[RedisServer],
 ) -> None:
