@@ -56,6 +56,12 @@ class SerialWorker:
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         future: Future[T] = Future()
+        if sys.is_finalizing():
+            # Nothing would run it, and the lock may be held for good by this worker's
+            # daemon thread, stopped wherever it stood when the exit began (see the
+            # renewer's _at_exit): fail at once.
+            future.set_exception(RuntimeError("the interpreter is shutting down"))
+            return future
         with self._lock:
             self._queue.append((future, fn, args))
             if self._thread is None or not self._thread.is_alive():

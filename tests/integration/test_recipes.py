@@ -171,13 +171,17 @@ def test_fastapi_lock_is_released_before_the_response_starts(r: redis.Redis) -> 
 
 @pytest.fixture(scope="module")
 def uvicorn_url(server: RedisServer) -> Iterator[str]:
-    """The FastAPI recipe served by a real uvicorn process."""
+    """The FastAPI recipe served by a real uvicorn process, its work lengthened to 3 s: with
+    the recipe's 0.5 s, on a loaded machine the first request had finished before the
+    concurrent ones reached the server (CI's slow leg: [200, 200, 200], no 409)."""
     port = free_port()
+    serve = (
+        "import fastapi_recipe, uvicorn; fastapi_recipe.WORK_SECONDS = 3.0; "
+        f"uvicorn.run(fastapi_recipe.app, port={port}, access_log=False, log_level='warning')"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "fastapi_recipe:app", "--port", str(port),
-         "--no-access-log", "--log-level", "warning"],
-        cwd=RECIPES, env={**os.environ, "REDIS_URL": server.url},
-    )  # fmt: skip
+        [sys.executable, "-c", serve], cwd=RECIPES, env={**os.environ, "REDIS_URL": server.url}
+    )
     try:
 
         def listening() -> bool:
