@@ -340,6 +340,11 @@ class _Call:
         """Hand the connection on (clean: ready; owing replies: to this thread's next command
         to the master; failed: closed) and release the lane."""
         master, conn = self.master, self.conn
+        if self.lane is not None:
+            # First: an interrupt below loses a connection, never a lane's place for good
+            # (every later round on the master then waited for it: review 42's storm).
+            lane, self.lane = self.lane, None
+            lane.release()
         if conn is not None:
             if self.broken:
                 master.drop(conn)
@@ -349,8 +354,6 @@ class _Call:
                 master.owe(conn, self.owed, self.behind_since, self.undo)
             else:
                 master.give(conn)
-        if self.lane is not None:
-            self.lane.release()
 
     def result(self, timeout: float) -> Any:
         if self.reply is _NO_REPLY:
@@ -442,6 +445,7 @@ class QuorumSyncTarget:
         calls = [_Call(master, name, resend, undoes) for master in self._masters]
         delegated = self._delegate(calls, step)
         piped = [call for call in calls if call.master.pool is not None]
+        counted = False
         try:
             lane = lane_of(step)
             for call in piped:  # each sent as soon as it can be: a wait for a lane delays
@@ -458,8 +462,17 @@ class QuorumSyncTarget:
                 if future.done():
                     error = future.exception()
                     call.reply = future.result() if error is None else error
+            counted = True
         finally:
             for call in calls:
+                if not counted:
+                    # Interrupted (a KeyboardInterrupt, a signal handler's exception): what
+                    # each connection still owes can no longer be counted -- one cut between
+                    # a read and its count left a connection a reply off, and a later round
+                    # read an earlier command's reply as its acquire's (review 42:
+                    # ScriptReplyError, and once two holders with no LockLost). Closed: what
+                    # it carried expires by its ttl, as GUARANTEES says of an interrupted round.
+                    call.broken = True
                 call.settle()
         return [call.result(self.node_timeout) for call in calls]
 

@@ -430,10 +430,16 @@ def close_unexited(blocks: ownership.Blocks, where: ownership.Place) -> None:
     ran (see ownership.unexited), as a ``with`` statement enters it again from ``where``: their
     lease is given back, best effort (else it lapses within its ttl, renewed no more)."""
     for section in ownership.unexited(blocks, where):
-        if ownership.close(section):
-            _stop(section.lease)
-            with contextlib.suppress(Exception):  # unreachable: given back later (_give_back)
-                _give_back(section.lease)
+        try:
+            if ownership.close(section):
+                _stop(section.lease)
+                with contextlib.suppress(Exception):  # unreachable: given back later
+                    _give_back(section.lease)
+        except BaseException as exc:
+            # Interrupted in turn: closed again (close() may repeat) and given back, else the
+            # lease stayed held and renewed with no block open (review 42, 1).
+            abort(section, exc)
+            raise
 
 
 _UNSET: Any = object()

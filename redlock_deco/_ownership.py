@@ -365,9 +365,12 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     over: list[Section] = []
     live: set[tuple[int, Any]] | None = None
     for section in list(blocks):
-        if section.at < 0 or not section.open or section.through is not None:
-            continue
         if section.owner() is not owner:
+            continue
+        if not section.open:  # its close was itself interrupted: finish it (close repeats)
+            over.append(section)
+            continue
+        if section.at < 0 or section.through is not None:
             continue
         if section.frame == where.frame and section.body is where.body and section.at == where.at:
             over.append(section)
