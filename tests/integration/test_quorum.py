@@ -8,6 +8,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -418,3 +419,55 @@ def test_a_lagging_masters_connection_closes_once_drained_after_unregistering(
     finally:
         gc.enable()
     assert masters[0].client().keys("lock:*") == []  # what it ran late was released
+
+
+def test_an_interrupt_at_every_line_of_a_quorum_round_leaves_no_reply_off(
+    masters: list[RedisServer],
+) -> None:
+    """Review 42: an interrupt between a pipelined read and its count left a connection a
+    reply off, and a later round read an earlier command's reply as its acquire's
+    (ScriptReplyError; once two holders with no LockLost). A KeyboardInterrupt at each line of
+    the fan-out's sends and reads, in turn, on a lock's acquire and release: the next calls
+    must work."""
+    import sys
+    from types import FrameType
+
+    from redlock_deco import _fanout
+
+    def ours(frame: FrameType) -> bool:
+        # The pipelined sends and reads (the clean-up's own lines are a documented limit: an
+        # interrupt there loses a lane's place, which waits PLACE_WAIT).
+        return frame.f_code in (_fanout._Call.read.__code__, _fanout._Call.send.__code__)
+
+    def run(fire_at: int | None) -> int:
+        seen = 0
+
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            nonlocal seen
+            if event == "call":
+                return tracer if ours(frame) else None
+            if event == "line":
+                seen += 1
+                if seen == fire_at:
+                    raise KeyboardInterrupt
+            return tracer
+
+        sys.settrace(tracer)
+        try:
+            with Lock("intr", provider="q", ttl=0.5, wait=2):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        return seen
+
+    with Lock("intr", provider="q", ttl=0.5, wait=2):  # warm: scripts loaded, connections made
+        pass
+    points = run(None)
+    assert points > 10
+    for n in range(1, points + 1):
+        run(n)
+        for _ in range(2):  # on this thread's connections, whatever the interrupt left
+            with Lock("intr", provider="q", ttl=0.5, wait=2) as held:
+                assert held.lease is not None and held.lease.remaining() > 0, n
