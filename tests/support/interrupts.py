@@ -8,10 +8,9 @@ from types import CodeType
 
 
 @functools.cache
-def with_exits(code: CodeType) -> dict[int, int]:
-    """Line -> offset of the ``with`` statements in ``code``: a line event of that line
-    after that offset is the block's exit (where ``__exit__`` is about to be called)."""
-    exits: dict[int, int] = {}
+def _lined(code: CodeType) -> list[tuple[int, dis.Instruction]]:
+    """``code``'s instructions, each with the line it belongs to."""
+    lined = []
     line = code.co_firstlineno
     for ins in dis.get_instructions(code):
         positions = getattr(ins, "positions", None)  # 3.11+; 3.10 says where lines start
@@ -19,6 +18,16 @@ def with_exits(code: CodeType) -> dict[int, int]:
             line = positions.lineno
         elif type(ins.starts_line) is int:
             line = ins.starts_line
+        lined.append((line, ins))
+    return lined
+
+
+@functools.cache
+def with_exits(code: CodeType) -> dict[int, int]:
+    """Line -> offset of the ``with`` statements in ``code``: a line event of that line
+    after that offset is the block's exit (where ``__exit__`` is about to be called)."""
+    exits: dict[int, int] = {}
+    for line, ins in _lined(code):
         if ins.opname in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH"):
             exits[line] = ins.offset
     return exits
@@ -32,13 +41,7 @@ def nop_lines(code: CodeType) -> frozenset[int]:
     the outer ``finally`` of the same function was skipped); a real signal is only ever
     raised at a call or a backward jump, never at a NOP."""
     kinds: dict[int, set[str]] = {}
-    line = code.co_firstlineno
-    for ins in dis.get_instructions(code):
-        positions = getattr(ins, "positions", None)
-        if positions is not None and positions.lineno is not None:
-            line = positions.lineno
-        elif type(ins.starts_line) is int:
-            line = ins.starts_line
+    for line, ins in _lined(code):
         kinds.setdefault(line, set()).add(ins.opname)
     return frozenset(line for line, names in kinds.items() if names <= {"NOP"})
 
@@ -55,15 +58,7 @@ def _with_entries(code: CodeType) -> dict[int, frozenset[int]]:
     """Line -> the offsets from which that line falls through, without leaving it, into one
     of its ``with`` statements' entries. A ``with`` in a ``finally`` is compiled more than
     once (the normal and the exceptional path), so a line may have several."""
-    runs: list[tuple[int, dis.Instruction]] = []
-    line = code.co_firstlineno
-    for ins in dis.get_instructions(code):
-        positions = getattr(ins, "positions", None)
-        if positions is not None and positions.lineno is not None:
-            line = positions.lineno
-        elif type(ins.starts_line) is int:
-            line = ins.starts_line
-        runs.append((line, ins))
+    runs = _lined(code)
     entries: dict[int, set[int]] = {}
     for index, (line, ins) in enumerate(runs):
         if ins.opname not in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH"):
