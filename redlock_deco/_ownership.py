@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dis
+import functools
 import inspect
 import itertools
 import sys
@@ -330,13 +331,16 @@ def place() -> Place:
     if frame is None:
         return Place(0, None, stack)
     code = frame.f_code
-    lasti = frame.f_lasti
-    at = (
-        lasti
-        if stack is None and 0 <= lasti < len(code.co_code) and code.co_code[lasti] in _WITH_OPS
-        else -1
-    )
+    at = frame.f_lasti if stack is None and frame.f_lasti in _with_offsets(code) else -1
     return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack, code, at)
+
+
+@functools.lru_cache(maxsize=4096)
+def _with_offsets(code: Any) -> frozenset[int]:
+    """The offsets of ``code``'s ``with`` entries, once per code object: ``co_code`` builds a
+    new bytes object on every read (3.11+), which every block's entry paid twice."""
+    raw = code.co_code
+    return frozenset(offset for offset in range(0, len(raw), 2) if raw[offset] in _WITH_OPS)
 
 
 def unexited(blocks: Blocks, where: Place) -> list[Section]:
