@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import guard
+from ._pools import guard, guard_nodes
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -540,6 +540,7 @@ class SyncTarget:
     def __init__(self, client: Any, *, owned: bool = False) -> None:
         self.client = client
         guard(getattr(client, "connection_pool", None), asynchronous=False)  # see _pools
+        guard_nodes(client)  # (a cluster's)
         self.owned = owned  # built here from a URL: ours to disconnect when retired
         self.direct = direct_pool(client)
         size = pool_size(client)

@@ -18,6 +18,21 @@ So every pool the library sends through gets connections that close themselves w
 connect is cut short (:func:`guard`): its class for the connections it makes from now on,
 and the connections it has already made. Repairing the pool after the interrupt instead left
 a window in which another thread drew the half-connected connection first (review 34, 08).
+
+The same holds between a command's write and its read. redis-py's ``execute_command`` runs a
+dozen lines of its own there, none of which closes the connection when a
+``KeyboardInterrupt`` lands on them, and gives the connection back to its pool in a
+``finally``; redis-py 8 then skips its checkout's "anything to read?" test (while maintenance
+notifications are on, the default), and 5.x's test misses a reply still on its way. The next
+command on that connection read the interrupted one's reply as its own: a release read an
+acquire's nil and raised ``ScriptReplyError`` on another thread, whose holder then saw
+``LockLost`` (the interrupts CI leg, a traced client: 1 run in 6). So a connection records
+that a reply is owed from its write until a read returns, and the pool closes a connection
+given back owing one. A pipeline cut between two of its replies is not seen (its first read
+clears the mark); the library sends no pipeline on these pools. A sync ``RedisCluster``'s
+node clients are guarded alike (:func:`guard_nodes`): its own command path has the same lines
+between write and read.
+
 The application's own calls on that pool are protected the same way; nothing else about its
 connections changes.
 """
@@ -30,7 +45,21 @@ from typing import Any
 
 class WholeConnect:
     """A mixin for a sync connection: a connect cut short by an interrupt closes what it
-    opened, as redis-py's connect does after its own errors."""
+    opened, as redis-py's connect does after its own errors; and it knows when a reply is
+    owed (see :func:`guard`)."""
+
+    _owed = False  # written, and no read has returned since
+
+    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        # Marked before the write: an interrupt just after it must not find the mark clear
+        # (one before it costs a needless reconnect). A failed write disconnects anyway.
+        self._owed = True
+        super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
+        self._owed = False  # (after the read: an interrupt inside it disconnects)
+        return reply
 
     def connect(self) -> None:
         try:
@@ -87,6 +116,10 @@ def guard(pool: Any, asynchronous: bool) -> None:
         return
     mixin = WholeAsyncConnect if asynchronous else WholeConnect
     pool.connection_class = _whole(plain, mixin)
+    if not asynchronous:
+        # (asyncio: a cancellation lands only where a command awaits, inside redis-py's
+        # write or read, each of which disconnects on any exception)
+        _close_owing_on_release(pool)
     made = {  # (a BlockingConnectionPool lists every connection it made in _connections)
         id(connection): connection
         for where in ("_available_connections", "_in_use_connections", "_connections")
@@ -96,3 +129,45 @@ def guard(pool: Any, asynchronous: bool) -> None:
     for connection in made:
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
+
+
+def _close_owing_on_release(pool: Any) -> None:
+    """``pool.release`` closes a connection given back with a reply owed (see the module),
+    before any other thread can draw it."""
+    plain = pool.release
+    if getattr(plain, "closes_owing", False):
+        return
+
+    def release(connection: Any) -> None:
+        if getattr(connection, "_owed", False):
+            connection.disconnect()
+        plain(connection)
+
+    release.closes_owing = True  # type: ignore[attr-defined]
+    pool.release = release
+
+
+def guard_nodes(client: Any) -> None:
+    """:func:`guard` for a sync ``RedisCluster``'s node clients: those it has, and those its
+    nodes manager makes later (a node that joins, a topology refreshed). redis-py's cluster
+    writes a command and reads its reply on the node's pooled connection with lines of its
+    own in between, and gives the connection back in a ``finally``, as ``execute_command``
+    does. Anything else is left as it is."""
+    manager: Any = getattr(client, "nodes_manager", None)
+    make = getattr(manager, "create_redis_node", None)
+    if make is None:
+        return
+    for node in list(getattr(manager, "nodes_cache", {}).values()):
+        made = getattr(node, "redis_connection", None)
+        if made is not None:
+            guard(getattr(made, "connection_pool", None), asynchronous=False)
+    if getattr(make, "guards", False):
+        return
+
+    def create_redis_node(*args: Any, **kwargs: Any) -> Any:
+        made = make(*args, **kwargs)
+        guard(getattr(made, "connection_pool", None), asynchronous=False)
+        return made
+
+    create_redis_node.guards = True  # type: ignore[attr-defined]
+    manager.create_redis_node = create_redis_node

@@ -17,8 +17,9 @@ themselves when a connect is cut short (``_pools``), those it made before includ
 clients use database 3, so that a connection that skipped its handshake (and its SELECT)
 would show: its lock would not exclude the others.
 There are about a thousand positions; a CI run tries every line of the connects after their
-socket is stored, and SAMPLE others drawn with a seed its failures print (``REDLOCK_DECO_SEED``
-replays one); ``REDLOCK_DECO_INTERRUPT_SAMPLE=all`` tries every one.
+socket is stored and of a command's way from its write to its read, and SAMPLE others drawn
+with a seed its failures print (``REDLOCK_DECO_SEED`` replays one);
+``REDLOCK_DECO_INTERRUPT_SAMPLE=all`` tries every one.
 """
 
 from __future__ import annotations
@@ -89,11 +90,12 @@ def first_wait(tracer: Callable[[FrameType, str, object], Any] | None) -> None:
 
 def positions() -> tuple[list[Position], set[Position]]:
     """Every redis-py line a first wait runs on this thread, with its first two occurrences
-    (the first checkout's connect, then the subscription's); and those of them in a connect
-    after its socket was stored (the window review 32's finding was in), tried every time."""
+    (the first checkout's connect, then the subscription's); and those tried every time: in a
+    connect after its socket was stored (the window review 32's finding was in), or between a
+    command's write and its read."""
     seen: Counter[tuple[str, int]] = Counter()
     found: list[Position] = []
-    handshake: set[Position] = set()
+    always: set[Position] = set()
 
     def local(frame: FrameType, event: str, arg: object) -> Any:
         if event == "line" and not signal_cannot_land(frame.f_code, frame.f_lineno, frame.f_lasti):
@@ -101,22 +103,26 @@ def positions() -> tuple[list[Position], set[Position]]:
             seen[where] += 1
             if seen[where] <= 2:
                 found.append((*where, seen[where]))
-                if in_handshake(frame):
-                    handshake.add(found[-1])
+                if always_tried(frame):
+                    always.add(found[-1])
         return local
 
     first_wait(lambda frame, event, arg: local if in_redis_py(frame) else None)
-    return found, handshake
+    return found, always
 
 
 HANDSHAKE = ("on_connect_check_health", "on_connect", "_reset_himport_state")
+# A command's way from its write to its read, through execute_command: a reply is owed there
+# (see _pools); tried every time.
+OWING = ("_execute_command", "_send_command_parse_response", "parse_response", "call_with_retry")
 
 
-def in_handshake(frame: FrameType) -> bool:
-    """Is ``frame`` a connect's own line after its socket was stored, or a handshake's own
-    line (not a line of what they call: those are sampled with the rest)?"""
+def always_tried(frame: FrameType) -> bool:
+    """Is ``frame`` a connect's own line after its socket was stored, a handshake's own
+    line, or a line between a command's write and its read (not a line of what they call:
+    those are sampled with the rest)?"""
     name = frame.f_code.co_name
-    if name in HANDSHAKE:
+    if name in HANDSHAKE or name in OWING:
         return True
     if name in ("connect_check_health", "connect"):
         return getattr(frame.f_locals.get("self"), "_sock", None) is not None
@@ -145,12 +151,12 @@ def interrupted_at(position: Position) -> bool:
     return fired
 
 
-def chosen(found: list[Position], handshake: set[Position], seed: int) -> list[Position]:
+def chosen(found: list[Position], always: set[Position], seed: int) -> list[Position]:
     if os.environ.get("REDLOCK_DECO_INTERRUPT_SAMPLE") == "all":
         return found
-    rest = [p for p in found if p not in handshake]
+    rest = [p for p in found if p not in always]
     drawn = random.Random(seed).sample(rest, min(SAMPLE, len(rest)))
-    return [p for p in found if p in handshake] + drawn
+    return [p for p in found if p in always] + drawn
 
 
 @pytest.mark.interrupts  # one wait per position: the interrupts CI leg
@@ -181,16 +187,19 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
 
     try:
         fresh_provider()
-        found, handshake = positions()
-        assert len(handshake) > SAMPLE  # the search reaches into the connects
+        found, always = positions()
+        assert len(always) > SAMPLE  # the search reaches into the connects
         tried = 0
-        for position in chosen(found, handshake, seed):
+        for position in chosen(found, always, seed):
             fresh_provider()
             if not interrupted_at(position):
                 continue
             tried += 1
             where = f"{position} (seed {seed}, {kind})"
-            took = handed_within(HOLD)
+            try:
+                took = handed_within(HOLD)
+            except Exception as exc:  # (which position: the error alone does not say)
+                raise AssertionError(f"{where}: {exc!r}") from exc
             assert took is not None and HOLD * 0.9 < took < HOLD + 0.5, (where, took)
             for _ in range(3):  # (both threads above may have drawn one bad connection)
                 with Lock("placed", ttl=5):
@@ -250,6 +259,42 @@ def test_a_cancellation_in_an_asyncio_handshake_leaves_no_connection_without_it(
     found = asyncio.run(scenario())
     assert cut  # the handshake was cut short
     assert found == (True, False)
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_a_connection_given_back_owing_a_reply_is_closed_before_another_command_reads_it(
+    server: RedisServer, pool: str
+) -> None:
+    """A Ctrl-C between a command's write and its read, on redis-py's own lines (here: as
+    ``parse_response`` starts), gave the connection back to the pool with the reply on its
+    way, and the next command on it read that reply as its own: a traced client's release
+    read an acquire's nil (``ScriptReplyError``, the interrupts leg, 1 run in 6). The server
+    is paused, so that the reply is still on its way when the next command is written."""
+    client = redis.Redis(connection_pool=getattr(redis, pool).from_url(server.url))
+    untraced = client.execute_command  # traced, as in the interrupts leg: not written directly
+    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):  # (the library guards the pool at its first call)
+            pass
+        plain = client.parse_response
+
+        def cut_short(*args: Any, **options: Any) -> Any:
+            client.parse_response = plain  # type: ignore[method-assign]
+            raise KeyboardInterrupt
+
+        client.parse_response = cut_short  # type: ignore[method-assign]
+        with server.client() as other:
+            other.execute_command("CLIENT", "PAUSE", "300")
+        with pytest.raises(KeyboardInterrupt):
+            client.set("written", "yes")
+        assert client.get("other") is None  # (not b"OK": the SET's reply)
+        with Lock("after", ttl=5):
+            assert client.exists("lock:after")
+        assert client.keys("lock:*") == []  # (the SET may not have run: closed unread)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
 
 
 @pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])

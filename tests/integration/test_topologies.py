@@ -11,6 +11,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -87,6 +88,36 @@ def test_cluster_waiting_renewal_and_hand_off(cluster_client: redis.RedisCluster
     waiter.join(10)
     assert got and got[0] - released < 0.05
     second.release()
+
+
+def test_a_node_connection_given_back_owing_a_reply_is_closed_before_another_command_reads_it(
+    cluster_client: redis.RedisCluster,
+) -> None:
+    """The cluster's twin of test_connect_interrupts' test: redis-py's cluster writes a
+    command and reads its reply on a node's pooled connection with its own lines between, and
+    gives the connection back in a ``finally``. A Ctrl-C there (here: as the node's
+    ``parse_response`` starts) left the reply on its way, and the next command on that
+    connection read it as its own -- an acquire that read an earlier acquire's success would
+    hold nothing. The node's server is paused, so that the reply is still on its way."""
+    with Lock("{t}guarded", provider="cluster", ttl=5):  # (pools guarded at the first call)
+        pass
+    node = cluster_client.get_node_from_key("{t}")
+    node_client = cluster_client.get_redis_connection(node)
+    plain = node_client.parse_response
+
+    def cut_short(*args: Any, **options: Any) -> Any:
+        node_client.parse_response = plain  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    node_client.parse_response = cut_short  # type: ignore[method-assign]
+    with redis.Redis(host=node.host, port=node.port) as other:
+        other.execute_command("CLIENT", "PAUSE", "300")
+    with pytest.raises(KeyboardInterrupt):
+        cluster_client.set("{t}written", "yes")
+    assert cluster_client.get("{t}other") is None  # (not b"OK": the SET's reply)
+    with Lock("{t}after", provider="cluster", ttl=5):
+        assert cluster_client.exists("lock:{t}after")
+    assert cluster_client.keys("lock:*", target_nodes=cluster_client.PRIMARIES) == []
 
 
 def test_async_cluster_client(cluster: LocalCluster) -> None:

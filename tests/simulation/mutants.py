@@ -404,6 +404,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "connect cut short by an interrupt stays in the pool half-connected", "_pools",
        "    mixin = WholeAsyncConnect if asynchronous else WholeConnect\n",
        "    return\n", "tests/integration/test_connect_interrupts.py"),
+    py("owed-reply-kept", "a connection given back to its pool owing a reply is left open: the "
+       "next command on it reads that reply", "_pools",
+       "        if getattr(connection, \"_owed\", False):\n            connection.disconnect()\n",
+       "        pass\n", "tests/integration/test_connect_interrupts.py"),
     py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
        "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
        "    return False", "tests/integration/test_first_wait.py"),
