@@ -26,9 +26,10 @@ dozen lines of its own there, none of which closes the connection when a
 notifications are on, the default), and 5.x's test misses a reply still on its way. The next
 command on that connection read the interrupted one's reply as its own: a release read an
 acquire's nil and raised ``ScriptReplyError`` on another thread, whose holder then saw
-``LockLost`` (the interrupts CI leg, a traced client: 1 run in 6). So a connection records
-that a reply is owed from its write until a read returns, and the pool closes a connection
-given back owing one. A pipeline cut between two of its replies is not seen (its first read
+``LockLost`` (the interrupts CI leg, a traced client: 1 run in 6; review 43: a second holder
+when an acquire read an earlier one's success). So a connection records that a reply is owed
+from its write until a read returns, and one given back to its pool owing a reply is closed
+before its next write. A pipeline cut between two of its replies is not seen (its first read
 clears the mark); the library sends no pipeline on these pools. A sync ``RedisCluster``'s
 node clients are guarded alike (:func:`guard_nodes`): its own command path has the same lines
 between write and read.
@@ -49,8 +50,12 @@ class WholeConnect:
     owed (see :func:`guard`)."""
 
     _owed = False  # written, and no read has returned since
+    _stale = False  # given back to its pool owing a reply: closed before its next write
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        if self._stale:
+            self.disconnect()  # type: ignore[attr-defined]
+            self._stale = False  # (after: one cut short inside is closed again next time)
         # Marked before the write: an interrupt just after it must not find the mark clear
         # (one before it costs a needless reconnect). A failed write disconnects anyway.
         self._owed = True
@@ -132,15 +137,18 @@ def guard(pool: Any, asynchronous: bool) -> None:
 
 
 def _close_owing_on_release(pool: Any) -> None:
-    """``pool.release`` closes a connection given back with a reply owed (see the module),
-    before any other thread can draw it."""
+    """``pool.release`` marks a connection given back with a reply owed (see the module), so
+    that it is closed before its next write, whoever draws it. Marked, not closed here: a
+    close takes long enough for an interrupt storm to land in it, and a connection whose
+    release was cut short never went back -- review 43's storm emptied the pool in seconds
+    (MaxConnectionsError) when this closed it."""
     plain = pool.release
     if getattr(plain, "closes_owing", False):
         return
 
     def release(connection: Any) -> None:
         if getattr(connection, "_owed", False):
-            connection.disconnect()
+            connection._stale = True
         plain(connection)
 
     release.closes_owing = True  # type: ignore[attr-defined]
