@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
@@ -66,7 +65,7 @@ from ._drivers import (
 from ._errors import ProviderError
 from ._protocol import Algorithms, Eval, Fanout, Sleep, Step, undo_step
 from ._quorum import Quorum
-from ._worker import SerialWorker, start
+from ._worker import Outcome, SerialWorker, done_outcome, first_done, start
 
 # How long a quorum round waits for each master: short against any sensible ttl, so a dead
 # or paused master costs a round this much, not a socket timeout.
@@ -85,8 +84,7 @@ POLL = 0.002
 DRAIN_MAX = 600.0
 
 _NO_REPLY = object()
-_MADE: Future[None] = Future()
-_MADE.set_result(None)
+_MADE: Outcome[None] = done_outcome(None)
 
 
 class _Backlog:
@@ -104,6 +102,15 @@ class _Backlog:
         self.undo = undo  # releases of the acquire attempts among what it owes
 
 
+def _ended(behind: dict[int, _Backlog]) -> list[_Backlog]:
+    """Take out of ``behind`` the backlogs of threads that have ended. A function of its
+    own, as every loop run under a C lock: on Python 3.13 an interrupt at such a loop's back
+    edge, written inside the ``with``, skipped its exit and left the lock held for good
+    (test_back_edges)."""
+    gone = [ident for ident, backlog in behind.items() if not backlog.owner.is_alive()]
+    return [behind.pop(ident) for ident in gone]
+
+
 class _Master:
     """One master's connections for sync rounds: the ready ones (connected, nothing pending),
     each thread's connection still owing replies, and the thread that makes new ones."""
@@ -119,7 +126,7 @@ class _Master:
         self.behind: dict[int, _Backlog] = {}  # thread ident -> its unanswered connection
         self.lock = threading.Lock()
         self.worker = SerialWorker("redlock-deco-quorum")  # makes connections
-        self.connecting: Future[None] | None = None  # at most one connect under way
+        self.connecting: Outcome[None] | None = None  # at most one connect under way
         self.retired = False
 
     def backlog(self) -> _Backlog | None:
@@ -148,9 +155,9 @@ class _Master:
                 return conn
             self.pool.release(conn)
 
-    def connect_soon(self) -> Future[None]:
+    def connect_soon(self) -> Outcome[None]:
         """Have a connection made and put among the ready ones, unless one is under way or
-        ready already (the future is done then)."""
+        ready already (the outcome is done then)."""
         with self.lock:
             if self.connecting is None:
                 if self.ready:
@@ -179,8 +186,7 @@ class _Master:
             return
         current = threading.current_thread()
         with self.lock:
-            gone = [ident for ident, b in self.behind.items() if not b.owner.is_alive()]
-            ended = [self.behind.pop(ident) for ident in gone]
+            ended = _ended(self.behind)  # (a loop under a C lock: see _ended)
             self.behind[threading.get_ident()] = _Backlog(
                 conn, owed, current, time.monotonic() if since is None else since, undo
             )
@@ -209,11 +215,15 @@ class _Master:
     def _drain(self, conn: Any, owed: int) -> None:
         deadline = time.monotonic() + DRAIN_MAX
         try:
-            while owed and (remaining := deadline - time.monotonic()) > 0:
-                if conn.can_read(min(1.0, remaining)):
-                    with contextlib.suppress(ResponseError):
-                        conn.read_response()
-                    owed -= 1
+            while True:  # (shaped for Python 3.13: see test_back_edges)
+                remaining = deadline - time.monotonic()
+                if not owed or remaining <= 0:
+                    break
+                if not conn.can_read(min(1.0, remaining)):
+                    continue
+                with contextlib.suppress(ResponseError):
+                    conn.read_response()
+                owed -= 1
         except Exception:  # closed or reset: nothing more of it runs
             owed = -1
         if owed:
@@ -317,7 +327,9 @@ class _Call:
         (past: only what has arrived); on NOSCRIPT, send the script itself and read on."""
         conn, client = self.conn, self.master.client
         try:
-            while self.awaiting and conn.can_read(max(0.0, deadline - time.monotonic())):
+            while True:  # (shaped for Python 3.13: see test_back_edges)
+                if not (self.awaiting and conn.can_read(max(0.0, deadline - time.monotonic()))):
+                    break
                 self.owed -= 1
                 if self.owed:
                     with contextlib.suppress(ResponseError):
@@ -379,12 +391,11 @@ def _connect(calls: list[_Call], others: list[_Call], deadline: float, pack: _Pa
         making = {call.master.connect_soon(): call for call in calls}
         if any(call.awaiting for call in others):
             remaining = min(remaining, POLL)
-        done, _ = wait(making, remaining, return_when=FIRST_COMPLETED)
-        for future in done:
-            error = future.exception()
+        for outcome in first_done(making, remaining):
+            error = outcome.exception()
             if error is not None:  # refused, unreachable, a full pool...
-                making[future].reply = error
-                calls.remove(making[future])
+                making[outcome].reply = error
+                calls.remove(making[outcome])
 
 
 class _Packer:
@@ -450,18 +461,19 @@ class QuorumSyncTarget:
             lane = lane_of(step)
             for call in piped:  # each sent as soon as it can be: a wait for a lane delays
                 call.open(lane)  # only its own master
-                if call.conn is not None:
-                    call.send(pack(call.conn))
-            unready = [call for call in piped if call.conn is None]
+                if call.conn is None:  # (not `if conn is not None: send`: test_back_edges)
+                    continue
+                call.send(pack(call.conn))
+            unready = list(call for call in piped if call.conn is None)  # (see above)
             if unready:
                 _connect(unready, piped, deadline, pack)
             for call in piped:
                 call.read(deadline)
             for call, future in delegated:
-                wait([future], max(0.0, deadline - time.monotonic()))
-                if future.done():
-                    error = future.exception()
-                    call.reply = future.result() if error is None else error
+                if not future.wait(max(0.0, deadline - time.monotonic())):
+                    continue  # (shaped for Python 3.13: see test_back_edges)
+                error = future.exception()
+                call.reply = future.result() if error is None else error
             counted = True
         finally:
             for call in calls:
@@ -476,7 +488,7 @@ class QuorumSyncTarget:
                 call.settle()
         return [call.result(self.node_timeout) for call in calls]
 
-    def _delegate(self, calls: list[_Call], step: Eval) -> list[tuple[_Call, Future[Any]]]:
+    def _delegate(self, calls: list[_Call], step: Eval) -> list[tuple[_Call, Outcome[Any]]]:
         """Masters without a pool of their own (cluster clients) run the step through their
         node, on their worker thread: one at a time, so in order, as before pipelining."""
         return [

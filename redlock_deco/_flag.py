@@ -36,9 +36,9 @@ class Flag:
     def set(self) -> None:
         with self._lock:
             self._flag = True
-            for sleeper in self._sleepers:
-                if sleeper.locked():  # (only set() releases one, and only under _lock)
-                    sleeper.release()
+            # A function of its own: on 3.13 an interrupt at this loop's back edge, written
+            # here, skipped the with's exit and left _lock held for good (test_back_edges).
+            _wake(self._sleepers)
 
     def clear(self) -> None:
         self._flag = False
@@ -60,3 +60,9 @@ class Flag:
                 if sleeper in self._sleepers:
                     self._sleepers.remove(sleeper)
         return self._flag
+
+
+def _wake(sleepers: list[_thread.LockType]) -> None:
+    for sleeper in sleepers:
+        if sleeper.locked():  # (only set() releases one, and only under Flag._lock)
+            sleeper.release()

@@ -584,11 +584,19 @@ def _pop_held(held: list[Lease], into: list[Lease]) -> None:
     said it held nothing (review 5 r08)."""
     pid = os.getpid()
     with _held_lock:
-        for index in range(len(held) - 1, -1, -1):
-            if held[index].pid == pid:
-                into.append(held[index])
-                del held[index]
-                return
+        _move_newest(held, into, pid)
+
+
+def _move_newest(held: list[Lease], into: list[Lease], pid: int) -> None:
+    """:func:`_pop_held`'s move, a function of its own: on Python 3.13 an interrupt at a
+    loop's back edge written inside the ``with`` skipped its exit, and _held_lock stayed held
+    for good (test_back_edges)."""
+    for index in range(len(held) - 1, -1, -1):
+        if held[index].pid != pid:
+            continue
+        into.append(held[index])
+        del held[index]
+        return
 
 
 def _forget_held(held: list[Lease], lease: Lease) -> None:
@@ -1093,10 +1101,11 @@ def open_sections(
     try:
         for key in sorted(names):
             taken.append(open_section(kind, options, names[key], key, _remaining(deadline)))
-            if taken[-1] is None:
-                _close_quietly(taken)
-                return None
-        return [section for section in taken if section is not None]
+            if taken[-1] is not None:  # (not `if None: ... return`: see test_back_edges)
+                continue
+            _close_quietly(taken)
+            return None
+        return list(section for section in taken if section is not None)  # (see above)
     except BaseException as exc:
         for section in reversed(taken):
             if section is not None:
@@ -1141,10 +1150,11 @@ async def open_sections_async(
             taken.append(
                 await open_section_async(kind, options, names[key], key, _remaining(deadline))
             )
-            if taken[-1] is None:
-                await _close_quietly_async(taken)
-                return None
-        return [section for section in taken if section is not None]
+            if taken[-1] is not None:  # (see open_sections)
+                continue
+            await _close_quietly_async(taken)
+            return None
+        return list(section for section in taken if section is not None)
     except BaseException as exc:
         for section in reversed(taken):
             if section is not None:

@@ -46,6 +46,7 @@ Job = Lease | Cleanup
 # At most this many clean-ups pending per renewer; past it the oldest is dropped (its claim
 # expires within its ttl anyway). Bounds the work a long outage can pile up.
 MAX_CLEANUPS = 1000
+DROP_WARNING = 10.0  # seconds between two warnings of dropped clean-ups (see _Jobs._dropped)
 # A renewer with nothing to do ends after this long.
 IDLE = 5.0
 # The renewer's thread never sleeps longer than this (see Renewer._loop): what no notify
@@ -182,6 +183,8 @@ class _Jobs:
     def __init__(self) -> None:
         self.jobs: dict[Hashable, Job] = {}
         self.cleanups = 0
+        self.drops = 0  # clean-ups dropped since the last warning (see _dropped)
+        self.warned_at = -math.inf
 
     def add(self, job: Job) -> bool:
         key = job_key(job)
@@ -194,6 +197,11 @@ class _Jobs:
         self.jobs[key] = job
         return True
 
+    def adopt(self, orphans: queue.SimpleQueue[Job]) -> None:
+        """Add the jobs finalizers queued (see Renewer.add)."""
+        while not orphans.empty():
+            self.add(orphans.get_nowait())
+
     def remove(self, job: Job) -> None:
         if self.jobs.pop(job_key(job), None) is not None and type(job) is Cleanup:
             self.cleanups -= 1
@@ -201,9 +209,25 @@ class _Jobs:
     def _drop_oldest_cleanup(self) -> None:
         for job in self.jobs.values():
             if type(job) is Cleanup:
-                log.warning("too many pending clean-ups: dropping %r (it expires by itself)", job)
                 self.remove(job)
+                self._dropped(job)
                 return
+
+    def _dropped(self, job: Job) -> None:
+        """Warn of a dropped clean-up, once per DROP_WARNING seconds at most, with how many
+        since the last warning. An interrupt storm drops hundreds a second, and each warning
+        takes the logging module's locks, which before Python 3.13 an interrupt can leave
+        held for good (its own code: acquire, then ``try``) -- every thread that logs then
+        hangs, redis-py's included (review 43, F3)."""
+        self.drops += 1
+        now = time.monotonic()
+        if now - self.warned_at < DROP_WARNING:
+            return
+        log.warning(
+            "too many pending clean-ups: dropped %d since the last warning, the latest %r "
+            "(each expires by itself)", self.drops, job,
+        )  # fmt: skip
+        self.drops, self.warned_at = 0, now
 
     def leases(self) -> int:
         return len(self.jobs) - self.cleanups
@@ -255,8 +279,7 @@ class Renewer:
                 self._lock.release()
 
     def _add_locked(self, job: Job) -> None:
-        while not self._orphans.empty():
-            self._table.add(self._orphans.get_nowait())
+        self._table.adopt(self._orphans)
         if not self._table.add(job):
             return
         if self._thread is None or not self._thread.is_alive():
@@ -329,11 +352,13 @@ class Renewer:
         idle_since: float | None = None
         while True:
             with self._lock:
-                while not self._orphans.empty():
-                    self._table.add(self._orphans.get_nowait())
+                # (Loops under a C lock are calls here: on Python 3.13 an interrupt at a
+                # loop's back edge written inside the `with` skipped its exit, and the lock
+                # stayed held for good; see test_back_edges.)
+                self._table.adopt(self._orphans)
                 now = time.monotonic()
                 ready, self._next_wake = due(self._table.jobs.values(), now)
-                lost = [job for job in overdue(self._table.jobs.values(), now) if job._lose()]
+                lost = list(job for job in overdue(self._table.jobs.values(), now) if job._lose())
                 if self._table.jobs:
                     idle_since = None
                 if not ready and not lost:

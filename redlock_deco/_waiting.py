@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _tokens as tokens
@@ -130,11 +130,9 @@ class Registry:
                 self.waiting[token] = left
             else:
                 self.waiting.pop(token, None)
-            cut = self.cut
-            while cut and (len(cut) >= CUT_MAX or next(iter(cut.values()))[0] < now):
-                cut.popitem(last=False)
+            _forget_old(self.cut, now)  # (a loop under a C lock: see _forget_old)
             if cut_short:
-                cut[token] = (now + CUT_KEEP, where)
+                self.cut[token] = (now + CUT_KEEP, where)
 
     def give_back(self, token: str, where: int | None = None) -> bool:
         """Should a grant for ``token`` that finds no waiter be given back (once), by a
@@ -350,7 +348,9 @@ class SyncWaiting:
         try:
             with self._lock:
                 self._board.add(token, handoff)
-            while not self._subscribed:
+            while True:  # (not `while not subscribed`: see test_back_edges)
+                if self._subscribed:
+                    break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     handoff.close()
@@ -360,10 +360,10 @@ class SyncWaiting:
                     # tracer raises it) skipped this function's handler, and the waiter
                     # stayed registered for good.
                     self._subscribe_reading(handoff, deadline)
-                else:
-                    # Someone reads: it subscribes, or it already has and now waits for its
-                    # own grant (for up to a second: never wait for it to leave).
-                    self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
+                    continue
+                # Someone reads: it subscribes, or it already has and now waits for its own
+                # grant (for up to a second: never wait for it to leave).
+                self._subscribed_event.wait(min(remaining, SUBSCRIBE_POLL))
             return handoff  # inside the try: an interrupt on this very line is handled too
         except BaseException:
             # Interrupted before the caller got the registration, so nobody else can close
@@ -528,13 +528,27 @@ class SyncWaiting:
 
     def _pass_reading(self, handoff: Handoff) -> None:
         with self._lock:
-            others = [
-                w
-                for w in self._board.waiting.values()
-                if w is not handoff and w.inside and w.at is None
-            ]
-        if others:
-            others[0].nudge()
+            other = _next_inside(self._board.waiting.values(), handoff)
+        if other is not None:
+            other.nudge()
+
+
+def _forget_old(cut: OrderedDict[str, tuple[float, int | None]], now: float) -> None:
+    """Drop the oldest cut-short tokens: past their time, or beyond CUT_MAX. A function of
+    its own, as every loop run under a C lock here: on Python 3.13 an interrupt at such a
+    loop's back edge, written inside the ``with``, skipped its exit and left the lock held
+    for good -- every later wait of the process hung (review 43; test_back_edges)."""
+    while cut and (len(cut) >= CUT_MAX or next(iter(cut.values()))[0] < now):
+        cut.popitem(last=False)
+
+
+def _next_inside(handoffs: Iterable[Handoff], leaving: Handoff) -> Handoff | None:
+    """The first waiter other than ``leaving`` inside its wait and not yet granted (a
+    function of its own: see :func:`_forget_old`)."""
+    for other in handoffs:
+        if other is not leaving and other.inside and other.at is None:
+            return other
+    return None
 
 
 def unconfirmed(since: float) -> bool:
@@ -704,8 +718,9 @@ class AsyncWaiting:
                             self._start_give_back(give_back)
                 if self._board.waiting:
                     idle_since = now
-                elif now - idle_since >= IDLE:
-                    break
+                if now - idle_since < IDLE:  # (shaped for Python 3.13: see test_back_edges)
+                    continue
+                break
         finally:
             self._ready.clear()
             self._task = None

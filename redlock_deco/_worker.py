@@ -16,9 +16,10 @@ import collections
 import contextlib
 import sys
 import threading
-from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Coroutine
+from typing import Any, Generic, TypeVar
+
+from ._flag import Flag
 
 T = TypeVar("T")
 
@@ -37,13 +38,94 @@ def start(thread: threading.Thread) -> bool:
     return True
 
 
+class Outcome(Generic[T]):
+    """What a call run on a worker thread came to, for the thread that waits for it.
+
+    Not a ``concurrent.futures.Future``: each of its methods, and ``wait()``, takes the
+    future's ``threading.Condition`` through Python code (``Condition.__enter__``,
+    ``_AcquireFutures``), and a KeyboardInterrupt raised as that code returned left the
+    condition's lock held for good. The master's worker then blocked in ``set_result``, and
+    every later call through that quorum master hung, whatever its ``wait`` (review 43, F4).
+    Here the waiting thread reads attributes and sleeps on a :class:`Flag`, whose one C lock
+    is taken by ``with``."""
+
+    __slots__ = ("_error", "_flag", "_value", "_watchers")
+
+    def __init__(self) -> None:
+        self._flag = Flag()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._watchers: list[Flag] = []  # set too when it is done (see first_done)
+
+    def set_result(self, value: T) -> None:
+        self._value = value
+        self._settle()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._settle()
+
+    def _settle(self) -> None:
+        self._flag.set()
+        for watcher in list(self._watchers):  # (a copy: a waiter may stop watching meanwhile)
+            watcher.set()
+
+    def done(self) -> bool:
+        return self._flag.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether it is done, once it is or ``timeout`` seconds have passed."""
+        return self._flag.wait(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._flag.wait(timeout):
+            raise TimeoutError(f"no outcome within {timeout} s")
+        return self._error
+
+    def result(self, timeout: float | None = None) -> T:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return self._value  # type: ignore[return-value]  # (set, since it is done)
+
+
+def done_outcome(value: T) -> Outcome[T]:
+    made: Outcome[T] = Outcome()
+    made.set_result(value)
+    return made
+
+
+def first_done(outcomes: Collection[Outcome[Any]], timeout: float) -> list[Outcome[Any]]:
+    """Those of ``outcomes`` done within ``timeout`` seconds, as soon as one is (None done
+    by then: an empty list)."""
+    woken = Flag()
+    for outcome in outcomes:
+        outcome._watchers.append(woken)
+    try:
+        if not _finished(outcomes):  # (watched first: one done meanwhile sets ``woken``)
+            woken.wait(timeout)
+        return _finished(outcomes)
+    finally:
+        _unwatch(outcomes, woken)
+
+
+def _finished(outcomes: Collection[Outcome[Any]]) -> list[Outcome[Any]]:
+    return [outcome for outcome in outcomes if outcome.done()]
+
+
+def _unwatch(outcomes: Collection[Outcome[Any]], woken: Flag) -> None:
+    for outcome in outcomes:
+        if woken in outcome._watchers:  # (an interrupt here leaves a stale Flag: harmless)
+            outcome._watchers.remove(woken)
+
+
 class SerialWorker:
     """Run submitted calls one at a time, in order, on one daemon thread."""
 
     def __init__(self, name: str, idle: float = IDLE) -> None:
         self.name = name
         self.idle = idle
-        self._queue: collections.deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._queue: collections.deque[tuple[Outcome[Any], Callable[..., Any], tuple[Any, ...]]]
         self._queue = collections.deque()
         # Taken with `with self._lock:` (the C lock's own enter and exit), never `with
         # self._ready:`: Condition.__enter__ is Python code, and a KeyboardInterrupt raised as
@@ -54,8 +136,8 @@ class SerialWorker:
         self._ready = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        future: Future[T] = Future()
+    def submit(self, fn: Callable[..., T], *args: Any) -> Outcome[T]:
+        future: Outcome[T] = Outcome()
         if sys.is_finalizing():
             # Nothing would run it, and the lock may be held for good by this worker's
             # daemon thread, stopped wherever it stood when the exit began (see the
@@ -96,11 +178,10 @@ class SerialWorker:
                     self._thread = None  # under the lock: a submit now starts a new thread
                     return
                 future, fn, args = self._queue.popleft()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args))
-                except BaseException as exc:  # handed to whoever waits on the future
-                    future.set_exception(exc)
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to whoever waits for the outcome
+                future.set_exception(exc)
 
 
 _running: set[asyncio.Task[Any]] = set()

@@ -471,3 +471,108 @@ def test_an_interrupt_at_every_line_of_a_quorum_round_leaves_no_reply_off(
         for _ in range(2):  # on this thread's connections, whatever the interrupt left
             with Lock("intr", provider="q", ttl=0.5, wait=2) as held:
                 assert held.lease is not None and held.lease.remaining() > 0, n
+
+
+@pytest.mark.interrupts  # one call per interrupt point: the interrupts CI leg
+@pytest.mark.timeout(120)  # (a wedge can stop this thread too: 20 s when none does)
+def test_an_interrupt_in_a_round_waiting_for_a_connect_wedges_no_other_call(
+    masters: list[RedisServer],
+) -> None:
+    """Review 43, F4: a round whose master's connect was under way waited for it with
+    ``concurrent.futures.wait()``, whose ``__enter__`` takes each future's Condition in Python
+    code. A KeyboardInterrupt as that returned left a Condition held for good: the master's
+    worker blocked in ``set_result``, and every later call through the quorum hung whatever
+    its wait. With a master paused (its connect under way throughout), a KeyboardInterrupt
+    at each line of the library's code and each return of any function (the standard
+    library's included) below the round's wait for connects, in turn; after each, another
+    thread's call must get through."""
+    import collections
+    import sys
+    from types import FrameType
+
+    from support.interrupts import signal_cannot_land
+
+    from redlock_deco import _fanout
+    from redlock_deco import _providers as providers
+
+    register_provider("connecting", [s.url for s in masters])
+    quorum = providers.sync_target("connecting")
+    assert isinstance(quorum, _fanout.QuorumSyncTarget)
+    quorum.node_timeout = 0.02  # (each round waits that long for the paused master)
+    waiting = _fanout._connect.__code__
+    # (the sends and reads the round makes meanwhile have their own test, above)
+    elsewhere = {code.__code__ for code in (_fanout._Call.send, _fanout._Call.read)}
+
+    def below_the_wait(frame: FrameType | None) -> bool:
+        while frame is not None:
+            if frame.f_code is waiting:
+                return True
+            if frame.f_code in elsewhere:
+                return False
+            frame = frame.f_back
+        return False
+
+    Point = tuple[object, str, int, int]  # code, event, line, which occurrence (1 or 2)
+
+    def run(fire_at: Point | None, name: str) -> list[Point]:
+        """A call, interrupted at ``fire_at``; the points it passed (each of the first two
+        times: the round's wait runs the same lines again and again)."""
+        seen: collections.Counter[tuple[object, str, int]] = collections.Counter()
+        points: list[Point] = []
+        active = True  # (a generator left suspended keeps its frame's tracer: closed later)
+
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            nonlocal active
+            if not active:
+                return None
+            if event == "call":
+                return tracer if below_the_wait(frame) else None
+            if event == "line":
+                if not frame.f_globals.get("__name__", "").startswith("redlock_deco"):
+                    return tracer
+                if signal_cannot_land(frame.f_code, frame.f_lineno, frame.f_lasti):
+                    return tracer
+            elif event != "return":
+                return tracer
+            where = (frame.f_code, event, frame.f_lineno)
+            seen[where] += 1
+            if seen[where] > 2:
+                return tracer
+            points.append((*where, seen[where]))
+            if points[-1] == fire_at:
+                active = False
+                raise KeyboardInterrupt
+            return tracer
+
+        sys.settrace(tracer)
+        try:
+            with Lock(name, provider="connecting", ttl=2, wait=1):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+            active = False
+        return points
+
+    def another(name: str) -> bool:
+        entered: list[bool] = []
+
+        def call() -> None:
+            with Lock(name, provider="connecting", ttl=2, wait=1):
+                entered.append(True)
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(3)  # (a call waits 0.02 s per round; a wedged one, for ever)
+        return bool(entered)
+
+    masters[0].pause()
+    try:
+        points = run(None, "counting")
+        assert len(points) > 10, len(points)  # the round did wait for the paused master's connect
+        for n, point in enumerate(points):
+            run(point, f"cut-{n}")
+            assert another(f"after-{n}"), f"wedged by an interrupt at {point}"
+    finally:
+        masters[0].resume()
