@@ -618,10 +618,30 @@ class SyncTarget:
                 # pooled connection a restart or a proxy left dead, and the first script after
                 # a flushed cache failed there though its EVALSHA had reconnected (CI, 3.10).
                 return self._send_direct(fallback(step))
+        if getattr(self.client, "connection", None) is not None:
+            return self._send_single(step)
         try:
             return self.client.execute_command(*command(step))
         except NoScriptError:
             return self.client.execute_command(*fallback(step))
+
+    def _send_single(self, step: Step) -> Any:
+        """A step through a client made with ``single_connection_client=True``: its one
+        connection never goes back to a pool, so nothing marks it when an interrupt between a
+        command's write and its read (ours or the application's) leaves a reply on it (see
+        _pools), and the next acquire read that reply as its own -- a second holder (review
+        44, N2). Under the client's own lock no command is under way, so a reply owed now is
+        an interrupted command's: the connection is closed first."""
+        client = self.client
+        lock = getattr(client, "single_connection_lock", None)  # (redis-py >= 5.1)
+        with lock if lock is not None else contextlib.nullcontext():
+            conn = client.connection
+            if conn is not None and getattr(conn, "_owed", None):
+                conn.disconnect()
+            try:
+                return client.execute_command(*command(step))
+            except NoScriptError:
+                return client.execute_command(*fallback(step))
 
     def _send_direct(self, args: Args) -> Any:
         """One command on a pooled connection, written and read directly (see direct_pool).

@@ -27,10 +27,10 @@ notifications are on, the default), and 5.x's test misses a reply still on its w
 command on that connection read the interrupted one's reply as its own: a release read an
 acquire's nil and raised ``ScriptReplyError`` on another thread, whose holder then saw
 ``LockLost`` (the interrupts CI leg, a traced client: 1 run in 6; review 43: a second holder
-when an acquire read an earlier one's success). So a connection records that a reply is owed
-from its write until a read returns, and one given back to its pool owing a reply is closed
-before its next write. A pipeline cut between two of its replies is not seen (its first read
-clears the mark); the library sends no pipeline on these pools. A sync ``RedisCluster``'s
+when an acquire read an earlier one's success). So a connection counts the replies it owes
+(a pipeline's too: the application's pipeline cut between two of its replies put the
+connection back a reply off, and the library's next direct command read it -- review 44, N3),
+and one given back to its pool owing any is closed before its next write. A sync ``RedisCluster``'s
 node clients are guarded alike (:func:`guard_nodes`): its own command path has the same lines
 between write and read.
 
@@ -49,35 +49,48 @@ class WholeConnect:
     opened, as redis-py's connect does after its own errors; and it knows when a reply is
     owed (see :func:`guard`)."""
 
-    _owed = False  # written, and no read has returned since
+    _owed = 0  # replies written for and not read yet (a subscription's extra ones aside)
+    _packed = 0  # commands in what pack_commands() made last (a pipeline's), for its write
     _stale = False  # given back to its pool owing a reply: closed before its next write
+
+    def pack_commands(self, commands: Any) -> Any:
+        commands = list(commands)
+        packed = super().pack_commands(commands)  # type: ignore[misc]
+        self._packed = len(commands)
+        return packed
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         if self._stale:
-            self.disconnect()  # type: ignore[attr-defined]
+            self.disconnect()
             self._stale = False  # (after: one cut short inside is closed again next time)
-        # Marked before the write: an interrupt just after it must not find the mark clear
+        # Counted before the write: an interrupt just after it must not find the count short
         # (one before it costs a needless reconnect). A failed write disconnects anyway.
-        self._owed = True
+        self._owed += self._packed or 1
+        self._packed = 0
         super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
-        self._owed = False  # (after the read: an interrupt inside it disconnects)
+        if self._owed > 0:  # (after the read: an interrupt inside it disconnects)
+            self._owed -= 1
         return reply
+
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._owed = 0  # (what the old socket owed is gone with it)
+        super().disconnect(*args, **kwargs)  # type: ignore[misc]
 
     def connect(self) -> None:
         try:
             super().connect()  # type: ignore[misc]
         except BaseException:
-            self.disconnect()  # type: ignore[attr-defined]
+            self.disconnect()
             raise
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
         try:
             super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
-            self.disconnect()  # type: ignore[attr-defined]
+            self.disconnect()
             raise
 
 
@@ -147,7 +160,7 @@ def _close_owing_on_release(pool: Any) -> None:
         return
 
     def release(connection: Any) -> None:
-        if getattr(connection, "_owed", False):
+        if getattr(connection, "_owed", 0):
             connection._stale = True
         plain(connection)
 

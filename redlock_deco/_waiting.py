@@ -473,7 +473,7 @@ class SyncWaiting:
                     self._drop_subscription()  # see unconfirmed()
                 if self._pubsub is None:
                     self._since = time.monotonic()
-                    self._pubsub = self.client.pubsub()
+                    self._pubsub = _subscriber(self.client)
                     self._pubsub.subscribe(channel())
                 message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
             except Exception as exc:  # connection trouble: grants are lost until we are back
@@ -531,6 +531,18 @@ class SyncWaiting:
             other = _next_inside(self._board.waiting.values(), handoff)
         if other is not None:
             other.nudge()
+
+
+def _subscriber(client: Any) -> Any:
+    """``client.pubsub()``, its ``subscribed_event`` a :class:`Flag`. redis-py's is a
+    ``threading.Event``, set in ``subscribe()`` and cleared in ``reset()``: a KeyboardInterrupt
+    inside its Condition code left the lock held, and the interrupted waiter's own clean-up
+    (``close()``, then ``reset()``) waited for it for good -- one Ctrl-C, a hang past
+    ``wait=`` (review 44, N1)."""
+    pubsub = client.pubsub()
+    if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):
+        pubsub.subscribed_event = Flag()
+    return pubsub
 
 
 def _forget_old(cut: OrderedDict[str, tuple[float, int | None]], now: float) -> None:

@@ -114,8 +114,10 @@ def positions() -> tuple[list[Position], set[Position]]:
 
 HANDSHAKE = ("on_connect_check_health", "on_connect", "_reset_himport_state")
 # A command's way from its write to its read, through execute_command: a reply is owed there
-# (see _pools); tried every time.
-OWING = ("_execute_command", "_send_command_parse_response", "parse_response", "call_with_retry")
+# (see _pools); tried every time. (Not the retry's own lines: a connect runs them too, and an
+# interrupt as its socket is returned leaves the socket to the collector -- tried every time,
+# they left enough to fail a later test of the worker with their ResourceWarning.)
+OWING = ("_execute_command", "_send_command_parse_response", "parse_response")
 
 
 def always_tried(frame: FrameType) -> bool:
@@ -302,6 +304,82 @@ def test_a_connection_given_back_owing_a_reply_is_closed_before_another_command_
         client.close()
 
 
+def test_an_applications_pipeline_cut_between_its_replies_leaves_no_reply_to_a_lock(
+    server: RedisServer,
+) -> None:
+    """Review 44, N3: the application's pipeline, interrupted between two of its replies,
+    went back to the shared pool a reply off (the first read had cleared a yes/no mark), and
+    the library's next command on that connection -- written directly, a plain client --
+    read the pipeline's reply as its own: an acquire read an ``OK`` and was inside while
+    another holder was. Replies owed are counted now. (A pool smaller than redis-py's
+    default keeps no spare connections: the lock's command draws the pipeline's.)"""
+    client = redis.Redis(
+        connection_pool=redis.ConnectionPool.from_url(server.url, max_connections=10)
+    )
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):  # (the pool is guarded at the library's first call)
+            pass
+        with server.client() as other:
+            other.set("lock:held", "someone-else")
+        pipe = client.pipeline(transaction=False)
+        reads = 0
+        plain = pipe.parse_response
+
+        def cut_short(*args: Any, **options: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            if reads == 2:
+                raise KeyboardInterrupt  # (between its first reply and its second)
+            return plain(*args, **options)
+
+        pipe.parse_response = cut_short  # type: ignore[method-assign]
+        for n in range(4):
+            pipe.set(f"piped:{n}", n)
+        with pytest.raises(KeyboardInterrupt):
+            pipe.execute()
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
+            pass  # (not inside on the pipeline's OK)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_a_single_connection_client_owing_a_reply_closes_it_before_the_next_lock_command(
+    server: RedisServer,
+) -> None:
+    """Review 44, N2: a client made with ``single_connection_client=True`` never gives its
+    connection back to a pool, so nothing marked it when a Ctrl-C between a command's write
+    and its read left a reply on it, and the next acquire read that reply as its own (an
+    ``OK``: inside while another holder was). Here the application's own command is cut
+    short, the server paused so that its reply is still on the way."""
+    client = redis.Redis.from_url(server.url, single_connection_client=True)
+    untraced = client.execute_command  # traced: not written directly
+    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):  # (the connection is made and guarded)
+            pass
+        with server.client() as other:
+            other.set("lock:held", "someone-else")
+        plain = client.parse_response
+
+        def cut_short(*args: Any, **options: Any) -> Any:
+            client.parse_response = plain  # type: ignore[method-assign]
+            raise KeyboardInterrupt
+
+        client.parse_response = cut_short  # type: ignore[method-assign]
+        with server.client() as other:
+            other.execute_command("CLIENT", "PAUSE", "300")
+        with pytest.raises(KeyboardInterrupt):
+            client.set("written", "yes")
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
+            pass  # (not inside on the SET's OK)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
 @pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
 def test_the_connections_a_pool_made_before_the_library_saw_it_are_guarded_too(
     server: RedisServer, pool: str
@@ -326,3 +404,21 @@ def test_the_connections_a_pool_made_before_the_library_saw_it_are_guarded_too(
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
+
+
+def test_the_grant_subscription_takes_no_lock_an_interrupt_can_leave_held(
+    server: RedisServer,
+) -> None:
+    """Review 44, N1: redis-py's ``PubSub.subscribed_event`` is a ``threading.Event``, whose
+    ``set()`` (in ``subscribe()``) and ``clear()`` (in ``reset()``) take a Condition in Python
+    code. A KeyboardInterrupt as that code returned left the lock held, and the interrupted
+    waiter's own clean-up (``close()``, then ``reset()``) waited for it for good: one Ctrl-C,
+    a hang past ``wait=`` (4 of 4 with a tracer, every version; 1 of 5 real-signal storms on
+    3.13). The subscription's flag is the library's ``Flag`` (see _flag)."""
+    from redlock_deco._flag import Flag
+
+    redlock_deco.register_provider("default", server.url)  # a fresh subscription
+    assert handed_within(HOLD) is not None
+    subscribers = [w for w in waiting._every_subscriber() if isinstance(w, waiting.SyncWaiting)]
+    pubsubs = [w._pubsub for w in subscribers if w._pubsub is not None]
+    assert pubsubs and all(isinstance(p.subscribed_event, Flag) for p in pubsubs), pubsubs

@@ -516,6 +516,10 @@ def r(server: Any) -> Iterator[redis.Redis]:
 
 
 @pytest.mark.parametrize("scenario", list(SYNC))
+# A socket an interrupt inside redis-py's connect left to the collector (see
+# test_connect_interrupts) can be collected in this test when the two share an xdist worker:
+# its ResourceWarning is not this test's finding (held leases are; sockets have their tests).
+@pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
 def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
     r: redis.Redis, scenario: str
 ) -> None:

@@ -406,7 +406,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "    return\n", "tests/integration/test_connect_interrupts.py"),
     py("owed-reply-kept", "a connection given back to its pool owing a reply is left open: the "
        "next command on it reads that reply", "_pools",
-       "        if getattr(connection, \"_owed\", False):\n            connection._stale = True\n",
+       "        if getattr(connection, \"_owed\", 0):\n            connection._stale = True\n",
        "        pass\n", "tests/integration/test_connect_interrupts.py"),
     py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
        "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
