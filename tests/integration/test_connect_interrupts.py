@@ -268,6 +268,23 @@ def test_a_cancellation_in_an_asyncio_handshake_leaves_no_connection_without_it(
     assert found == (True, False)
 
 
+def cut_between_write_and_read(client: redis.Redis, server: RedisServer) -> None:
+    """A Ctrl-C between a command's write and its read, on redis-py's own lines (as
+    ``parse_response`` starts), with the server paused so that the reply is still on its
+    way when the next command is written."""
+    plain = client.parse_response
+
+    def cut_short(*args: Any, **options: Any) -> Any:
+        client.parse_response = plain  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    client.parse_response = cut_short  # type: ignore[method-assign]
+    with server.client() as other:
+        other.execute_command("CLIENT", "PAUSE", "300")
+    with pytest.raises(KeyboardInterrupt):
+        client.set("written", "yes")
+
+
 @pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
 def test_a_connection_given_back_owing_a_reply_is_closed_before_another_command_reads_it(
     server: RedisServer, pool: str
@@ -284,17 +301,7 @@ def test_a_connection_given_back_owing_a_reply_is_closed_before_another_command_
     try:
         with Lock("guarded", ttl=5):  # (the library guards the pool at its first call)
             pass
-        plain = client.parse_response
-
-        def cut_short(*args: Any, **options: Any) -> Any:
-            client.parse_response = plain  # type: ignore[method-assign]
-            raise KeyboardInterrupt
-
-        client.parse_response = cut_short  # type: ignore[method-assign]
-        with server.client() as other:
-            other.execute_command("CLIENT", "PAUSE", "300")
-        with pytest.raises(KeyboardInterrupt):
-            client.set("written", "yes")
+        cut_between_write_and_read(client, server)
         assert client.get("other") is None  # (not b"OK": the SET's reply)
         with Lock("after", ttl=5):
             assert client.exists("lock:after")
@@ -396,17 +403,7 @@ def test_a_single_connection_client_owing_a_reply_closes_it_before_the_next_lock
             pass
         with server.client() as other:
             other.set("lock:held", "someone-else")
-        plain = client.parse_response
-
-        def cut_short(*args: Any, **options: Any) -> Any:
-            client.parse_response = plain  # type: ignore[method-assign]
-            raise KeyboardInterrupt
-
-        client.parse_response = cut_short  # type: ignore[method-assign]
-        with server.client() as other:
-            other.execute_command("CLIENT", "PAUSE", "300")
-        with pytest.raises(KeyboardInterrupt):
-            client.set("written", "yes")
+        cut_between_write_and_read(client, server)
         with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
             pass  # (not inside on the SET's OK)
     finally:
