@@ -62,7 +62,7 @@ def in_redis_py(frame: FrameType) -> bool:
     if not name.startswith("redis.") or name.startswith("redis.observability"):
         return False
     caller: FrameType | None = frame
-    for _ in range(6):
+    for _ in range(16):  # (deep: a finalizer's close runs redis-py's disconnect through ours)
         if caller is None:
             break
         if caller.f_code.co_name == "__del__":
