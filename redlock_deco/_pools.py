@@ -152,7 +152,7 @@ def guard(pool: Any, asynchronous: bool) -> None:
     if not asynchronous:
         # (asyncio: a cancellation lands only where a command awaits, inside redis-py's
         # write or read, each of which disconnects on any exception)
-        _close_owing_on_release(pool)
+        _mark_owing_on_release(pool)
     made = {  # (a BlockingConnectionPool lists every connection it made in _connections)
         id(connection): connection
         for where in ("_available_connections", "_in_use_connections", "_connections")
@@ -164,14 +164,14 @@ def guard(pool: Any, asynchronous: bool) -> None:
             connection.__class__ = _whole(type(connection), mixin)
 
 
-def _close_owing_on_release(pool: Any) -> None:
+def _mark_owing_on_release(pool: Any) -> None:
     """``pool.release`` marks a connection given back with a reply owed (see the module), so
     that it is closed before its next write, whoever draws it. Marked, not closed here: a
     close takes long enough for an interrupt storm to land in it, and a connection whose
     release was cut short never went back -- review 43's storm emptied the pool in seconds
     (MaxConnectionsError) when this closed it."""
     plain = pool.release
-    if getattr(plain, "closes_owing", False):
+    if getattr(plain, "marks_owing", False):
         return
 
     def release(connection: Any) -> None:
@@ -179,7 +179,7 @@ def _close_owing_on_release(pool: Any) -> None:
             connection._stale = True
         plain(connection)
 
-    release.closes_owing = True  # type: ignore[attr-defined]
+    release.marks_owing = True  # type: ignore[attr-defined]
     pool.release = release
 
 
