@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import guard, guard_nodes
+from ._pools import counting, guard, guard_nodes
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -636,8 +636,9 @@ class SyncTarget:
         lock = getattr(client, "single_connection_lock", None)  # (redis-py >= 5.1)
         with lock if lock is not None else contextlib.nullcontext():
             conn = client.connection
-            if conn is not None and getattr(conn, "_owed", None):
-                conn.disconnect()
+            counted = None if conn is None else counting(conn)
+            if counted is not None and counted._owed:
+                conn.disconnect()  # (through a caching proxy: it empties its cache)
             try:
                 return client.execute_command(*command(step))
             except NoScriptError:

@@ -61,15 +61,40 @@ class WholeConnect:
         self._packed = len(commands)
         return packed
 
-    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+    def _close_if_stale(self) -> None:
         if self._stale:
             self.disconnect()
             self._stale = False  # (after: one cut short inside is closed again next time)
-        # Counted before the write: an interrupt just after it must not find the count short
-        # (one before it costs a needless reconnect). A failed write disconnects anyway.
+
+    def can_read(self, *args: Any, **kwargs: Any) -> bool:
+        # Closed first if stale: redis-py's client-side cache reads whatever is waiting on a
+        # connection before each command, as invalidations -- an interrupted command's error
+        # reply was raised by the application's next command (the reply search found it).
+        self._close_if_stale()
+        return bool(super().can_read(*args, **kwargs))  # type: ignore[misc]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        self._close_if_stale()
+        # Counted after redis-py's connect and health check (run here, not inside its write):
+        # either may disconnect -- a failed health-check PING does, and its retry connects
+        # again -- which forgets what is owed; counted first, the command was then written
+        # owing nothing, and a reply left unread went to the next command, a second holder
+        # (review 46, F1). And counted before the write: an interrupt just after it must not
+        # find the count short (one before it costs a needless reconnect).
+        self._ready(check_health)
         self._owed += self._packed or 1
         self._packed = 0
-        super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+        super().send_packed_command(command, check_health=False)  # type: ignore[misc]
+
+    def _ready(self, check_health: bool) -> None:
+        """What redis-py's write does before it writes: connect, check health."""
+        if not self._sock:  # type: ignore[attr-defined]
+            if hasattr(super(), "connect_check_health"):  # redis-py >= 6 (this class has one)
+                self.connect_check_health(check_health=False)
+            else:
+                self.connect()
+        if check_health:
+            self.check_health()  # type: ignore[attr-defined]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -88,7 +113,15 @@ class WholeConnect:
             self._owed -= 1
 
     def disconnect(self, *args: Any, **kwargs: Any) -> None:
-        super().disconnect(*args, **kwargs)  # type: ignore[misc]
+        try:
+            super().disconnect(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            # Finished: cut short between redis-py's reset of its reader and its release of
+            # the socket, the connection kept the socket with no reader, and every checkout
+            # of it raised AttributeError, for good (the reply search found it).
+            super().disconnect()  # type: ignore[misc]
+            self._owed = 0
+            raise
         # What the old socket owed is gone with it. Forgotten only once it is closed: zeroed
         # first, an interrupt inside redis-py's disconnect left the socket open, its reply
         # on it and nothing owed -- the next acquire read it (review 45, R03).
@@ -175,12 +208,30 @@ def _mark_owing_on_release(pool: Any) -> None:
         return
 
     def release(connection: Any) -> None:
-        if getattr(connection, "_owed", 0):
-            connection._stale = True
+        counted = counting(connection)
+        if counted is not None and counted._owed:
+            counted._stale = True
+            cache = getattr(connection, "_cache", None)
+            if counted is not connection and cache is not None:
+                # Its close will not go through the cache's proxy, which empties the cache
+                # when it closes: what the server tracked for the old socket it will never
+                # invalidate.
+                cache.flush()
         plain(connection)
 
     release.marks_owing = True  # type: ignore[attr-defined]
     pool.release = release
+
+
+def counting(connection: Any) -> WholeConnect | None:
+    """The connection that counts the replies ``connection`` owes: itself, or the one inside
+    redis-py's client-side caching proxy (``CacheProxyConnection``), which guard() made
+    whole; the release and the single-connection path read the count through the proxy,
+    which has none, and never marked a connection owing a reply (review 46, F2)."""
+    if isinstance(connection, WholeConnect):
+        return connection
+    inner = getattr(connection, "_conn", None)
+    return inner if isinstance(inner, WholeConnect) else None
 
 
 def guard_nodes(client: Any) -> None:

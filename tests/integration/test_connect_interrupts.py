@@ -33,12 +33,18 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from types import FrameType
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
+import redis.connection
+import redis.utils
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from support.caching import caching_allowed
 from support.handing import handed_within, held_elsewhere
 from support.interrupts import signal_cannot_land
 
@@ -453,3 +459,164 @@ def test_the_grant_subscription_takes_no_lock_an_interrupt_can_leave_held(
     subscribers = [w for w in waiting._every_subscriber() if isinstance(w, waiting.SyncWaiting)]
     pubsubs = [w._pubsub for w in subscribers if w._pubsub is not None]
     assert pubsubs and all(isinstance(p.subscribed_event, Flag) for p in pubsubs), pubsubs
+
+
+def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 46, F1: the count was raised before redis-py's write, whose health check ran
+    first; a failed PING disconnects (which forgets what is owed) and the retry connects
+    again, and the command was then written owing nothing. Cut before its read, its ``OK``
+    went to the next command, and an acquire of a lock held elsewhere entered. RESP3: redis-py
+    8 then skips its checkout's test for a reply waiting, which would have hidden it."""
+    client = redis.Redis.from_url(
+        server.url, protocol=3, health_check_interval=0.5, retry=Retry(NoBackoff(), 3)
+    )
+    untraced = client.execute_command  # traced: not written directly
+    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        with server.client() as other:
+            other.set("lock:held", "someone-else")
+        plain_ping = redis.connection.AbstractConnection._send_ping
+        failed: list[bool] = []
+
+        def failing_once(connection: Any) -> None:
+            if not failed:
+                failed.append(True)
+                raise redis.ConnectionError("the health check's PING failed (injected)")
+            plain_ping(connection)
+            if len(failed) == 1:  # the retry's PING answered: the SET's reply is held back
+                failed.append(True)
+                with server.client() as other:
+                    other.execute_command("CLIENT", "PAUSE", "300")
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "_send_ping", failing_once)
+        plain_parse = client.parse_response
+
+        def cut_short(*args: Any, **options: Any) -> Any:
+            client.parse_response = plain_parse  # type: ignore[method-assign]
+            raise KeyboardInterrupt
+
+        client.parse_response = cut_short  # type: ignore[method-assign]
+        time.sleep(0.6)  # (idle past the interval: the SET's health check PINGs, the next not)
+        with pytest.raises(KeyboardInterrupt):
+            client.set("written", "yes")
+        assert failed  # (the SET's health check failed, and it was written after a reconnect)
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
+            pass  # (not inside on the SET's OK)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("kind", ["plain", "traced"])
+def test_a_client_side_caching_connection_owing_a_reply_is_closed_before_a_lock_command(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Review 46, F2: with redis-py's client-side cache every pooled connection sits inside
+    a caching proxy, and the pool's release read the count of replies owed from the proxy,
+    which has none: the application's SET cut between its write and its read went back
+    unmarked, and the library's next acquire read its ``OK`` (inside while held
+    elsewhere)."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    if kind == "traced":
+        untraced = client.execute_command
+        client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        with server.client() as other:
+            other.set("lock:held", "someone-else")
+        cut_between_write_and_read(client, server)
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
+            pass  # (not inside on the SET's OK)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_a_client_side_caching_client_hands_a_freed_lock_on_at_once(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's PubSub cannot read through the caching proxy (8.1: AttributeError, no
+    ``health_check_interval``): every grant subscription on such a client failed, and a
+    waiter polled -- 2 s for a lock held 0.1 s. The subscription has a pool of its own."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    redlock_deco.register_provider("default", client)
+    try:
+        for _ in range(2):  # (the first subscribes)
+            took = handed_within(HOLD)
+            assert took is not None and took < HOLD + 0.5, took
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("closing", ["owing", "idle"])
+def test_a_disconnect_cut_short_is_finished(server: RedisServer, closing: str) -> None:
+    """The reply search: a Ctrl-C inside a connection's close, as redis-py's reader had
+    closed its buffer and not yet let go of it, left the socket open with a dead reader, and
+    every later checkout of the connection raised ``AttributeError`` -- the pool's commands,
+    the library's included, failed for good. ``owing``: the close before the next write of
+    a connection given back owing a reply (its mark closes it again); ``idle``: a close
+    with nothing owed (the pool's ``disconnect()``, a failed health check), which nothing
+    else would repeat. A disconnect cut short is finished (see _pools)."""
+    from redis._parsers.base import _RESPBase
+
+    if redis.utils.HIREDIS_AVAILABLE:
+        pytest.skip("hiredis's reader: no Python lines to cut short")
+    code = _RESPBase.on_disconnect.__code__
+    client = redis.Redis(
+        connection_pool=redis.ConnectionPool.from_url(server.url, max_connections=1)
+    )
+    untraced = client.execute_command
+    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        if closing == "owing":
+            cut_between_write_and_read(client, server)  # (the connection is given back owing)
+
+        def local(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" and frame.f_lineno == line_of(code, "self._buffer = None"):
+                sys.settrace(None)
+                raise KeyboardInterrupt
+            return local
+
+        sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+        try:
+            # (owing: the GET closes the connection first, and is cut short there)
+            close = (
+                partial(client.get, "k")
+                if closing == "owing"
+                else client.connection_pool.disconnect
+            )
+            with pytest.raises(KeyboardInterrupt):
+                close()
+        finally:
+            sys.settrace(None)
+        assert client.get("k") is None
+        with Lock("after", ttl=5):
+            assert client.exists("lock:after")
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def line_of(code: Any, text: str) -> int:
+    """The first line of ``code``'s function with ``text`` on it."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(code)
+    return next(first + index for index, line in enumerate(lines) if text in line)

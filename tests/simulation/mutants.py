@@ -406,8 +406,37 @@ MUTANTS: tuple[Mutant, ...] = (
        "    return\n", "tests/integration/test_connect_interrupts.py"),
     py("owed-reply-kept", "a connection given back to its pool owing a reply is left open: the "
        "next command on it reads that reply", "_pools",
-       "        if getattr(connection, \"_owed\", 0):\n            connection._stale = True\n",
-       "        pass\n", "tests/integration/test_connect_interrupts.py"),
+       "            counted._stale = True\n", "            pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("error-reply-uncounted", "an error reply is not counted as a reply read: every "
+       "connection a handshake answered with an error reconnects at each command", "_pools",
+       "            self._read_one()\n            raise\n", "            raise\n",
+       "tests/integration/test_reply_search.py"),
+    py("pipeline-counted-once", "a pipeline's write counts one reply owed, not one per "
+       "command", "_pools", "self._owed += self._packed or 1", "self._owed += 1",
+       "tests/integration/test_reply_search.py"),
+    py("disconnect-cut-unfinished", "a disconnect cut short is not finished: the connection "
+       "keeps its socket with no reader", "_pools",
+       "            super().disconnect()  # type: ignore[misc]\n            self._owed = 0\n"
+       "            raise\n", "            raise\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("count-before-health-check", "the count is raised before redis-py's health check, "
+       "whose failed PING disconnects and forgets it", "_pools",
+       "        self._ready(check_health)\n        self._owed += self._packed or 1\n",
+       "        self._owed += self._packed or 1\n        self._ready(check_health)\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("cache-proxy-uncounted", "a connection inside redis-py's client-side caching proxy is "
+       "never marked owing a reply", "_pools",
+       "    return inner if isinstance(inner, WholeConnect) else None\n", "    return None\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("stale-read-before-close", "a stale connection is read (redis-py's cache drains it for "
+       "invalidations) before it is closed", "_pools",
+       "        self._close_if_stale()\n        return bool(", "        return bool(",
+       "tests/integration/test_reply_search.py"),
+    py("cached-subscription-shared", "the grant subscription of a client-side caching client "
+       "goes through the cache's proxy", "_waiting",
+       "    if getattr(pool, \"cache\", None) is None:\n", "    if True:\n",
+       "tests/integration/test_connect_interrupts.py"),
     py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
        "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
        "    return False", "tests/integration/test_first_wait.py"),

@@ -1,0 +1,481 @@
+"""A search for mistakes in the count of replies a connection owes (see _pools), instead of
+one more scenario: three reviews in a row found one there (a reply read by the next command
+-- a second holder -- and a reconnect on every command).
+
+Each run is a random sequence, drawn from a seed, of the application's own commands on the
+client the library also sends through -- single commands, error replies, pipelines
+(transactions or not, errors raised or returned), WATCH transactions, subscriptions drawn
+from the same pool -- mixed with the library's lock calls. Some of the application's
+commands are cut short by a KeyboardInterrupt at a random line of redis-py's (or of
+_pools') on their way: in the checkout, the connect, the write, between the write and the
+read, in the read, in the release.
+
+After every step the replies must be the step's own: a GET returns what the model says the
+key may hold (after a cut SET, its old value or its new one), a pipeline's replies are its
+commands', a lock is entered when its name is free and refused when it is held (a reply
+read by the wrong command is a second holder there). Over the run, the server must have
+received no more connections than the cuts explain: a connection owing nothing is never
+closed for owing (review 45: an uncounted error reply reconnected on every command).
+
+A failure prints the seed and the steps so far; ``REDLOCK_DECO_SEED`` replays one seed and
+``REDLOCK_DECO_REPLY_RUNS`` sets how many seeds a run tries.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import pytest
+import redis
+import redis.connection
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from support.caching import caching_allowed
+from support.interrupts import signal_cannot_land
+
+import redlock_deco
+from redlock_deco import Lock, LockNotAcquired
+from redlock_deco.testing import RedisServer
+
+RUNS = int(os.environ.get("REDLOCK_DECO_REPLY_RUNS", "6"))
+STEPS = 150  # per run
+KEYS = [f"k{i}" for i in range(4)]
+NOT_A_NUMBER = "nan-key"  # INCR on it: an error reply, at run time (inside a transaction too)
+CUT = 0.35  # the share of the application's steps cut short
+# Half the cut steps run while the server is busy this long in a script of another
+# connection's: their reply is then still on its way when the next command is written, past
+# redis-py's own "anything to read?" test at checkout (which a reply already there meets).
+# (CLIENT PAUSE ends only at the server's next cron tick: 100 ms.)
+BUSY_MS = 5
+# (Bounded by a count too: Valkey's TIME inside a script is the script's start, for good.)
+BUSY = """
+local start = redis.call('TIME')
+for _ = 1, 6000 do
+    local now = redis.call('TIME')
+    if (now[1] - start[1]) * 1000000 + (now[2] - start[2]) >= tonumber(ARGV[1]) * 1000 then
+        return 1
+    end
+end
+return 1
+"""
+
+
+def interruptible(frame: FrameType) -> bool:
+    """A line a real signal could land on, in redis-py or in the library's connection
+    guard, outside a finaliser (the collector runs those on any thread it likes)."""
+    name: str = frame.f_globals.get("__name__", "")
+    if not (name.startswith("redis.") or name == "redlock_deco._pools"):
+        return False
+    if name.startswith("redis.observability"):
+        return False
+    caller: FrameType | None = frame
+    while caller is not None:
+        if caller.f_code.co_name == "__del__":
+            return False
+        caller = caller.f_back
+    return True
+
+
+class Cut:
+    """Runs a step under a tracer that counts its interruptible lines, and raises a
+    KeyboardInterrupt at the ``nth`` (0: never). What it saw guides later cuts: how many
+    lines a step of its kind runs, and which of them lie between a write and its read."""
+
+    def __init__(self, nth: int, busy_at: int = 0, busy: Callable[[], None] = print) -> None:
+        self.nth = nth
+        self.busy_at = busy_at  # the line at which the server is made busy (0: never)
+        self.busy = busy
+        self.fired = False
+        self.lines = 0
+        self.windows: list[tuple[int, int]] = []  # (first, last) line between write and read
+        self._written = 0
+
+    def local(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event != "line" or self.fired:
+            return self.local
+        if signal_cannot_land(frame.f_code, frame.f_lineno, frame.f_lasti):
+            return self.local
+        self.lines += 1
+        name = frame.f_code.co_name
+        if name == "send_packed_command" and not self._written:
+            self._written = self.lines
+        elif name == "read_response" and self._written:
+            self.windows.append((self._written, self.lines))
+            self._written = 0
+        if self.lines == self.busy_at:
+            self.busy()  # (a trace function is not traced)
+        if self.lines == self.nth:
+            self.fired = True
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return self.local
+
+    def run(self, step: Callable[[], None]) -> bool:
+        """``step()``; True if it was cut short."""
+        sys.settrace(lambda frame, event, arg: self.local if interruptible(frame) else None)
+        try:
+            step()
+        except KeyboardInterrupt:
+            if not self.fired:
+                raise
+        finally:
+            sys.settrace(None)
+        return self.fired
+
+
+def untraced(call: Callable[[], object]) -> None:
+    """``call()`` outside the tracer: the probe is never cut short (its pool is not guarded,
+    and its replies are the truth)."""
+    tracer = sys.gettrace()
+    sys.settrace(None)
+    try:
+        call()
+    finally:
+        sys.settrace(tracer)
+
+
+def next_message(pubsub: Any) -> Any:
+    """The subscription's next message, within 2 s. (``get_message`` returns None early
+    when what it read was the answer to its own health check.)"""
+    give_up = time.monotonic() + 2
+    while time.monotonic() < give_up:
+        message = pubsub.get_message(timeout=give_up - time.monotonic())
+        if message is not None:
+            return message
+    return None
+
+
+class Run:
+    """One seed's sequence, and the model of what each key may hold."""
+
+    def __init__(self, seed: int, client: redis.Redis, probe: redis.Redis, kind: str) -> None:
+        # The "cached" kind reads with GETEX, which redis-py never caches: an entry of its
+        # cache a cut left "in progress" makes every later read of the key wait for a reply
+        # that is never coming (redis-py's), and its PubSub cannot read through the cache's
+        # proxy at all (redis-py 8.1): the application's subscriptions are left out there.
+        self.cached = kind == "cached"
+        self.rng = random.Random(seed)
+        self.client = client
+        self.probe = probe  # the truth: a client of its own, never cut short
+        self.may_hold: dict[str, set[bytes | None]] = {key: {None} for key in KEYS}
+        self.made = 0  # values written, each unique
+        self.cuts = 0
+        self.log: list[str] = []
+        # Runs seen whole, by kind of step and whether a PING was to fail in them (such a
+        # run's lines are not the others': a reconnect comes first).
+        self.seen_runs: dict[tuple[str, bool], list[tuple[int, list[tuple[int, int]]]]] = {}
+        # A connection of its own keeps the server busy in a script while a step is cut short
+        # (see BUSY).
+        self.busy = probe.connection_pool.make_connection()
+
+    def value(self) -> bytes:
+        self.made += 1
+        return f"v{self.made}".encode()
+
+    # -- the application's steps: each returns what a cut may have written -------------------
+
+    def single(self, written: dict[str, set[bytes]]) -> None:
+        key = self.rng.choice(KEYS)
+        what = self.rng.choice(["set", "get", "error", "noscript"])
+        self.log[-1] += f" {what} {key}"
+        if what == "set":
+            value = self.value()
+            written.setdefault(key, set()).add(value)
+            assert self.client.set(key, value) is True
+            self.may_hold[key] = {value}
+        elif what == "get":
+            self.seen(key, self.read(self.client, key))
+        elif what == "error":
+            with pytest.raises(redis.ResponseError, match="not an integer"):
+                self.client.incr(NOT_A_NUMBER)
+        else:
+            with pytest.raises(redis.exceptions.NoScriptError):
+                self.client.evalsha("0" * 40, 0)
+
+    def pipeline(self, written: dict[str, set[bytes]]) -> None:
+        transaction = self.rng.random() < 0.5
+        raising = self.rng.random() < 0.5
+        pairs = [
+            (self.rng.choice(["set", "get", "error"]), self.rng.choice(KEYS))
+            for _ in range(self.rng.randint(1, 5))
+        ]
+        self.log[-1] += f" pipeline tx={transaction} raise={raising} {pairs}"
+        expected: list[Any] = []
+        after = {key: set(values) for key, values in self.may_hold.items()}
+        with self.client.pipeline(transaction=transaction) as pipe:
+            for what, key in pairs:
+                if what == "set":
+                    value = self.value()
+                    written.setdefault(key, set()).add(value)
+                    pipe.set(key, value)
+                    after[key] = {value}
+                    expected.append(True)
+                elif what == "get":
+                    self.read(pipe, key)
+                    expected.append(set(after[key]))
+                else:
+                    pipe.incr(NOT_A_NUMBER)
+                    expected.append(redis.ResponseError)
+            if raising and redis.ResponseError in expected:
+                with pytest.raises(redis.ResponseError, match="not an integer"):
+                    pipe.execute(raise_on_error=True)
+                replies = None
+            else:
+                replies = pipe.execute(raise_on_error=raising)
+        if replies is not None:
+            assert len(replies) == len(expected), (replies, expected)
+            for reply, want in zip(replies, expected, strict=True):
+                if want is redis.ResponseError:
+                    assert isinstance(reply, redis.ResponseError), replies
+                elif isinstance(want, set):
+                    assert reply in want, (replies, expected)
+                else:
+                    assert reply == want, (replies, expected)
+        self.may_hold = after
+
+    def watched(self, written: dict[str, set[bytes]]) -> None:
+        key = self.rng.choice(KEYS)
+        value = self.value()
+        self.log[-1] += f" watch {key}"
+        written.setdefault(key, set()).add(value)
+        with self.client.pipeline() as pipe:
+            pipe.watch(key)
+            self.seen(key, self.read(pipe, key))
+            pipe.multi()
+            pipe.set(key, value)
+            try:
+                assert pipe.execute() == [True]
+            except redis.WatchError:
+                # redis-py's: a cut between a WATCH's reply and its pipeline noting that it
+                # watches gives the connection back to the pool still watching, and the next
+                # transaction on it fails (redis-py's parse_response). Not a reply misread:
+                # nothing ran.
+                assert self.cuts, "a WatchError with no cut before"
+                return
+        self.may_hold[key] = {value}
+
+    def subscription(self, written: dict[str, set[bytes]]) -> None:
+        self.log[-1] += " subscribe"
+        message = self.value()
+        pubsub = self.client.pubsub()
+        try:
+            pubsub.subscribe("news")
+            first = next_message(pubsub)
+            assert first is not None and first["type"] == "subscribe", first
+            untraced(lambda: self.probe.publish("news", message))
+            got = next_message(pubsub)
+            assert got is not None and got["data"] == message, got
+        finally:
+            pubsub.close()
+
+    # -- the library's steps, never cut short here (the interrupt-at-every-line tests do) ----
+
+    def lock(self) -> None:
+        name = self.rng.choice(["free", "held"])
+        self.log[-1] += f" lock {name}"
+        if name == "held":
+            with pytest.raises(LockNotAcquired), Lock("held", ttl=5, wait=0):
+                pass  # (not inside: another holder has it)
+            return
+        with Lock("free", ttl=5, wait=0):
+            lease = redlock_deco.current_lease()
+            assert lease is not None
+            assert self.probe.get("lock:free") == lease.token.encode()
+        assert self.probe.exists("lock:free") == 0
+
+    def read(self, client: Any, key: str) -> Any:
+        return client.execute_command("GETEX", key) if self.cached else client.get(key)
+
+    def seen(self, key: str, value: bytes | None) -> None:
+        assert value in self.may_hold[key], (key, value, self.may_hold[key])
+        self.may_hold[key] = {value}
+
+    def step(self) -> None:
+        self.log.append(f"{len(self.log)}:")
+        if self.rng.random() < 0.1:
+            ping_fails[0] = True  # (only the "health" kind's connections check their health)
+            self.log[-1] += " ping fails"
+        if self.rng.random() < 0.25:
+            self.lock()
+            return
+        kind = self.rng.choices(
+            [self.single, self.pipeline, self.watched, self.subscription],
+            [6, 3, 1, 0 if self.cached else 1],
+        )[0]
+        written: dict[str, set[bytes]] = {}
+        seen = self.seen_runs.setdefault((kind.__name__, ping_fails[0]), [])
+        nth = 0
+        if seen and self.rng.random() < CUT:
+            # Anywhere in a run like one seen before, or (half the time) between a write and
+            # its read there: the window the count of replies owed is for.
+            lines, windows = self.rng.choice(seen)
+            if windows and self.rng.random() < 0.5:
+                first, last = self.rng.choice(windows)
+                nth = self.rng.randint(first, last)
+            else:
+                nth = self.rng.randint(1, lines)
+            self.log[-1] += f" cut at line {nth}:"
+        # The model before the step, widened by whatever it may have written.
+        before = {key: set(values) for key, values in self.may_hold.items()}
+        # Half the cuts with the server made busy at a line before theirs: from before the
+        # step, or from its middle (after a health check's PING, say, whose answer a busy
+        # server from the start would have delayed past it).
+        busy_at = self.rng.randint(1, nth) if nth and self.rng.random() < 0.5 else 0
+        if busy_at:
+            self.log[-1] += f" busy at line {busy_at}"
+        cut = Cut(nth, busy_at, lambda: self.busy.send_command("EVAL", BUSY, 0, BUSY_MS))
+        try:
+            if cut.run(lambda: kind(written)):
+                self.cuts += 1
+                self.log[-1] += " (cut)"
+                self.may_hold = before
+                for key, values in written.items():
+                    self.may_hold[key] |= values
+            else:
+                seen.append((cut.lines, cut.windows))
+                del seen[:-20]
+                self.log[-1] += " (ran whole)" if nth else ""
+        finally:
+            if busy_at and cut.lines >= busy_at:
+                assert self.busy.read_response() == 1
+        if cut.fired:
+            # A cut command written may still run, after the step: on a busy server, after
+            # commands of the next steps on other connections. Two round trips of the
+            # probe's see it run first: the second is read in a later loop of the server's
+            # than any bytes written before the first.
+            self.probe.ping()
+            self.probe.ping()
+
+
+def connections(server: RedisServer) -> int:
+    with server.client() as probe:
+        return int(probe.info("stats")["total_connections_received"])
+
+
+def seeds(runs: int) -> list[int]:
+    fixed = os.environ.get("REDLOCK_DECO_SEED")
+    if fixed is not None:
+        return [int(fixed)]
+    first = random.randrange(1 << 30)
+    return [first + n for n in range(runs)]
+
+
+def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
+    """``plain``: the library writes its own commands directly on the client's pool (the
+    application's go through redis-py); the others go through redis-py's
+    ``execute_command`` for both, as under OpenTelemetry, on RESP2 (``traced``), RESP3
+    (``resp3``: push messages among the replies), on RESP3 with a health check before every command
+    whose PING sometimes fails (``health``: the failure disconnects, and the retry connects
+    again before the command is written), and with redis-py's client-side cache on RESP3
+    (``cached``: every connection inside redis-py's caching proxy)."""
+    # (RESP3: redis-py 8 then skips its checkout's "anything to read?" test, which on RESP2
+    # finds a reply left on a connection once it has arrived, and hides a miscount.)
+    options: dict[str, Any] = {"protocol": 3 if kind in ("resp3", "health", "cached") else 2}
+    if kind == "health":
+        # (Every command's health check or every few: a command that PINGs first reads any
+        # reply left on its connection as the PING's, and closes it.)
+        interval = 1e-6 if seed % 2 else 0.003
+        options.update(health_check_interval=interval, retry=Retry(NoBackoff(), 3))
+    if kind == "cached":
+        from redis.cache import CacheConfig
+
+        options.update(cache_config=CacheConfig())
+    client = redis.Redis.from_url(server.url, **options)
+    if kind not in ("plain", "cached"):
+        untraced = client.execute_command
+        client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    return client
+
+
+# The health check's next PING fails (the "health" kind): a server that closed an idle
+# connection, or a blip.
+ping_fails = [False]
+
+
+def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
+    def _send_ping(connection: Any) -> None:
+        if ping_fails[0]:
+            ping_fails[0] = False
+            raise redis.ConnectionError("the health check's PING failed (injected)")
+        plain(connection)
+
+    return _send_ping
+
+
+def search(server: RedisServer, kind: str, seed: int) -> None:
+    """One seed's run, on a client of its own (so that a seed replays alone)."""
+    client = client_for(server, kind, seed)
+    redlock_deco.register_provider("default", client)
+    probe = server.client()
+    run = Run(seed, client, probe, kind)
+    try:
+        probe.flushall()
+        probe.set(NOT_A_NUMBER, "x")
+        probe.set("lock:held", "someone-else")
+        with Lock("warm", ttl=5):  # (the library guards the pool at its first call)
+            pass
+        before = connections(server)
+        for _ in range(STEPS):
+            run.step()
+        made = connections(server) - before
+        # A cut may close the connection it cut (once), or leave it out of the pool for good
+        # (a cut inside the checkout or the release): a new one each. The rest: the probes'
+        # own and a subscription's first connect.
+        assert made <= 2 * run.cuts + 4, f"{made} connections for {run.cuts} cuts"
+    except BaseException:
+        print(f"seed {seed} ({kind}), REDLOCK_DECO_SEED={seed} replays it:")
+        print("\n".join(run.log[-25:]))
+        raise
+    finally:
+        ping_fails[0] = False
+        redlock_deco.register_provider("default", server.url)
+        run.busy.disconnect()
+        probe.close()
+        client.close()
+
+
+KINDS = ["plain", "traced", "resp3", "health", "cached"]
+# A cut as redis-py opens a socket (or as it drops one) leaves the socket to the collector:
+# redis-py's to close, not what this test looks for.
+UNCLOSED = (
+    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+)
+
+
+def searched(server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, runs: int) -> None:
+    if kind == "cached":
+        caching_allowed(server, monkeypatch)
+    if kind == "health":
+        plain = redis.connection.AbstractConnection._send_ping
+        monkeypatch.setattr(redis.connection.AbstractConnection, "_send_ping", fail_once(plain))
+    for seed in seeds(runs):
+        search(server, kind, seed)
+
+
+@pytest.mark.timeout(120)
+@UNCLOSED[0]
+@UNCLOSED[1]
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_reply_is_read_by_its_own_command_and_no_healthy_connection_is_closed(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """See the module; the kinds of client: :func:`client_for`."""
+    searched(server, monkeypatch, kind, RUNS)
+
+
+@pytest.mark.interrupts  # the interrupts CI leg: ten times the seeds
+@pytest.mark.timeout(300)
+@UNCLOSED[0]
+@UNCLOSED[1]
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_reply_is_read_by_its_own_command_over_many_seeds(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    searched(server, monkeypatch, kind, 10 * RUNS)
