@@ -45,6 +45,7 @@ import redis.utils
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from support.caching import caching_allowed
+from support.clients import wrap_execute_command
 from support.handing import handed_within, held_elsewhere
 from support.interrupts import signal_cannot_land
 
@@ -189,8 +190,7 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
             return
         client = redis.Redis.from_url(url)  # a client the user built
         if kind == "traced":  # wrapped, as tracing does: redis-py's own checkout and commands
-            untraced = client.execute_command
-            client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+            wrap_execute_command(client)
         clients.append(client)
         redlock_deco.register_provider("default", client)
 
@@ -274,6 +274,16 @@ def test_a_cancellation_in_an_asyncio_handshake_leaves_no_connection_without_it(
     assert found == (True, False)
 
 
+def refused_though_a_reply_waits(server: RedisServer, cut: Callable[[], None]) -> None:
+    """``cut()`` leaves an ``OK`` on its way to a connection of the provider's pool; a lock
+    held elsewhere must still be refused there (an acquire that read the ``OK`` entered)."""
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+    cut()
+    with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
+        pass  # (not inside on the OK)
+
+
 def cut_between_write_and_read(client: redis.Redis, server: RedisServer) -> None:
     """A Ctrl-C between a command's write and its read, on redis-py's own lines (as
     ``parse_response`` starts), with the server paused so that the reply is still on its
@@ -301,8 +311,7 @@ def test_a_connection_given_back_owing_a_reply_is_closed_before_another_command_
     read an acquire's nil (``ScriptReplyError``, the interrupts leg, 1 run in 6). The server
     is paused, so that the reply is still on its way when the next command is written."""
     client = redis.Redis(connection_pool=getattr(redis, pool).from_url(server.url))
-    untraced = client.execute_command  # traced, as in the interrupts leg: not written directly
-    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    wrap_execute_command(client)  # traced, as in the interrupts leg: not written directly
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):  # (the library guards the pool at its first call)
@@ -330,8 +339,7 @@ def test_a_healthy_pooled_connection_is_never_taken_for_one_owing_a_reply(
         connection_pool=redis.ConnectionPool.from_url(server.url, max_connections=10)
     )
     if kind == "traced":
-        untraced = client.execute_command
-        client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+        wrap_execute_command(client)
     redlock_deco.register_provider("default", client)
     try:
         with Lock("warm", ttl=5):
@@ -401,17 +409,12 @@ def test_a_single_connection_client_owing_a_reply_closes_it_before_the_next_lock
     ``OK``: inside while another holder was). Here the application's own command is cut
     short, the server paused so that its reply is still on the way."""
     client = redis.Redis.from_url(server.url, single_connection_client=True)
-    untraced = client.execute_command  # traced: not written directly
-    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    wrap_execute_command(client)  # traced: not written directly
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):  # (the connection is made and guarded)
             pass
-        with server.client() as other:
-            other.set("lock:held", "someone-else")
-        cut_between_write_and_read(client, server)
-        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
-            pass  # (not inside on the SET's OK)
+        refused_though_a_reply_waits(server, lambda: cut_between_write_and_read(client, server))
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
@@ -472,14 +475,11 @@ def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
     client = redis.Redis.from_url(
         server.url, protocol=3, health_check_interval=0.5, retry=Retry(NoBackoff(), 3)
     )
-    untraced = client.execute_command  # traced: not written directly
-    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    wrap_execute_command(client)  # traced: not written directly
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):
             pass
-        with server.client() as other:
-            other.set("lock:held", "someone-else")
         plain_ping = redis.connection.AbstractConnection._send_ping
         failed: list[bool] = []
 
@@ -502,11 +502,13 @@ def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
 
         client.parse_response = cut_short  # type: ignore[method-assign]
         time.sleep(0.6)  # (idle past the interval: the SET's health check PINGs, the next not)
-        with pytest.raises(KeyboardInterrupt):
-            client.set("written", "yes")
-        assert failed  # (the SET's health check failed, and it was written after a reconnect)
-        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
-            pass  # (not inside on the SET's OK)
+
+        def cut() -> None:
+            with pytest.raises(KeyboardInterrupt):
+                client.set("written", "yes")
+            assert failed  # (its health check failed, and it was written after a reconnect)
+
+        refused_though_a_reply_waits(server, cut)
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
@@ -526,17 +528,12 @@ def test_a_client_side_caching_connection_owing_a_reply_is_closed_before_a_lock_
 
     client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
     if kind == "traced":
-        untraced = client.execute_command
-        client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+        wrap_execute_command(client)
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):
             pass
-        with server.client() as other:
-            other.set("lock:held", "someone-else")
-        cut_between_write_and_read(client, server)
-        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
-            pass  # (not inside on the SET's OK)
+        refused_though_a_reply_waits(server, lambda: cut_between_write_and_read(client, server))
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
@@ -579,8 +576,7 @@ def test_a_disconnect_cut_short_is_finished(server: RedisServer, closing: str) -
     client = redis.Redis(
         connection_pool=redis.ConnectionPool.from_url(server.url, max_connections=1)
     )
-    untraced = client.execute_command
-    client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+    wrap_execute_command(client)
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):

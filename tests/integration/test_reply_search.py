@@ -37,6 +37,7 @@ import redis.connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from support.caching import caching_allowed
+from support.clients import wrap_execute_command
 from support.interrupts import signal_cannot_land
 
 import redlock_deco
@@ -388,8 +389,7 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
         options.update(cache_config=CacheConfig())
     client = redis.Redis.from_url(server.url, **options)
     if kind not in ("plain", "cached"):
-        untraced = client.execute_command
-        client.execute_command = lambda *args, **options: untraced(*args, **options)  # type: ignore[method-assign]
+        wrap_execute_command(client)
     return client
 
 
