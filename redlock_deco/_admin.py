@@ -221,4 +221,8 @@ def release_on(
     """Force-release ``key``, whichever kind it is, on one sync client (the CLI's, which
     says whether PUBLISH counts prove a waiter gone there: not on a cluster node)."""
     steps = force_release(key, "", counted=counted, masters=1, expect=expect, force=force)
-    return drivers.run(steps, drivers.SyncTarget(client))
+    target = drivers.SyncTarget(client)
+    try:
+        return drivers.run(steps, target)
+    finally:
+        target.retire()  # (its spare connections back to the client's pool; its own closed)

@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import counting, guard, guard_nodes
+from ._pools import counting, guard, guard_nodes, uncached
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -538,6 +538,12 @@ class SyncTarget:
     algorithms: Algorithms = SINGLE
 
     def __init__(self, client: Any, *, owned: bool = False) -> None:
+        own = uncached(client)  # (see _pools: client-side caching is in the scripts' way)
+        if own is not None:
+            # The application's own pool guarded all the same: its calls are protected as
+            # any other client's (see _pools).
+            guard(client.connection_pool, asynchronous=False)
+            client, owned = own, True
         self.client = client
         guard(getattr(client, "connection_pool", None), asynchronous=False)  # see _pools
         guard_nodes(client)  # (a cluster's)

@@ -43,6 +43,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import redis
+import redis.connection
 from redis.exceptions import ResponseError
 
 
@@ -174,6 +176,30 @@ def _whole(plain: type, mixin: type) -> type:
     return made
 
 
+def uncached(client: Any) -> Any:
+    """For a ``redis.Redis`` whose pool has redis-py's client-side cache: a client on a pool of
+    its own, with the same connection settings and size and no cache, for the library's
+    commands and its grant subscription (None for any other client). Its scripts are never
+    cached anyway, and the cache gets in their way: its PubSub cannot read through the
+    cache's connection proxy (redis-py 8.1: AttributeError), so every grant subscription
+    failed and every waiter polled (2 s for a lock held 0.3 s); and on a cache hit the proxy
+    drains the connection that fetched the entry -- checked out by another thread, that
+    thread's reply is read and dropped, and an acquire waited for it for good (review 47,
+    G3; redis-py's, for the application's own commands too)."""
+    pool: Any = getattr(client, "connection_pool", None)
+    if getattr(pool, "cache", None) is None or type(client) is not redis.Redis:
+        return None
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return None
+    settings = dict(pool.connection_kwargs)
+    settings.pop("cache", None)
+    settings.pop("cache_config", None)
+    own = type(pool)(
+        connection_class=pool.connection_class, max_connections=pool.max_connections, **settings
+    )
+    return redis.Redis(connection_pool=own)
+
+
 def guard(pool: Any, asynchronous: bool) -> None:
     """Make ``pool``'s connections, those to come and those it has, close themselves when a
     connect is cut short (see the module). A pool it cannot see into is left as it is."""
@@ -193,6 +219,11 @@ def guard(pool: Any, asynchronous: bool) -> None:
         if connection is not None  # (a BlockingConnectionPool's queue holds None for room)
     }.values()
     for connection in made:
+        # (Inside redis-py's client-side caching proxy, the connection it wraps: the proxy
+        # made whole had none of a connection's attributes, and every command drawn onto it
+        # raised AttributeError -- review 47, G2 -- while the connection inside wrote and read
+        # uncounted, a second holder -- G1.)
+        connection = _wrapped(connection)
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
 
@@ -228,10 +259,18 @@ def counting(connection: Any) -> WholeConnect | None:
     redis-py's client-side caching proxy (``CacheProxyConnection``), which guard() made
     whole; the release and the single-connection path read the count through the proxy,
     which has none, and never marked a connection owing a reply (review 46, F2)."""
-    if isinstance(connection, WholeConnect):
-        return connection
-    inner = getattr(connection, "_conn", None)
+    inner = _wrapped(connection)
     return inner if isinstance(inner, WholeConnect) else None
+
+
+_PROXY: Any = getattr(redis.connection, "CacheProxyConnection", None)  # (redis-py >= 5.1)
+
+
+def _wrapped(connection: Any) -> Any:
+    """The connection inside redis-py's client-side caching proxy, or ``connection``."""
+    if _PROXY is not None and isinstance(connection, _PROXY):
+        return connection._conn
+    return connection
 
 
 def guard_nodes(client: Any) -> None:

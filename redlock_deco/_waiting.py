@@ -44,8 +44,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import redis
-
 from . import _tokens as tokens
 from ._flag import Flag
 from ._protocol import Claim, granted_claim
@@ -541,22 +539,7 @@ def _subscriber(client: Any) -> Any:
     inside its Condition code left the lock held, and the interrupted waiter's own clean-up
     (``close()``, then ``reset()``) waited for it for good -- one Ctrl-C, a hang past
     ``wait=`` (review 44, N1)."""
-    pool: Any = getattr(client, "connection_pool", None)
-    pubsub: Any
-    if getattr(pool, "cache", None) is None:
-        pubsub = client.pubsub()
-    else:
-        # A client with redis-py's client-side cache: its pool's connections sit inside the
-        # cache's proxy, which redis-py's PubSub cannot read through (8.1: AttributeError,
-        # no health_check_interval); every grant subscription failed, and every wait polled
-        # (2 s for a lock held 0.3 s). The subscription gets a pool of its own, uncached,
-        # closed with it.
-        kwargs = dict(pool.connection_kwargs)
-        kwargs.pop("cache", None)
-        kwargs.pop("cache_config", None)
-        own = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-        pubsub = redis.Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call]
-        pubsub.own_pool = own  # (see _closed)
+    pubsub = client.pubsub()
     if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):
         pubsub.subscribed_event = Flag()
     return pubsub
@@ -597,9 +580,6 @@ def _closed(pubsub: Any) -> None:
     if pubsub is not None:
         with contextlib.suppress(Exception):  # a dead connection must not stop the subscriber
             pubsub.close()
-        own = getattr(pubsub, "own_pool", None)
-        if own is not None:
-            own.disconnect()
 
 
 # -- asyncio -----------------------------------------------------------------------------

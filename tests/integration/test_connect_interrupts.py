@@ -29,6 +29,7 @@ import gc
 import os
 import random
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -514,29 +515,104 @@ def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
         client.close()
 
 
-@pytest.mark.parametrize("kind", ["plain", "traced"])
+class CachingRedis(redis.Redis):
+    """An application's own client class: the library sends through it as it is."""
+
+
+@pytest.mark.parametrize("kind", ["plain", "traced", "subclass"])
+@pytest.mark.parametrize("first", ["library", "application"])
 def test_a_client_side_caching_connection_owing_a_reply_is_closed_before_a_lock_command(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, first: str
 ) -> None:
     """Review 46, F2: with redis-py's client-side cache every pooled connection sits inside
     a caching proxy, and the pool's release read the count of replies owed from the proxy,
     which has none: the application's SET cut between its write and its read went back
-    unmarked, and the library's next acquire read its ``OK`` (inside while held
-    elsewhere)."""
+    unmarked, and the library's next acquire read its ``OK`` (inside while held elsewhere).
+    Review 47, G1-G2: a connection the application made before the library's first call
+    was made whole as a proxy -- every command drawn onto it raised AttributeError, and the
+    connection inside counted nothing (the same second holder). A plain ``redis.Redis``
+    sends the library's commands through an uncached pool of their own (see
+    _pools.uncached); a subclass through its own pool, guarded."""
     caching_allowed(server, monkeypatch)
     from redis.cache import CacheConfig
 
-    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    cls = CachingRedis if kind == "subclass" else redis.Redis
+    client = cls.from_url(server.url, protocol=3, cache_config=CacheConfig())
     if kind == "traced":
         wrap_execute_command(client)
+    if first == "application":
+        assert client.get("made") is None  # (a connection made before the library's call)
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):
             pass
         refused_though_a_reply_waits(server, lambda: cut_between_write_and_read(client, server))
+        with client.pipeline() as pipe:  # (the application's own pipeline works as before)
+            assert pipe.set("a", 1).get("a").execute() == [True, b"1"]
+        for _ in range(3):
+            with Lock("after", ttl=5):
+                pass
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
+
+
+def test_a_client_side_caching_client_shared_by_threads_never_holds_up_a_lock(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 47, G3 (redis-py's): on a cache hit, redis-py's caching proxy drains the
+    connection that fetched the entry, though another thread may have it checked out: that
+    thread's reply is read and dropped, and an acquire there waited for it for good (no
+    ``socket_timeout``). The library's commands do not go through the cache (see
+    _pools.uncached): with other threads reading a cached key that keeps changing, every lock
+    call of two threads comes back within its wait. (The application's own reads there may
+    fail or stall: redis-py's.)"""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), socket_timeout=None
+    )
+    redlock_deco.register_provider("default", client)
+    stop = threading.Event()
+
+    def read_cached() -> None:
+        while not stop.is_set():
+            with suppress(Exception):  # (redis-py's own failures; a closed client's, last)
+                client.get("cached")
+
+    def change_it(probe: redis.Redis) -> None:
+        while not stop.is_set():
+            probe.set("cached", time.monotonic())  # (invalidated: fetched again, elsewhere)
+            time.sleep(0.002)
+
+    def lock_often(slow: list[float]) -> None:
+        give_up = time.monotonic() + 2
+        while time.monotonic() < give_up:
+            started = time.monotonic()
+            with Lock("busy", ttl=5, wait=3):
+                time.sleep(0.0005)
+            slow.append(time.monotonic() - started)
+
+    probe = server.client()
+    others = [threading.Thread(target=read_cached, daemon=True) for _ in range(2)]
+    others.append(threading.Thread(target=change_it, args=(probe,), daemon=True))
+    took: list[list[float]] = [[], []]
+    lockers = [threading.Thread(target=lock_often, args=(t,), daemon=True) for t in took]
+    try:
+        for thread in (*others, *lockers):
+            thread.start()
+        for thread in lockers:
+            thread.join(15)
+        assert not any(thread.is_alive() for thread in lockers), "a lock call held up for good"
+        assert all(took) and max(max(t) for t in took) < 3.5, took
+    finally:
+        stop.set()
+        redlock_deco.register_provider("default", server.url)
+        client.close()  # (a read redis-py's cache left waiting ends with its socket)
+        for thread in others:
+            thread.join(10)
+        probe.close()
 
 
 def test_a_client_side_caching_client_hands_a_freed_lock_on_at_once(

@@ -433,9 +433,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "invalidations) before it is closed", "_pools",
        "        self._close_if_stale()\n        return bool(", "        return bool(",
        "tests/integration/test_reply_search.py"),
-    py("cached-subscription-shared", "the grant subscription of a client-side caching client "
-       "goes through the cache's proxy", "_waiting",
-       "    if getattr(pool, \"cache\", None) is None:\n", "    if True:\n",
+    py("cache-not-sent-around", "the library's commands and subscription on a client-side "
+       "caching client go through the cache's proxies", "_pools",
+       "    return redis.Redis(connection_pool=own)\n", "    return None\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("cache-proxy-made-whole", "guard() makes a client-side caching proxy whole, not the "
+       "connection inside it", "_pools", "        connection = _wrapped(connection)\n", "",
        "tests/integration/test_connect_interrupts.py"),
     py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
        "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
