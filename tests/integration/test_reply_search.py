@@ -300,8 +300,8 @@ class Run:
     def step(self) -> None:
         self.log.append(f"{len(self.log)}:")
         if self.rng.random() < 0.1:
-            ping_fails[0] = True  # (only the "health" kind's connections check their health)
-            self.log[-1] += " ping fails"
+            ping_fails[:] = [True, self.rng.random() < 0.5]  # (only the "health" kind's check)
+            self.log[-1] += " ping fails" + (" after its write" if ping_fails[1] else "")
         if self.rng.random() < 0.25:
             self.lock()
             return
@@ -399,9 +399,14 @@ ping_fails = [False]
 
 
 def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``_send_ping`` failing when ``ping_fails`` says so: before the PING is written, or
+    after (its reply then left unread, as when it times out)."""
+
     def _send_ping(connection: Any) -> None:
         if ping_fails[0]:
             ping_fails[0] = False
+            if len(ping_fails) > 1 and ping_fails[1]:
+                connection.send_command("PING", check_health=False)
             raise redis.ConnectionError("the health check's PING failed (injected)")
         plain(connection)
 
@@ -411,13 +416,18 @@ def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
 def search(server: RedisServer, kind: str, seed: int) -> None:
     """One seed's run, on a client of its own (so that a seed replays alone)."""
     client = client_for(server, kind, seed)
-    redlock_deco.register_provider("default", client)
     probe = server.client()
     run = Run(seed, client, probe, kind)
     try:
         probe.flushall()
         probe.set(NOT_A_NUMBER, "x")
         probe.set("lock:held", "someone-else")
+        if seed % 2:
+            # The application's connections first, made before the library sees the client
+            # (review 47: a caching proxy made then was made whole, not its connection).
+            assert client.get(KEYS[0]) is None
+            assert client.pipeline().get(KEYS[1]).execute() == [None]
+        redlock_deco.register_provider("default", client)
         with Lock("warm", ttl=5):  # (the library guards the pool at its first call)
             pass
         before = connections(server)
@@ -433,7 +443,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
         print("\n".join(run.log[-25:]))
         raise
     finally:
-        ping_fails[0] = False
+        ping_fails[:] = [False]
         redlock_deco.register_provider("default", server.url)
         run.busy.disconnect()
         probe.close()
