@@ -176,28 +176,42 @@ def _whole(plain: type, mixin: type) -> type:
     return made
 
 
-def uncached(client: Any) -> Any:
-    """For a ``redis.Redis`` whose pool has redis-py's client-side cache: a client on a pool of
-    its own, with the same connection settings and size and no cache, for the library's
-    commands and its grant subscription (None for any other client). Its scripts are never
-    cached anyway, and the cache gets in their way: its PubSub cannot read through the
-    cache's connection proxy (redis-py 8.1: AttributeError), so every grant subscription
-    failed and every waiter polled (2 s for a lock held 0.3 s); and on a cache hit the proxy
-    drains the connection that fetched the entry -- checked out by another thread, that
-    thread's reply is read and dropped, and an acquire waited for it for good (review 47,
-    G3; redis-py's, for the application's own commands too)."""
-    pool: Any = getattr(client, "connection_pool", None)
-    if getattr(pool, "cache", None) is None or type(client) is not redis.Redis:
-        return None
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        return None
+def cached(client: Any) -> bool:
+    """Has ``client``'s pool redis-py's client-side cache?"""
+    return getattr(getattr(client, "connection_pool", None), "cache", None) is not None
+
+
+def uncached_pool(pool: Any, sized: bool = False) -> Any:
+    """A pool like ``pool`` (its connection class and settings), without the cache; of its
+    kind and size if ``sized``, else a plain ``redis.ConnectionPool``."""
     settings = dict(pool.connection_kwargs)
     settings.pop("cache", None)
     settings.pop("cache_config", None)
-    own = type(pool)(
-        connection_class=pool.connection_class, max_connections=pool.max_connections, **settings
+    if sized:
+        settings["max_connections"] = pool.max_connections
+    return (type(pool) if sized else redis.ConnectionPool)(
+        connection_class=pool.connection_class, **settings
     )
-    return redis.Redis(connection_pool=own)
+
+
+def uncached(client: Any) -> Any:
+    """For a plain ``redis.Redis`` on a standard pool with redis-py's client-side cache, and
+    not wrapped on the instance: a client on a pool of its own, with the same connection
+    settings and size and no cache, for the library's commands and its grant subscription
+    (None for any other client). Its scripts are never cached anyway, and the cache gets in
+    their way: its PubSub cannot read through the cache's connection proxy (redis-py 8.1:
+    AttributeError; any other client's grant subscription gets a pool of its own, see
+    _waiting), and on a cache hit the proxy drains the connection that fetched the entry --
+    checked out by another thread, that thread's reply is read and dropped, and an acquire
+    waited for it for good (review 47, G3; redis-py's, for the application's own commands
+    too). A client wrapped on the instance (OpenTelemetry's ``instrument_client``, a wrapper
+    of your own) is used as it is, so that the wrapper sees the library's commands."""
+    pool: Any = getattr(client, "connection_pool", None)
+    if not cached(client) or type(client) is not redis.Redis or "execute_command" in vars(client):
+        return None
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return None
+    return redis.Redis(connection_pool=uncached_pool(pool, sized=True))
 
 
 def guard(pool: Any, asynchronous: bool) -> None:

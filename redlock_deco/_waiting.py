@@ -44,8 +44,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
+
 from . import _tokens as tokens
 from ._flag import Flag
+from ._pools import cached, uncached_pool
 from ._protocol import Claim, granted_claim
 from ._worker import background, set_within
 
@@ -539,7 +542,18 @@ def _subscriber(client: Any) -> Any:
     inside its Condition code left the lock held, and the interrupted waiter's own clean-up
     (``close()``, then ``reset()``) waited for it for good -- one Ctrl-C, a hang past
     ``wait=`` (review 44, N1)."""
-    pubsub = client.pubsub()
+    pubsub: Any
+    if not cached(client):
+        pubsub = client.pubsub()
+    else:
+        # redis-py's PubSub cannot read through the client-side cache's connection proxy
+        # (8.1: AttributeError, no health_check_interval): every grant subscription failed,
+        # and every waiter polled, 2 s for a lock held 0.3 s (a subclass's, a Sentinel's, a
+        # client wrapped on the instance: a plain one sends everything around the cache, see
+        # _pools.uncached). The subscription gets an uncached pool of its own, closed with it.
+        own = uncached_pool(client.connection_pool)
+        pubsub = redis.Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call]
+        pubsub.own_pool = own  # (see _closed)
     if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):
         pubsub.subscribed_event = Flag()
     return pubsub
@@ -580,6 +594,9 @@ def _closed(pubsub: Any) -> None:
     if pubsub is not None:
         with contextlib.suppress(Exception):  # a dead connection must not stop the subscriber
             pubsub.close()
+        own = getattr(pubsub, "own_pool", None)
+        if own is not None:
+            own.disconnect()
 
 
 # -- asyncio -----------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from support.caching import caching_allowed
+from support.handing import handed_within
 
 from redlock_deco import (
     Lock,
@@ -640,6 +642,31 @@ def test_sentinel_failover_then_new_acquisitions_succeed() -> None:
                     assert time.monotonic() < deadline
                     time.sleep(0.1)
             assert replica.client().info("replication")["role"] == "master"
+
+
+def test_a_sentinel_client_with_client_side_caching_hands_a_freed_lock_on_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review 48, H1: a Sentinel's ``master_for(..., cache_config=...)`` client subscribed
+    through the cache's connection proxy, which redis-py's PubSub cannot read (8.1:
+    AttributeError): every waiter polled, 2 s for a lock held 0.1 s. Its subscription has
+    an uncached pool of its own, its connections still found through the sentinels."""
+    with RedisServer() as primary, LocalSentinels(primary, service="mymaster") as sentinels:
+        caching_allowed(primary, monkeypatch)  # (skipped before redis-py 5.1)
+        from redis.cache import CacheConfig
+
+        watcher = sentinels.client(socket_timeout=1)
+        client = watcher.master_for(
+            "mymaster", socket_timeout=1, protocol=3, cache_config=CacheConfig()
+        )
+        register_provider("default", client)
+        try:
+            for _ in range(2):  # (the first subscribes)
+                took = handed_within(0.1)
+                assert took is not None and took < 0.6, took
+        finally:
+            register_provider("default", primary.url)
+            client.close()
 
 
 def test_several_names_across_cluster_slots(cluster_client: redis.RedisCluster) -> None:

@@ -435,7 +435,16 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_reply_search.py"),
     py("cache-not-sent-around", "the library's commands and subscription on a client-side "
        "caching client go through the cache's proxies", "_pools",
-       "    return redis.Redis(connection_pool=own)\n", "    return None\n",
+       "    return redis.Redis(connection_pool=uncached_pool(pool, sized=True))\n",
+       "    return None\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("cached-subscription-through-proxy", "the grant subscription of a client-side caching "
+       "client not sent around the cache goes through the cache's proxy", "_waiting",
+       "    if not cached(client):\n", "    if True:\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("wrapped-client-sent-around", "a client-side caching client wrapped on the instance is "
+       "sent around the cache too: its wrapper never sees the library's commands", "_pools",
+       " or \"execute_command\" in vars(client):", ":",
        "tests/integration/test_connect_interrupts.py"),
     py("cache-proxy-made-whole", "guard() makes a client-side caching proxy whole, not the "
        "connection inside it", "_pools", "        connection = _wrapped(connection)\n", "",
