@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -655,6 +656,57 @@ def test_a_client_side_caching_client_hands_a_freed_lock_on_at_once(
             assert took is not None and took < HOLD + 0.5, took
         if kind == "wrapped":
             assert {"EVALSHA", "EVAL"} & set(seen), seen
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("closing", ["owing", "idle"])
+def test_a_disconnect_cut_short_is_finished(server: RedisServer, closing: str) -> None:
+    """The reply search: a Ctrl-C inside a connection's close, as redis-py's reader had
+    closed its buffer and not yet let go of it, left the socket open with a dead reader, and
+    every later checkout of the connection raised ``AttributeError`` -- the pool's commands,
+    the library's included, failed for good. ``owing``: the close before the next write of
+    a connection given back owing a reply (its mark closes it again); ``idle``: a close
+    with nothing owed (the pool's ``disconnect()``, a failed health check), which nothing
+    else would repeat. A disconnect cut short is finished (see _pools)."""
+    from redis._parsers.base import _RESPBase
+
+    if redis.utils.HIREDIS_AVAILABLE:
+        pytest.skip("hiredis's reader: no Python lines to cut short")
+    code = _RESPBase.on_disconnect.__code__
+    client = redis.Redis(
+        connection_pool=redis.ConnectionPool.from_url(server.url, max_connections=1)
+    )
+    wrap_execute_command(client)
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        if closing == "owing":
+            cut_between_write_and_read(client, server)  # (the connection is given back owing)
+
+        def local(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" and frame.f_lineno == line_of(code, "self._buffer = None"):
+                sys.settrace(None)
+                raise KeyboardInterrupt
+            return local
+
+        sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+        try:
+            # (owing: the GET closes the connection first, and is cut short there)
+            close = (
+                partial(client.get, "k")
+                if closing == "owing"
+                else client.connection_pool.disconnect
+            )
+            with pytest.raises(KeyboardInterrupt):
+                close()
+        finally:
+            sys.settrace(None)
+        assert client.get("k") is None
+        with Lock("after", ttl=5):
+            assert client.exists("lock:after")
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()

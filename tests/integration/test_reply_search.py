@@ -160,7 +160,7 @@ class Run:
         # cache a cut left "in progress" makes every later read of the key wait for a reply
         # that is never coming (redis-py's), and its PubSub cannot read through the cache's
         # proxy at all (redis-py 8.1): the application's subscriptions are left out there.
-        self.cached = kind == "cached"
+        self.cached = kind.startswith("cached")
         self.rng = random.Random(seed)
         self.client = client
         self.probe = probe  # the truth: a client of its own, never cut short
@@ -374,16 +374,19 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
     (``resp3``: push messages among the replies), on RESP3 with a health check before every command
     whose PING sometimes fails (``health``: the failure disconnects, and the retry connects
     again before the command is written), and with redis-py's client-side cache on RESP3
-    (``cached``: every connection inside redis-py's caching proxy)."""
+    (``cached``: every connection of the application's inside redis-py's caching proxy, the
+    library's commands on an uncached pool of their own; ``cached-traced``: wrapped on the
+    instance, so that the library's commands go through the caching proxies too)."""
     # (RESP3: redis-py 8 then skips its checkout's "anything to read?" test, which on RESP2
     # finds a reply left on a connection once it has arrived, and hides a miscount.)
-    options: dict[str, Any] = {"protocol": 3 if kind in ("resp3", "health", "cached") else 2}
+    resp3 = kind in ("resp3", "health", "cached", "cached-traced")
+    options: dict[str, Any] = {"protocol": 3 if resp3 else 2}
     if kind == "health":
         # (Every command's health check or every few: a command that PINGs first reads any
         # reply left on its connection as the PING's, and closes it.)
         interval = 1e-6 if seed % 2 else 0.003
         options.update(health_check_interval=interval, retry=Retry(NoBackoff(), 3))
-    if kind == "cached":
+    if kind.startswith("cached"):
         from redis.cache import CacheConfig
 
         options.update(cache_config=CacheConfig())
@@ -450,7 +453,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
         client.close()
 
 
-KINDS = ["plain", "traced", "resp3", "health", "cached"]
+KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced"]
 # A cut as redis-py opens a socket (or as it drops one) leaves the socket to the collector:
 # redis-py's to close, not what this test looks for.
 UNCLOSED = (
@@ -460,7 +463,7 @@ UNCLOSED = (
 
 
 def searched(server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, runs: int) -> None:
-    if kind == "cached":
+    if kind.startswith("cached"):
         caching_allowed(server, monkeypatch)
     if kind == "health":
         plain = redis.connection.AbstractConnection._send_ping
