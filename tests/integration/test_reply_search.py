@@ -223,12 +223,18 @@ class Run:
                 else:
                     pipe.incr(NOT_A_NUMBER)
                     expected.append(redis.ResponseError)
-            if raising and redis.ResponseError in expected:
-                with pytest.raises(redis.ResponseError, match="not an integer"):
-                    pipe.execute(raise_on_error=True)
-                replies = None
-            else:
-                replies = pipe.execute(raise_on_error=raising)
+            try:
+                if raising and redis.ResponseError in expected:
+                    with pytest.raises(redis.ResponseError, match="not an integer"):
+                        pipe.execute(raise_on_error=True)
+                    replies = None
+                else:
+                    replies = pipe.execute(raise_on_error=raising)
+            except redis.WatchError:
+                # A transaction on a connection an earlier cut left watching (redis-py's: see
+                # watched()): nothing ran.
+                assert transaction and self.cuts, "a WatchError with no cut before"
+                return
         if replies is not None:
             assert len(replies) == len(expected), (replies, expected)
             for reply, want in zip(replies, expected, strict=True):
