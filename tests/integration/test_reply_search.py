@@ -460,15 +460,26 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
 
 
 KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced"]
+
+
+# The README command's share of seeds, and ten times as many in the interrupts CI leg.
+SHARES = [
+    pytest.param(RUNS, id="few"),
+    pytest.param(10 * RUNS, id="many", marks=pytest.mark.interrupts),
+]
+
+
+@pytest.mark.timeout(300)
 # A cut as redis-py opens a socket (or as it drops one) leaves the socket to the collector:
 # redis-py's to close, not what this test looks for.
-UNCLOSED = (
-    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-)
-
-
-def searched(server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, runs: int) -> None:
+@pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("runs", SHARES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_reply_is_read_by_its_own_command_and_no_healthy_connection_is_closed(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, runs: int
+) -> None:
+    """See the module; the kinds of client: :func:`client_for`."""
     if kind.startswith("cached"):
         caching_allowed(server, monkeypatch)
     if kind == "health":
@@ -476,25 +487,3 @@ def searched(server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, ru
         monkeypatch.setattr(redis.connection.AbstractConnection, "_send_ping", fail_once(plain))
     for seed in seeds(runs):
         search(server, kind, seed)
-
-
-@pytest.mark.timeout(120)
-@UNCLOSED[0]
-@UNCLOSED[1]
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_reply_is_read_by_its_own_command_and_no_healthy_connection_is_closed(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str
-) -> None:
-    """See the module; the kinds of client: :func:`client_for`."""
-    searched(server, monkeypatch, kind, RUNS)
-
-
-@pytest.mark.interrupts  # the interrupts CI leg: ten times the seeds
-@pytest.mark.timeout(300)
-@UNCLOSED[0]
-@UNCLOSED[1]
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_reply_is_read_by_its_own_command_over_many_seeds(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str
-) -> None:
-    searched(server, monkeypatch, kind, 10 * RUNS)
