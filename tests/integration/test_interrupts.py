@@ -28,6 +28,7 @@ import ast
 import asyncio
 import contextlib
 import functools
+import gc
 import inspect
 import sys
 import threading
@@ -471,15 +472,31 @@ def _nothing_left(
     assert _until(lambda: r.dbsize() == 0, CLEANUP), f"keys left after {where}: {r.keys('*')}"
 
 
-def _traced(tracer: Tracer, run: Callable[[], None]) -> None:
-    sys.settrace(tracer)
-    if tracer.returns:
-        sys.setprofile(tracer.profile)
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """An earlier run's garbage collected now, and no collection while a run is traced: the
+    collector finalizes a retired client (``Redis.__del__`` closes its pool again, through
+    our connections' ``disconnect``) at whatever line it runs, and an interrupt fired there
+    lands in a finalizer, where Python ignores it and reports it as unraisable -- the run
+    itself not interrupted (CI's interrupts leg, once in a run of every point, semaphore)."""
+    gc.collect()
+    gc.disable()
     try:
-        run()
+        yield
     finally:
-        sys.setprofile(None)
-        sys.settrace(None)
+        gc.enable()
+
+
+def _traced(tracer: Tracer, run: Callable[[], None]) -> None:
+    with _collector_paused():
+        sys.settrace(tracer)
+        if tracer.returns:
+            sys.setprofile(tracer.profile)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+            sys.settrace(None)
 
 
 def _lines(run: Callable[[], None], returns: bool = False) -> list[Point]:
@@ -563,13 +580,14 @@ def _run_async(run: Callable[[], Any], tracer: Tracer | None) -> bool:
             await redlock_deco.aclose()
         return False
 
-    if tracer is not None:
-        sys.settrace(tracer)
-        # settrace covers this thread's new frames; the loop's tasks run in it.
-    try:
-        return asyncio.run(main())
-    finally:
-        sys.settrace(None)
+    with _collector_paused():
+        if tracer is not None:
+            sys.settrace(tracer)
+            # settrace covers this thread's new frames; the loop's tasks run in it.
+        try:
+            return asyncio.run(main())
+        finally:
+            sys.settrace(None)
 
 
 @pytest.mark.parametrize("scenario", list(ASYNC))
