@@ -46,6 +46,7 @@ from typing import Any
 import redis
 import redis.connection
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as ReadTimeout
 
 
 class WholeConnect:
@@ -77,6 +78,13 @@ class WholeConnect:
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         self._close_if_stale()
+        # The size of what is written taken first: the connect's handshake and the health
+        # check's PING are written through here too, and one of them took a pipeline's size
+        # as its own -- a failed PING's, forgotten with its connection, left the pipeline
+        # counted as one command, and cut after its first reply it went back owing the
+        # rest, marked owing none (the reply search, CI: a subscription read an EXEC's).
+        replies = self._packed or 1
+        self._packed = 0
         # Counted after redis-py's connect and health check (run here, not inside its write):
         # either may disconnect -- a failed health-check PING does, and its retry connects
         # again -- which forgets what is owed; counted first, the command was then written
@@ -84,8 +92,7 @@ class WholeConnect:
         # (review 46, F1). And counted before the write: an interrupt just after it must not
         # find the count short (one before it costs a needless reconnect).
         self._ready(check_health)
-        self._owed += self._packed or 1
-        self._packed = 0
+        self._owed += replies
         super().send_packed_command(command, check_health=False)  # type: ignore[misc]
 
     def _ready(self, check_health: bool) -> None:
@@ -107,6 +114,18 @@ class WholeConnect:
             # command after its first reconnected (a thousand waiters gave up, CI).
             self._read_one()
             raise
+        except ReadTimeout:
+            raise  # (nothing came: redis-py's parser rewinds, the connection is as it was)
+        except BaseException:
+            # Read told not to disconnect on an error (redis-py's client-side cache reads the
+            # invalidations waiting before each command so, a subscription too), a read cut
+            # short may leave redis-py's buffer wrong: an interrupt inside its purge, after a
+            # message, left the position past the end, and every command on the connection
+            # then waited for a reply it had been sent -- a lock call until the socket timed
+            # out, or for good (the reply search). Closed before its next use.
+            if self._sock is not None:  # type: ignore[attr-defined]
+                self._stale = True
+            raise
         self._read_one()  # (after the read: an interrupt inside it disconnects)
         return reply
 
@@ -122,12 +141,18 @@ class WholeConnect:
             # the socket, the connection kept the socket with no reader, and every checkout
             # of it raised AttributeError, for good (the reply search found it).
             super().disconnect()  # type: ignore[misc]
-            self._owed = 0
+            self._forget()
             raise
-        # What the old socket owed is gone with it. Forgotten only once it is closed: zeroed
-        # first, an interrupt inside redis-py's disconnect left the socket open, its reply
-        # on it and nothing owed -- the next acquire read it (review 45, R03).
+        self._forget()
+
+    def _forget(self) -> None:
+        """What the old socket owed, and that it was unfit, are gone with it. Forgotten only
+        once it is closed: zeroed first, an interrupt inside redis-py's disconnect left the
+        socket open, its reply on it and nothing owed -- the next acquire read it (review
+        45, R03). And a subscription redis-py reconnects after an error kept the mark, and
+        was closed again at its next read, its channels lost until it subscribed anew."""
         self._owed = 0
+        self._stale = False
 
     def connect(self) -> None:
         try:
@@ -254,7 +279,7 @@ def _mark_owing_on_release(pool: Any) -> None:
 
     def release(connection: Any) -> None:
         counted = counting(connection)
-        if counted is not None and counted._owed:
+        if counted is not None and (counted._owed or counted._stale):
             counted._stale = True
             cache = getattr(connection, "_cache", None)
             if counted is not connection and cache is not None:

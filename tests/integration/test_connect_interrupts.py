@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import os
 import random
 import sys
@@ -515,6 +516,59 @@ def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
         client.close()
 
 
+def test_a_pipeline_written_after_a_failed_health_check_owes_every_reply(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The health check runs inside the pipeline's write, after redis-py packed its commands:
+    the failed PING, written first, was counted as the pipeline (its size taken as the
+    PING's) and forgotten with its connection, and the pipeline, written after the retry's
+    reconnect, then as one command. Cut after its first reply,
+    it went back owing three and marked owing none, and the library's next command read one
+    of them (the reply search, CI: an application's subscription read a transaction's
+    ``EXEC``)."""
+    client = redis.Redis.from_url(
+        server.url, protocol=3, health_check_interval=0.5, retry=Retry(NoBackoff(), 3)
+    )
+    wrap_execute_command(client)  # traced: not written directly
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        plain_ping = redis.connection.AbstractConnection._send_ping
+        failed: list[bool] = []
+
+        def failing_once(connection: Any) -> None:
+            if not failed:  # (after its write: its reply left unread, as when it times out)
+                failed.append(True)
+                connection.send_command("PING", check_health=False)
+                raise redis.ConnectionError("the health check's PING failed (injected)")
+            plain_ping(connection)
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "_send_ping", failing_once)
+        pipe = client.pipeline(transaction=True)
+        plain_parse = pipe.parse_response
+        read: list[Any] = []
+
+        def cut_after_the_first(*args: Any, **options: Any) -> Any:
+            if read:
+                raise KeyboardInterrupt
+            read.append(plain_parse(*args, **options))
+            return read[-1]
+
+        pipe.parse_response = cut_after_the_first  # type: ignore[method-assign]
+        time.sleep(0.6)  # (idle past the interval: the pipeline's write PINGs first)
+
+        def cut() -> None:
+            with pytest.raises(KeyboardInterrupt):
+                pipe.set("written", "yes").get("written").execute()
+            assert failed and read  # (written after a reconnect; MULTI's reply read)
+
+        refused_though_a_reply_waits(server, cut)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
 class CachingRedis(redis.Redis):
     """An application's own client class: the library sends through it as it is."""
 
@@ -552,6 +606,98 @@ def test_a_client_side_caching_connection_owing_a_reply_is_closed_before_a_lock_
         for _ in range(3):
             with Lock("after", ttl=5):
                 pass
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_unreadable(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's caching proxy reads the invalidations waiting on a connection before each
+    command, telling the read not to disconnect on an error. A KeyboardInterrupt inside the
+    parser's purge after such a message (between its buffer's truncate and its seek) left
+    the buffer's position past its end, and the connection went back to the pool as it was:
+    every command on it then read from the wrong place -- the next lock call waited for its
+    reply until the socket timed out, and with no ``socket_timeout``, for good (the reply
+    search, a client wrapped on the instance, whose lock calls go through the proxies)."""
+    caching_allowed(server, monkeypatch)
+    from redis._parsers.socket import SocketBuffer
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), socket_timeout=3
+    )
+    wrap_execute_command(client)  # (the library's commands through the caching proxies)
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        assert client.get("cached") is None  # (tracked: its change sends an invalidation)
+        with server.client() as other:
+            other.set("cached", "new")
+        purge = SocketBuffer.purge.__code__
+        seek = next(
+            purge.co_firstlineno + n
+            for n, text in enumerate(inspect.getsource(SocketBuffer.purge).splitlines())
+            if "seek(0)" in text
+        )
+
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "line" and frame.f_lineno == seek:
+                sys.settrace(None)
+                raise KeyboardInterrupt
+            return local
+
+        sys.settrace(lambda frame, event, arg: local if frame.f_code is purge else None)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                client.incr("counter")  # (its proxy reads the invalidation first)
+        finally:
+            sys.settrace(None)
+        started = time.monotonic()
+        with Lock("after", ttl=5):
+            pass
+        assert time.monotonic() - started < 1
+        assert client.get("cached") == b"new"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_again(
+    server: RedisServer,
+) -> None:
+    """A read that fails where redis-py reads without disconnecting (a subscription) marks
+    its connection unfit (see the test above); redis-py's PubSub then closes the connection
+    and connects it again itself, subscribing anew. The mark goes with the old socket: kept,
+    the new connection was closed at its next read, and its channels were lost until it had
+    subscribed again -- a grant published then, missed."""
+    client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 3), socket_timeout=2)
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):  # (the library guards the pool at its first call)
+            pass
+        pubsub = client.pubsub()
+        pubsub.subscribe("news")
+        assert pubsub.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
+        with server.client() as admin:
+            made = int(admin.info("stats")["total_connections_received"])
+            assert admin.client_kill_filter(_type="pubsub") == 1
+        time.sleep(0.05)
+        # A blocking read (as listen()'s) reads the server's close -- an error -- and
+        # redis-py connects again and subscribes again. (A read with a timeout asks
+        # "anything to read?" first, which fails before any read.)
+        assert pubsub.get_message(timeout=None)["type"] == "subscribe"  # type: ignore[index]
+        for n in range(3):
+            with server.client() as other:
+                assert other.publish("news", n) == 1
+            message = pubsub.get_message(timeout=1)
+            assert message is not None and message["data"] == str(n).encode(), message
+        with server.client() as admin:  # (each probe's own: one a round)
+            made = int(admin.info("stats")["total_connections_received"]) - made - 4
+        assert made == 1, f"{made} connections for one subscription closed by the server"
+        pubsub.close()
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()

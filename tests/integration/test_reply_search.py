@@ -13,9 +13,12 @@ read, in the read, in the release.
 After every step the replies must be the step's own: a GET returns what the model says the
 key may hold (after a cut SET, its old value or its new one), a pipeline's replies are its
 commands', a lock is entered when its name is free and refused when it is held (a reply
-read by the wrong command is a second holder there). Over the run, the server must have
-received no more connections than the cuts explain: a connection owing nothing is never
-closed for owing (review 45: an uncounted error reply reconnected on every command).
+read by the wrong command is a second holder there). And no idle connection that counts no
+reply owed has one waiting, on its socket or in redis-py's buffer: a count short of the
+truth is found as it happens, not only when a later command on that connection reads it.
+Over the run, the server must have received no more connections than the cuts (and failed
+health checks) explain: a connection owing nothing is never closed for owing (review 45: an
+uncounted error reply reconnected on every command).
 
 A failure prints the seed and the steps so far; ``REDLOCK_DECO_SEED`` replays one seed and
 ``REDLOCK_DECO_REPLY_RUNS`` sets how many seeds a run tries.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +38,7 @@ from typing import Any
 import pytest
 import redis
 import redis.connection
+from redis._parsers.socket import SocketBuffer
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from support.caching import caching_allowed
@@ -41,7 +46,8 @@ from support.clients import wrap_execute_command
 from support.interrupts import signal_cannot_land
 
 import redlock_deco
-from redlock_deco import Lock, LockNotAcquired
+from redlock_deco import Lock, LockNotAcquired, _pools
+from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
 
 RUNS = int(os.environ.get("REDLOCK_DECO_REPLY_RUNS", "6"))
@@ -139,6 +145,51 @@ def untraced(call: Callable[[], object]) -> None:
         call()
     finally:
         sys.settrace(tracer)
+
+
+def waiting_bytes(connection: Any) -> bytes:
+    """What waits to be read on ``connection``, read by neither: redis-py's buffer of what it
+    took from the socket and did not parse yet, then the socket's own (peeked)."""
+    buffered = b""
+    buffer = getattr(connection._parser, "_buffer", None)
+    if isinstance(buffer, SocketBuffer):  # (redis-py's own parsers: hiredis keeps its own)
+        buffered = buffer._buffer.getvalue()[buffer._buffer.tell() :]
+    sock = connection._sock
+    timeout = sock.gettimeout()
+    sock.settimeout(0)  # (a socket with a timeout waits for something to read first)
+    try:
+        return buffered + sock.recv(1 << 16, socket.MSG_PEEK)
+    except BlockingIOError:
+        return buffered
+    finally:
+        sock.settimeout(timeout)
+
+
+AGGREGATES = {b"*": 1, b">": 1, b"~": 1, b"%": 2, b"|": 2}  # RESP: elements per count
+
+
+def replies_in(data: bytes) -> list[bytes]:
+    """The first line of each reply in ``data`` (RESP2 or RESP3), push messages left out:
+    on RESP3 the server sends the client-side cache's invalidations unasked."""
+    found: list[bytes] = []
+    at = 0
+
+    def skip(at: int) -> int:
+        end = data.index(b"\r\n", at)  # (ValueError: cut short -- not expected here)
+        kind, size = data[at : at + 1], data[at + 1 : end]
+        at = end + 2
+        if kind in (b"$", b"=", b"!"):
+            return at if int(size) < 0 else at + int(size) + 2
+        if kind in AGGREGATES:
+            for _ in range(AGGREGATES[kind] * max(int(size), 0)):
+                at = skip(at)
+        return at
+
+    while at < len(data):
+        if data[at : at + 1] != b">":
+            found.append(data[at : data.index(b"\r\n", at)])
+        at = skip(at)
+    return found
 
 
 def next_message(pubsub: Any) -> Any:
@@ -358,6 +409,31 @@ class Run:
             # than any bytes written before the first.
             self.probe.ping()
             self.probe.ping()
+        self.nothing_waits_unowed()
+
+    def nothing_waits_unowed(self) -> None:
+        """Every idle connection, the application's and the library's, that is not marked as
+        owing a reply has none waiting, on its socket or in redis-py's buffer. Checked after
+        every step, so that a count short of the truth is found when it happens, not only
+        when a later command on that connection happens to be one whose reply is checked
+        (a pipeline written after a failed health-check PING was counted as one command: cut
+        after its first reply, the rest waited unowed, and a search of 60 seeds a kind
+        missed it -- CI found it once)."""
+        target = providers.sync_target("default")
+        idle = list(self.client.connection_pool._available_connections)  # type: ignore[attr-defined]
+        library = target.client.connection_pool
+        if library is not self.client.connection_pool:
+            idle += library._available_connections
+        if target.spares is not None:
+            idle += target.spares.connections()
+        for connection in idle:
+            counted = _pools.counting(connection)
+            if counted is None or counted._stale or counted._owed:
+                continue
+            if counted._sock is None:  # type: ignore[attr-defined]
+                continue
+            waiting = replies_in(waiting_bytes(counted))
+            assert not waiting, f"replies wait on a connection owing none: {waiting}"
 
 
 def connections(server: RedisServer) -> int:
@@ -405,6 +481,7 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
 # The health check's next PING fails (the "health" kind): a server that closed an idle
 # connection, or a blip.
 ping_fails = [False]
+pings_failed = [0]  # in this run: each costs a connection (its failure disconnects)
 
 
 def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -414,6 +491,7 @@ def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
     def _send_ping(connection: Any) -> None:
         if ping_fails[0]:
             ping_fails[0] = False
+            pings_failed[0] += 1
             if len(ping_fails) > 1 and ping_fails[1]:
                 connection.send_command("PING", check_health=False)
             raise redis.ConnectionError("the health check's PING failed (injected)")
@@ -425,6 +503,7 @@ def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
 def search(server: RedisServer, kind: str, seed: int) -> None:
     """One seed's run, on a client of its own (so that a seed replays alone)."""
     client = client_for(server, kind, seed)
+    pings_failed[0] = 0
     probe = server.client()
     run = Run(seed, client, probe, kind)
     try:
@@ -444,9 +523,11 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
             run.step()
         made = connections(server) - before
         # A cut may close the connection it cut (once), or leave it out of the pool for good
-        # (a cut inside the checkout or the release): a new one each. The rest: the probes'
-        # own and a subscription's first connect.
-        assert made <= 2 * run.cuts + 4, f"{made} connections for {run.cuts} cuts"
+        # (a cut inside the checkout or the release): a new one each; so does a failed
+        # health-check PING. The rest: the probes' own and a subscription's first connect.
+        assert made <= 2 * run.cuts + pings_failed[0] + 4, (
+            f"{made} connections for {run.cuts} cuts and {pings_failed[0]} failed PINGs"
+        )
     except BaseException:
         print(f"seed {seed} ({kind}), REDLOCK_DECO_SEED={seed} replays it:")
         print("\n".join(run.log[-25:]))

@@ -413,17 +413,32 @@ MUTANTS: tuple[Mutant, ...] = (
        "            self._read_one()\n            raise\n", "            raise\n",
        "tests/integration/test_reply_search.py"),
     py("pipeline-counted-once", "a pipeline's write counts one reply owed, not one per "
-       "command", "_pools", "self._owed += self._packed or 1", "self._owed += 1",
+       "command", "_pools", "replies = self._packed or 1", "replies = 1",
        "tests/integration/test_reply_search.py"),
     py("disconnect-cut-unfinished", "a disconnect cut short is not finished: the connection "
        "keeps its socket with no reader", "_pools",
-       "            super().disconnect()  # type: ignore[misc]\n            self._owed = 0\n"
+       "            super().disconnect()  # type: ignore[misc]\n            self._forget()\n"
        "            raise\n", "            raise\n",
        "tests/integration/test_connect_interrupts.py"),
     py("count-before-health-check", "the count is raised before redis-py's health check, "
        "whose failed PING disconnects and forgets it", "_pools",
-       "        self._ready(check_health)\n        self._owed += self._packed or 1\n",
-       "        self._owed += self._packed or 1\n        self._ready(check_health)\n",
+       "        self._ready(check_health)\n        self._owed += replies\n",
+       "        self._owed += replies\n        self._ready(check_health)\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("size-taken-after-health-check", "a pipeline's size is taken after the connect and the "
+       "health check, whose PING (written through the same method) took it as its own", "_pools",
+       "        self._ready(check_health)\n        self._owed += replies\n",
+       "        self._ready(check_health)\n        self._owed += self._packed or 1\n"
+       "        self._packed = 0\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("interrupted-read-kept", "a read cut short that redis-py was told not to disconnect "
+       "on (the client-side cache's read of invalidations) leaves the connection in the pool "
+       "as it is, its buffer maybe wrong", "_pools",
+       "                self._stale = True\n", "                pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("stale-kept-after-disconnect", "a connection closed and connected again keeps its "
+       "mark of unfit, and is closed again at its next use", "_pools",
+       "        self._owed = 0\n        self._stale = False\n", "        self._owed = 0\n",
        "tests/integration/test_connect_interrupts.py"),
     py("cache-proxy-uncounted", "a connection inside redis-py's client-side caching proxy is "
        "never marked owing a reply", "_pools",
