@@ -5,15 +5,17 @@ one more scenario: three reviews in a row found one there (a reply read by the n
 Each run is a random sequence, drawn from a seed, of the application's own commands on the
 client the library also sends through -- single commands, error replies, pipelines
 (transactions or not, errors raised or returned), WATCH transactions, subscriptions drawn
-from the same pool -- mixed with the library's lock calls. Some of the application's
-commands are cut short by a KeyboardInterrupt at a random line of redis-py's (or of
+from the same pool -- mixed with the library's lock calls. Some of the steps, the library's
+included, are cut short by a KeyboardInterrupt at a random line of redis-py's (or of
 _pools') on their way: in the checkout, the connect, the write, between the write and the
-read, in the read, in the release.
+read, in the read, in the release. (The library's own lines are the interrupt-at-every-line
+tests'.)
 
 After every step the replies must be the step's own: a GET returns what the model says the
 key may hold (after a cut SET, its old value or its new one), a pipeline's replies are its
 commands', a lock is entered when its name is free and refused when it is held (a reply
-read by the wrong command is a second holder there). And no idle connection that counts no
+read by the wrong command is a second holder there); a lock call cut short leaves nothing
+held past its ttl and never releases the lock held elsewhere. And no idle connection that counts no
 reply owed has one waiting, on its socket or in redis-py's buffer: a count short of the
 truth is found as it happens, not only when a later command on that connection reads it.
 Over the run, the server must have received no more connections than the cuts (and failed
@@ -33,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -50,8 +52,11 @@ from redlock_deco import Lock, LockNotAcquired, _pools
 from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
 
+T = TypeVar("T")
+
 RUNS = int(os.environ.get("REDLOCK_DECO_REPLY_RUNS", "6"))
 STEPS = 150  # per run
+LOCK_TTL = 1  # the library's locks' (a lock call cut short may leave its key until then)
 KEYS = [f"k{i}" for i in range(4)]
 NOT_A_NUMBER = "nan-key"  # INCR on it: an error reply, at run time (inside a transaction too)
 CUT = 0.35  # the share of the application's steps cut short
@@ -136,13 +141,13 @@ class Cut:
         return self.fired
 
 
-def untraced(call: Callable[[], object]) -> None:
+def untraced(call: Callable[[], T]) -> T:
     """``call()`` outside the tracer: the probe is never cut short (its pool is not guarded,
     and its replies are the truth)."""
     tracer = sys.gettrace()
     sys.settrace(None)
     try:
-        call()
+        return call()
     finally:
         sys.settrace(tracer)
 
@@ -334,18 +339,27 @@ class Run:
 
     # -- the library's steps, never cut short here (the interrupt-at-every-line tests do) ----
 
-    def lock(self) -> None:
+    def lock(self, written: dict[str, set[bytes]]) -> None:
         name = self.rng.choice(["free", "held"])
         self.log[-1] += f" lock {name}"
         if name == "held":
-            with pytest.raises(LockNotAcquired), Lock("held", ttl=5, wait=0):
+            with pytest.raises(LockNotAcquired), Lock("held", ttl=LOCK_TTL, wait=0):
                 pass  # (not inside: another holder has it)
             return
-        with Lock("free", ttl=5, wait=0):
+        with Lock("free", ttl=LOCK_TTL, wait=0):
             lease = redlock_deco.current_lease()
             assert lease is not None
-            assert self.probe.get("lock:free") == lease.token.encode()
-        assert self.probe.exists("lock:free") == 0
+            token = lease.token.encode()
+            assert untraced(lambda: self.probe.get("lock:free")) == token
+        assert untraced(lambda: self.probe.exists("lock:free")) == 0
+
+    def let_go(self) -> None:
+        """After a lock step cut short: nothing of it stays held past its ttl (no renewal
+        left running), and the lock held elsewhere is still the other holder's."""
+        give_up = time.monotonic() + LOCK_TTL + 1
+        while self.probe.exists("lock:free"):
+            assert time.monotonic() < give_up, "a lock cut short stays held past its ttl"
+            time.sleep(0.01)
 
     def read(self, client: Any, key: str) -> Any:
         return client.execute_command("GETEX", key) if self.cached else client.get(key)
@@ -359,12 +373,11 @@ class Run:
         if self.rng.random() < 0.1:
             ping_fails[:] = [True, self.rng.random() < 0.5]  # (only the "health" kind's check)
             self.log[-1] += " ping fails" + (" after its write" if ping_fails[1] else "")
-        if self.rng.random() < 0.25:
-            self.lock()
-            return
+        # The library's lock calls are cut too, at the same lines of redis-py's (and of
+        # _pools'): those of its own are the interrupt-at-every-line tests'.
         kind = self.rng.choices(
-            [self.single, self.pipeline, self.watched, self.subscription],
-            [6, 3, 1, 0 if self.cached else 1],
+            [self.lock, self.single, self.pipeline, self.watched, self.subscription],
+            [4, 6, 3, 1, 0 if self.cached else 1],
         )[0]
         written: dict[str, set[bytes]] = {}
         seen = self.seen_runs.setdefault((kind.__name__, ping_fails[0]), [])
@@ -409,6 +422,9 @@ class Run:
             # than any bytes written before the first.
             self.probe.ping()
             self.probe.ping()
+            if kind == self.lock:
+                self.let_go()
+        assert self.probe.get("lock:held") == b"someone-else"  # (never released for another)
         self.nothing_waits_unowed()
 
     def nothing_waits_unowed(self) -> None:
