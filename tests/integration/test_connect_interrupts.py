@@ -33,8 +33,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -466,22 +466,41 @@ def test_the_grant_subscription_takes_no_lock_an_interrupt_can_leave_held(
     assert pubsubs and all(isinstance(p.subscribed_event, Flag) for p in pubsubs), pubsubs
 
 
+@contextmanager
+def health_checked(server: RedisServer) -> Iterator[redis.Redis]:
+    """The provider's client, traced (not written directly), on RESP3 (redis-py 8 then skips
+    its checkout's test for a reply waiting, which would hide a miscount), with a health check
+    before a command sent after 0.5 s idle and a retry that connects again when it fails."""
+    client = redis.Redis.from_url(
+        server.url, protocol=3, health_check_interval=0.5, retry=Retry(NoBackoff(), 3)
+    )
+    wrap_execute_command(client)
+    with providing(server, client):
+        yield client
+
+
+@contextmanager
+def providing(server: RedisServer, client: redis.Redis) -> Iterator[None]:
+    """``client`` as the default provider, its pool guarded (at the library's first call);
+    then the server's URL again, and ``client`` closed."""
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        yield
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
 def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Review 46, F1: the count was raised before redis-py's write, whose health check ran
     first; a failed PING disconnects (which forgets what is owed) and the retry connects
     again, and the command was then written owing nothing. Cut before its read, its ``OK``
-    went to the next command, and an acquire of a lock held elsewhere entered. RESP3: redis-py
-    8 then skips its checkout's test for a reply waiting, which would have hidden it."""
-    client = redis.Redis.from_url(
-        server.url, protocol=3, health_check_interval=0.5, retry=Retry(NoBackoff(), 3)
-    )
-    wrap_execute_command(client)  # traced: not written directly
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass
+    went to the next command, and an acquire of a lock held elsewhere entered."""
+    with health_checked(server) as client:
         plain_ping = redis.connection.AbstractConnection._send_ping
         failed: list[bool] = []
 
@@ -511,9 +530,6 @@ def test_a_command_written_after_a_failed_health_check_still_owes_its_reply(
             assert failed  # (its health check failed, and it was written after a reconnect)
 
         refused_though_a_reply_waits(server, cut)
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
 
 
 def test_a_pipeline_written_after_a_failed_health_check_owes_every_reply(
@@ -522,18 +538,10 @@ def test_a_pipeline_written_after_a_failed_health_check_owes_every_reply(
     """The health check runs inside the pipeline's write, after redis-py packed its commands:
     the failed PING, written first, was counted as the pipeline (its size taken as the
     PING's) and forgotten with its connection, and the pipeline, written after the retry's
-    reconnect, then as one command. Cut after its first reply,
-    it went back owing three and marked owing none, and the library's next command read one
-    of them (the reply search, CI: an application's subscription read a transaction's
-    ``EXEC``)."""
-    client = redis.Redis.from_url(
-        server.url, protocol=3, health_check_interval=0.5, retry=Retry(NoBackoff(), 3)
-    )
-    wrap_execute_command(client)  # traced: not written directly
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass
+    reconnect, then as one command. Cut after its first reply, it went back owing three and
+    marked owing none, and the library's next command read one of them (the reply search,
+    CI: an application's subscription read a transaction's ``EXEC``)."""
+    with health_checked(server) as client:
         plain_ping = redis.connection.AbstractConnection._send_ping
         failed: list[bool] = []
 
@@ -564,9 +572,6 @@ def test_a_pipeline_written_after_a_failed_health_check_owes_every_reply(
             assert failed and read  # (written after a reconnect; MULTI's reply read)
 
         refused_though_a_reply_waits(server, cut)
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
 
 
 class CachingRedis(redis.Redis):
@@ -596,19 +601,13 @@ def test_a_client_side_caching_connection_owing_a_reply_is_closed_before_a_lock_
         wrap_execute_command(client)
     if first == "application":
         assert client.get("made") is None  # (a connection made before the library's call)
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass
+    with providing(server, client):
         refused_though_a_reply_waits(server, lambda: cut_between_write_and_read(client, server))
         with client.pipeline() as pipe:  # (the application's own pipeline works as before)
             assert pipe.set("a", 1).get("a").execute() == [True, b"1"]
         for _ in range(3):
             with Lock("after", ttl=5):
                 pass
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
 
 
 def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_unreadable(
@@ -629,10 +628,7 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
         server.url, protocol=3, cache_config=CacheConfig(), socket_timeout=3
     )
     wrap_execute_command(client)  # (the library's commands through the caching proxies)
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass
+    with providing(server, client):
         assert client.get("cached") is None  # (tracked: its change sends an invalidation)
         with server.client() as other:
             other.set("cached", "new")
@@ -660,9 +656,6 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
             pass
         assert time.monotonic() - started < 1
         assert client.get("cached") == b"new"
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
 
 
 def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_again(
@@ -674,10 +667,7 @@ def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_aga
     the new connection was closed at its next read, and its channels were lost until it had
     subscribed again -- a grant published then, missed."""
     client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 3), socket_timeout=2)
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):  # (the library guards the pool at its first call)
-            pass
+    with providing(server, client):
         pubsub = client.pubsub()
         pubsub.subscribe("news")
         assert pubsub.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
@@ -698,9 +688,6 @@ def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_aga
             made = int(admin.info("stats")["total_connections_received"]) - made - 4
         assert made == 1, f"{made} connections for one subscription closed by the server"
         pubsub.close()
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
 
 
 def test_a_client_side_caching_client_shared_by_threads_never_holds_up_a_lock(
