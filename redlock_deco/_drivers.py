@@ -322,10 +322,18 @@ class Spares:
         if not slot:
             return checkout(self.pool, slot)  # kept in the slot from the moment it is out
         conn = slot[0]
+        # Closed first if it owes a reply: a slot never goes back through the pool's release,
+        # which marks one so, and a reply still on its way is not readable yet -- an
+        # interrupt between a write and its read, then another on the clean-up's disconnect,
+        # left a slot owing an OK that the next acquire read (review 50, R5).
+        counted = counting(conn)
         try:
             sock = conn._sock
             stale = sock is not None and readable(sock)
             stale = stale or bool(getattr(conn, "should_reconnect", bool)())
+            stale = stale or (
+                counted is not None and bool(counted._owed or counted._stale or counted._unfit)
+            )
         except (OSError, ValueError):  # closed under us (pool.disconnect from another thread)
             stale = True
         if stale:
@@ -545,8 +553,13 @@ class SyncTarget:
             guard(client.connection_pool, asynchronous=False)
             client, owned = own, True
         self.client = client
+        single = getattr(client, "connection", None)  # (single_connection_client=True)
+        uncounted = single is not None and counting(single) is None
         guard(getattr(client, "connection_pool", None), asynchronous=False)  # see _pools
         guard_nodes(client)  # (a cluster's)
+        counted = counting(single) if uncounted else None
+        if counted is not None and counted._sock is not None:  # type: ignore[attr-defined]
+            counted._stale = True  # (what it owes was never counted: see _pools.guard)
         self.owned = owned  # built here from a URL: ours to disconnect when retired
         self.direct = direct_pool(client)
         size = pool_size(client)
@@ -643,7 +656,7 @@ class SyncTarget:
         with lock if lock is not None else contextlib.nullcontext():
             conn = client.connection
             counted = None if conn is None else counting(conn)
-            if counted is not None and counted._owed:
+            if counted is not None and (counted._owed or counted._stale or counted._unfit):
                 conn.disconnect()  # (through a caching proxy: it empties its cache)
             try:
                 return client.execute_command(*command(step))

@@ -41,6 +41,7 @@ connections changes.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any
 
 import redis
@@ -57,6 +58,7 @@ class WholeConnect:
     _owed = 0  # replies written for and not read yet (a subscription's extra ones aside)
     _packed = 0  # commands in what pack_commands() made last (a pipeline's), for its write
     _stale = False  # given back to its pool owing a reply: closed before its next write
+    _unfit = False  # a read on it cut short, the socket left open: refused at its next use
 
     def pack_commands(self, commands: Any) -> Any:
         commands = list(commands)
@@ -74,10 +76,23 @@ class WholeConnect:
         # connection before each command, as invalidations -- an interrupted command's error
         # reply was raised by the application's next command (the reply search found it).
         self._close_if_stale()
+        self._refuse_if_unfit()
         return bool(super().can_read(*args, **kwargs))  # type: ignore[misc]
+
+    def _refuse_if_unfit(self) -> None:
+        """Closed, and a ConnectionError raised, as if the server had closed it: whatever
+        the cut read left unread may be anything. Raised, not reconnected quietly: a WATCH
+        pipeline holding the connection would have sent its transaction on a new one that
+        watched nothing, and overwritten a concurrent change -- redis-py turns the error
+        into a WatchError (review 50, R4); a checkout connects again, a command's retry
+        sends it again (it was not written)."""
+        if self._unfit:
+            self.disconnect()
+            raise redis.ConnectionError("closed: a read on this connection had been cut short")
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         self._close_if_stale()
+        self._refuse_if_unfit()
         # The size of what is written taken first: the connect's handshake and the health
         # check's PING are written through here too, and one of them took a pipeline's size
         # as its own -- a failed PING's, forgotten with its connection, left the pipeline
@@ -122,9 +137,9 @@ class WholeConnect:
             # short may leave redis-py's buffer wrong: an interrupt inside its purge, after a
             # message, left the position past the end, and every command on the connection
             # then waited for a reply it had been sent -- a lock call until the socket timed
-            # out, or for good (the reply search). Closed before its next use.
+            # out, or for good (the reply search). Refused at its next use.
             if self._sock is not None:  # type: ignore[attr-defined]
-                self._stale = True
+                self._unfit = True
             raise
         self._read_one()  # (after the read: an interrupt inside it disconnects)
         return reply
@@ -150,9 +165,17 @@ class WholeConnect:
         once it is closed: zeroed first, an interrupt inside redis-py's disconnect left the
         socket open, its reply on it and nothing owed -- the next acquire read it (review
         45, R03). And a subscription redis-py reconnects after an error kept the mark, and
-        was closed again at its next read, its channels lost until it subscribed anew."""
+        was closed again at its next read, its channels lost until it subscribed anew.
+        Inside redis-py's client-side caching proxy, its cache is emptied too: the server
+        forgets what the old socket tracked and will never invalidate it, and a close of the
+        connection inside, not through the proxy (which empties it), left the cache serving
+        an overwritten value for good (review 50, R2)."""
         self._owed = 0
         self._stale = False
+        self._unfit = False
+        cache = _cache_around(self)
+        if cache is not None:
+            cache.flush()
 
     def connect(self) -> None:
         try:
@@ -257,14 +280,30 @@ def guard(pool: Any, asynchronous: bool) -> None:
         for connection in getattr(pool, where, ())
         if connection is not None  # (a BlockingConnectionPool's queue holds None for room)
     }.values()
+    idle = {id(connection) for connection in _idle(pool)}
     for connection in made:
         # (Inside redis-py's client-side caching proxy, the connection it wraps: the proxy
         # made whole had none of a connection's attributes, and every command drawn onto it
         # raised AttributeError -- review 47, G2 -- while the connection inside wrote and read
         # uncounted, a second holder -- G1.)
-        connection = _wrapped(connection)
+        outer, connection = connection, _wrapped(connection)
+        if isinstance(connection, mixin):
+            continue  # (counted all along)
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
+            if not asynchronous and id(outer) in idle and connection._sock is not None:
+                # What it owes was never counted: an application command cut between its
+                # write and its read before the library's first call went back to the pool
+                # with its reply on the way, and the first acquire read that OK (review 50,
+                # R3). Closed before its next use: one reconnect, once.
+                connection._stale = True
+
+
+def _idle(pool: Any) -> list[Any]:
+    """The connections waiting in ``pool`` (a BlockingConnectionPool's in its queue)."""
+    waiting = list(getattr(pool, "_available_connections", ()))
+    queued = getattr(getattr(pool, "pool", None), "queue", ())
+    return waiting + [connection for connection in queued if connection is not None]
 
 
 def _mark_owing_on_release(pool: Any) -> None:
@@ -303,6 +342,20 @@ def counting(connection: Any) -> WholeConnect | None:
 
 
 _PROXY: Any = getattr(redis.connection, "CacheProxyConnection", None)  # (redis-py >= 5.1)
+
+
+def _cache_around(connection: Any) -> Any:
+    """The cache of redis-py's client-side caching proxy around ``connection``, if any: the
+    proxy registers a callback of its own on the connection inside (tracking turned on at
+    each connect), as a weak method, which names it."""
+    if _PROXY is None:
+        return None
+    for callback in getattr(connection, "_connect_callbacks", ()):
+        method = callback() if isinstance(callback, weakref.WeakMethod) else callback
+        proxy = getattr(method, "__self__", None)
+        if isinstance(proxy, _PROXY):
+            return getattr(proxy, "_cache", None)
+    return None
 
 
 def _wrapped(connection: Any) -> Any:

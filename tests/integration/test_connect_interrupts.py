@@ -53,8 +53,9 @@ from support.interrupts import signal_cannot_land
 
 import redlock_deco
 from redlock_deco import Lock
+from redlock_deco import _providers as providers
 from redlock_deco import _waiting as waiting
-from redlock_deco._pools import WholeConnect
+from redlock_deco._pools import WholeConnect, _wrapped
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
@@ -574,6 +575,52 @@ def test_a_pipeline_written_after_a_failed_health_check_owes_every_reply(
         refused_though_a_reply_waits(server, cut)
 
 
+def test_a_spare_connection_owing_a_reply_is_closed_before_the_next_acquire(
+    server: RedisServer,
+) -> None:
+    """Review 50, R5: the direct path keeps a default-sized pool's connections in spare
+    slots, which never go back through the pool's release (which marks one owing a reply).
+    An interrupt between an acquire's write and its read, then another on the clean-up line
+    that would close the connection, left a slot owing an ``OK`` still on its way (not yet
+    readable), and the next acquire there read it: inside, while another held the lock."""
+    client = redis.Redis.from_url(server.url)  # (plain, default size: the spares path)
+    with providing(server, client):
+        spares = providers.sync_target("default").spares
+        assert spares is not None
+        kept = spares.connections()
+        assert kept
+
+        def cut() -> None:  # (the state the two interrupts leave: a write, its reply unread)
+            with server.client() as other:
+                other.execute_command("CLIENT", "PAUSE", "300")
+            for conn in kept:
+                conn.send_command("SET", "cut", "yes")
+
+        refused_though_a_reply_waits(server, cut)
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool", "single"])
+def test_a_reply_owed_before_the_library_first_used_the_client_is_never_read_by_it(
+    server: RedisServer, pool: str
+) -> None:
+    """Review 50, R3: the library guards a client's pool at its first call on it. An
+    application command cut between its write and its read before then went back to the
+    pool uncounted, and the library's first acquire read its ``OK``: inside, while another
+    held the lock. Connections the guard finds idle are closed before their next use; a
+    single-connection client's one connection too (redis-py 8.1 already spares it: its
+    interrupted command's connection is not reused as it was)."""
+    if pool == "single":  # (its one connection never goes back to the pool)
+        client = redis.Redis.from_url(server.url, single_connection_client=True)
+    else:
+        client = redis.Redis(connection_pool=getattr(redis, pool).from_url(server.url))
+    redlock_deco.register_provider("default", client)  # (not used yet: not guarded)
+    try:
+        refused_though_a_reply_waits(server, lambda: cut_between_write_and_read(client, server))
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
 class CachingRedis(redis.Redis):
     """An application's own client class: the library sends through it as it is."""
 
@@ -658,6 +705,126 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
         assert client.get("cached") == b"new"
 
 
+def cut_in_a_drain_of(connection: Any, read: Callable[[], object]) -> None:
+    """``read()`` (a hit of redis-py's client-side cache on another connection, which drains
+    ``connection`` -- the one that fetched the entry -- for invalidations), cut as that drain
+    starts to read: a KeyboardInterrupt where redis-py reads without disconnecting."""
+    inner = _wrapped(connection)
+    fired: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if (not fired and event == "call" and frame.f_code.co_name == "read_response"
+                and frame.f_globals.get("__name__") == "redis.connection"
+                and frame.f_locals.get("self") is inner):  # fmt: skip
+            fired.append(True)
+            raise KeyboardInterrupt
+        return None
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            read()
+    finally:
+        sys.settrace(None)
+    assert fired
+
+
+def test_a_watch_is_never_dropped_by_closing_a_connection_whose_read_was_cut(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 50, R4: a connection whose read was cut short while a WATCH pipeline held it
+    (a cache hit on another connection drains it) was closed and connected again quietly at
+    the pipeline's EXEC: the transaction ran on a connection that watched nothing and
+    overwrote a concurrent change, where redis-py alone raises WatchError."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    with providing(server, client), server.client() as other:
+        other.set("acct", "100")
+        assert client.get("acct") == b"100"  # (cached, fetched on the connection X)
+        with client.pipeline() as pipe:
+            pipe.watch("acct")  # (X, held by the pipeline now)
+            balance = int(pipe.get("acct"))
+            other.set("acct", "0")  # (a concurrent change: its invalidation waits on X)
+            time.sleep(0.05)
+            cut_in_a_drain_of(pipe.connection, lambda: client.get("acct"))
+            pipe.multi()
+            pipe.set("acct", balance - 30)
+            with pytest.raises(redis.WatchError):
+                pipe.execute()
+        assert other.get("acct") == b"0"
+
+
+def test_a_cache_is_emptied_when_a_connection_inside_its_proxy_is_closed(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 50, R2: a connection whose read was cut short while it sat idle in the pool (a
+    cache hit on another connection drains it) was closed inside redis-py's caching proxy,
+    not through it, so the cache was not emptied: the server forgot what the old socket
+    tracked, and the cache served an overwritten value for good. (The next drain of that
+    connection meets a ConnectionError, as if the server had closed it: the retry, here.)"""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), retry=Retry(NoBackoff(), 3)
+    )
+    with providing(server, client), server.client() as other:
+        other.mset({"k": "v1", "k2": "a"})
+        assert client.get("k") == b"v1" and client.get("k2") == b"a"  # (cached, on X)
+        pool = client.connection_pool
+        x, y = pool.get_connection(), pool.get_connection()
+        pool.release(x)
+        pool.release(y)  # (the next command draws Y)
+        other.set("k2", "b")  # (its invalidation waits on X)
+        time.sleep(0.05)
+        cut_in_a_drain_of(x, lambda: client.get("k"))
+        for _ in range(2):
+            client.get("k")
+        other.set("k", "v2")  # (overwritten by someone else)
+        time.sleep(0.1)
+        assert [client.get("k") for _ in range(5)] == [b"v2"] * 5
+
+
+def test_a_cache_is_emptied_when_redis_py_closes_a_connection_inside_its_proxy(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's: an interrupt inside a read on a connection of the client-side cache's
+    proxy closes the connection inside (redis-py's read disconnects on any exception), not
+    the proxy, which would have emptied the cache. The server forgets what the old socket
+    tracked, and the cache served an overwritten value for good. A connection of a pool the
+    library guards empties its proxy's cache whenever it is closed."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    with providing(server, client), server.client() as other:
+        other.set("k", "v1")
+        assert client.get("k") == b"v1"  # (cached, fetched on the pool's one connection)
+        (proxy,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+        parser = _wrapped(proxy)._parser
+        fired: list[bool] = []
+
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            if (not fired and event == "call" and frame.f_code.co_name == "read_response"
+                    and frame.f_locals.get("self") is parser):  # fmt: skip
+                fired.append(True)
+                raise KeyboardInterrupt  # (inside redis-py's read: it disconnects)
+            return None
+
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                client.incr("counter")
+        finally:
+            sys.settrace(None)
+        assert fired and _wrapped(proxy)._sock is None
+        other.set("k", "v2")  # (overwritten by someone else)
+        time.sleep(0.1)
+        assert [client.get("k") for _ in range(3)] == [b"v2"] * 3
+
+
 def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_again(
     server: RedisServer,
 ) -> None:
@@ -676,9 +843,14 @@ def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_aga
             assert admin.client_kill_filter(_type="pubsub") == 1
         time.sleep(0.05)
         # A blocking read (as listen()'s) reads the server's close -- an error -- and
-        # redis-py connects again and subscribes again. (A read with a timeout asks
-        # "anything to read?" first, which fails before any read.)
-        assert pubsub.get_message(timeout=None)["type"] == "subscribe"  # type: ignore[index]
+        # redis-py connects again and subscribes again (8.x in the same call; 5.0 raises the
+        # error first). (A read with a timeout asks "anything to read?" first, which fails
+        # before any read.)
+        try:
+            again = pubsub.get_message(timeout=None)
+        except redis.ConnectionError:
+            again = pubsub.get_message(timeout=None)
+        assert again is not None and again["type"] == "subscribe", again
         for n in range(3):
             with server.client() as other:
                 assert other.publish("news", n) == 1

@@ -434,11 +434,27 @@ MUTANTS: tuple[Mutant, ...] = (
     py("interrupted-read-kept", "a read cut short that redis-py was told not to disconnect "
        "on (the client-side cache's read of invalidations) leaves the connection in the pool "
        "as it is, its buffer maybe wrong", "_pools",
-       "                self._stale = True\n", "                pass\n",
+       "                self._unfit = True\n", "                pass\n",
        "tests/integration/test_connect_interrupts.py"),
     py("stale-kept-after-disconnect", "a connection closed and connected again keeps its "
        "mark of unfit, and is closed again at its next use", "_pools",
-       "        self._owed = 0\n        self._stale = False\n", "        self._owed = 0\n",
+       "        self._stale = False\n        self._unfit = False\n", "",
+       "tests/integration/test_connect_interrupts.py"),
+    py("spare-owing-reused", "a spare slot's connection owing a reply is used again (it never "
+       "goes back through the pool's release, which marks it)", "_drivers",
+       "                counted is not None and bool(", "                False and bool(",
+       "tests/integration/test_connect_interrupts.py"),
+    py("late-guard-trusts-idle", "the connections a pool had before the library's first call "
+       "are trusted to owe nothing", "_pools",
+       "                connection._stale = True\n", "                pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("unfit-closed-quietly", "a connection whose read was cut short is closed and connected "
+       "again quietly at its next use (a WATCH on it is dropped)", "_pools",
+       "            raise redis.ConnectionError(", "            return None and (",
+       "tests/integration/test_connect_interrupts.py"),
+    py("close-keeps-cache", "closing a connection inside a client-side caching proxy leaves "
+       "the cache as it is", "_pools",
+       "        if cache is not None:\n            cache.flush()\n", "",
        "tests/integration/test_connect_interrupts.py"),
     py("cache-proxy-uncounted", "a connection inside redis-py's client-side caching proxy is "
        "never marked owing a reply", "_pools",
@@ -446,7 +462,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("stale-read-before-close", "a stale connection is read (redis-py's cache drains it for "
        "invalidations) before it is closed", "_pools",
-       "        self._close_if_stale()\n        return bool(", "        return bool(",
+       "        self._close_if_stale()\n        self._refuse_if_unfit()\n        return bool(",
+       "        self._refuse_if_unfit()\n        return bool(",
        "tests/integration/test_reply_search.py"),
     py("cache-not-sent-around", "the library's commands and subscription on a client-side "
        "caching client go through the cache's proxies", "_pools",
@@ -462,7 +479,9 @@ MUTANTS: tuple[Mutant, ...] = (
        " or \"execute_command\" in vars(client):", ":",
        "tests/integration/test_connect_interrupts.py"),
     py("cache-proxy-made-whole", "guard() makes a client-side caching proxy whole, not the "
-       "connection inside it", "_pools", "        connection = _wrapped(connection)\n", "",
+       "connection inside it", "_pools",
+       "        outer, connection = connection, _wrapped(connection)\n",
+       "        outer = connection\n",
        "tests/integration/test_connect_interrupts.py"),
     py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
        "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
