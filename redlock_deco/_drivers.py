@@ -553,13 +553,8 @@ class SyncTarget:
             guard(client.connection_pool, asynchronous=False)
             client, owned = own, True
         self.client = client
-        single = getattr(client, "connection", None)  # (single_connection_client=True)
-        uncounted = single is not None and counting(single) is None
         guard(getattr(client, "connection_pool", None), asynchronous=False)  # see _pools
         guard_nodes(client)  # (a cluster's)
-        counted = counting(single) if uncounted else None
-        if counted is not None and counted._sock is not None:  # type: ignore[attr-defined]
-            counted._stale = True  # (what it owes was never counted: see _pools.guard)
         self.owned = owned  # built here from a URL: ours to disconnect when retired
         self.direct = direct_pool(client)
         size = pool_size(client)

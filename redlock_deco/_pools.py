@@ -36,18 +36,23 @@ between write and read.
 
 The application's own calls on that pool are protected the same way; nothing else about its
 connections changes.
+
+Why one module: the count of replies owed, the marks that close a connection (owing, unfit)
+and the pools and caching proxies they are read through are one invariant -- no command reads
+another's reply -- kept by the same few attributes of one connection mixin; split, each part
+would have to know the others' states.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import weakref
 from typing import Any
 
 import redis
 import redis.connection
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as ReadTimeout
 
 
 class WholeConnect:
@@ -88,6 +93,7 @@ class WholeConnect:
         sends it again (it was not written)."""
         if self._unfit:
             self.disconnect()
+            self._packed = 0  # (a pipeline refused so: its size is not the next write's)
             raise redis.ConnectionError("closed: a read on this connection had been cut short")
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
@@ -129,16 +135,16 @@ class WholeConnect:
             # command after its first reconnected (a thousand waiters gave up, CI).
             self._read_one()
             raise
-        except ReadTimeout:
-            raise  # (nothing came: redis-py's parser rewinds, the connection is as it was)
         except BaseException:
             # Read told not to disconnect on an error (redis-py's client-side cache reads the
             # invalidations waiting before each command so, a subscription too), a read cut
             # short may leave redis-py's buffer wrong: an interrupt inside its purge, after a
             # message, left the position past the end, and every command on the connection
             # then waited for a reply it had been sent -- a lock call until the socket timed
-            # out, or for good (the reply search). Refused at its next use.
-            if self._sock is not None:  # type: ignore[attr-defined]
+            # out, or for good (the reply search). Refused at its next use. Only then: a read
+            # cut while it waited (a subscription's, by a signal) left the buffer rewound and
+            # the connection sound, and refusing it lost its messages (review 51, S1).
+            if self._sock is not None and _buffer_broken(self):  # type: ignore[attr-defined]
                 self._unfit = True
             raise
         self._read_one()  # (after the read: an interrupt inside it disconnects)
@@ -342,6 +348,20 @@ def counting(connection: Any) -> WholeConnect | None:
 
 
 _PROXY: Any = getattr(redis.connection, "CacheProxyConnection", None)  # (redis-py >= 5.1)
+
+
+def _buffer_broken(connection: Any) -> bool:
+    """Is redis-py's read buffer of ``connection`` past its own end (a purge cut between its
+    truncate and its seek)? Parsers that keep their buffer inside (hiredis) are left alone."""
+    buffer = getattr(
+        getattr(getattr(connection, "_parser", None), "_buffer", None), "_buffer", None
+    )
+    if not isinstance(buffer, io.BytesIO):
+        return False
+    try:
+        return buffer.tell() > len(buffer.getbuffer())
+    except ValueError:  # closed
+        return False
 
 
 def _cache_around(connection: Any) -> Any:

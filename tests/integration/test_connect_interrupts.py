@@ -606,9 +606,10 @@ def test_a_reply_owed_before_the_library_first_used_the_client_is_never_read_by_
     """Review 50, R3: the library guards a client's pool at its first call on it. An
     application command cut between its write and its read before then went back to the
     pool uncounted, and the library's first acquire read its ``OK``: inside, while another
-    held the lock. Connections the guard finds idle are closed before their next use; a
-    single-connection client's one connection too (redis-py 8.1 already spares it: its
-    interrupted command's connection is not reused as it was)."""
+    held the lock. Connections the guard finds idle are closed before their next use. (A
+    single-connection client's one connection is not: the application may have a WATCH, a
+    MULTI or a SELECT on it -- review 51, S3-S4; redis-py 8.1 does not reuse it as the cut
+    left it.)"""
     if pool == "single":  # (its one connection never goes back to the pool)
         client = redis.Redis.from_url(server.url, single_connection_client=True)
     else:
@@ -668,7 +669,6 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
     reply until the socket timed out, and with no ``socket_timeout``, for good (the reply
     search, a client wrapped on the instance, whose lock calls go through the proxies)."""
     caching_allowed(server, monkeypatch)
-    from redis._parsers.socket import SocketBuffer
     from redis.cache import CacheConfig
 
     client = redis.Redis.from_url(
@@ -679,25 +679,7 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
         assert client.get("cached") is None  # (tracked: its change sends an invalidation)
         with server.client() as other:
             other.set("cached", "new")
-        purge = SocketBuffer.purge.__code__
-        seek = next(
-            purge.co_firstlineno + n
-            for n, text in enumerate(inspect.getsource(SocketBuffer.purge).splitlines())
-            if "seek(0)" in text
-        )
-
-        def local(frame: FrameType, event: str, arg: Any) -> Any:
-            if event == "line" and frame.f_lineno == seek:
-                sys.settrace(None)
-                raise KeyboardInterrupt
-            return local
-
-        sys.settrace(lambda frame, event, arg: local if frame.f_code is purge else None)
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                client.incr("counter")  # (its proxy reads the invalidation first)
-        finally:
-            sys.settrace(None)
+        cut_in_a_purge(lambda: client.incr("counter"))  # (its proxy reads the invalidation)
         started = time.monotonic()
         with Lock("after", ttl=5):
             pass
@@ -705,28 +687,47 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
         assert client.get("cached") == b"new"
 
 
-def cut_in_a_drain_of(connection: Any, read: Callable[[], object]) -> None:
-    """``read()`` (a hit of redis-py's client-side cache on another connection, which drains
-    ``connection`` -- the one that fetched the entry -- for invalidations), cut as that drain
-    starts to read: a KeyboardInterrupt where redis-py reads without disconnecting."""
-    inner = _wrapped(connection)
+def cut_in_a_purge(call: Callable[[], object], of: Any = None) -> None:
+    """``call()``, cut by a KeyboardInterrupt inside redis-py's purge of a read buffer (of
+    the connection ``of``, or any), between its truncate and its seek: after a message was
+    read, where the cut leaves the buffer's position past its end."""
+    from redis._parsers.socket import SocketBuffer
+
+    purge = SocketBuffer.purge.__code__
+    seek = next(
+        purge.co_firstlineno + n
+        for n, text in enumerate(inspect.getsource(SocketBuffer.purge).splitlines())
+        if "seek(0)" in text
+    )
+    mine = None if of is None else _wrapped(of)._parser._buffer
     fired: list[bool] = []
 
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        if (not fired and event == "call" and frame.f_code.co_name == "read_response"
-                and frame.f_globals.get("__name__") == "redis.connection"
-                and frame.f_locals.get("self") is inner):  # fmt: skip
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == seek:
             fired.append(True)
+            sys.settrace(None)
             raise KeyboardInterrupt
-        return None
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code is not purge or fired:
+            return None
+        return local if mine is None or frame.f_locals.get("self") is mine else None
 
     sys.settrace(tracer)
     try:
         with pytest.raises(KeyboardInterrupt):
-            read()
+            call()
     finally:
         sys.settrace(None)
     assert fired
+
+
+def cut_in_a_drain_of(connection: Any, read: Callable[[], object]) -> None:
+    """``read()`` (a hit of redis-py's client-side cache on another connection, which drains
+    ``connection`` -- the one that fetched the entry -- for invalidations), cut inside that
+    drain where redis-py reads without disconnecting, leaving its buffer wrong."""
+    cut_in_a_purge(read, of=connection)
 
 
 def test_a_watch_is_never_dropped_by_closing_a_connection_whose_read_was_cut(
@@ -823,6 +824,44 @@ def test_a_cache_is_emptied_when_redis_py_closes_a_connection_inside_its_proxy(
         other.set("k", "v2")  # (overwritten by someone else)
         time.sleep(0.1)
         assert [client.get("k") for _ in range(3)] == [b"v2"] * 3
+
+
+def test_a_subscription_interrupted_while_it_waits_keeps_its_connection_and_messages(
+    server: RedisServer,
+) -> None:
+    """Review 51, S1: a signal's exception while an application subscription waited in its
+    read marked the connection unfit, though nothing had been read; its next read closed it
+    (the messages waiting on it lost) and raised ConnectionError. Only a read that leaves
+    redis-py's buffer wrong makes a connection unfit."""
+    client = redis.Redis.from_url(server.url, socket_timeout=2)
+    with providing(server, client):
+        pubsub = client.pubsub()
+        pubsub.subscribe("news")
+        assert pubsub.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
+        with server.client() as admin:
+            made = int(admin.info("stats")["total_connections_received"])
+        fired: list[bool] = []
+
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            if not fired and event == "call" and frame.f_code.co_name == "_read_from_socket":
+                fired.append(True)
+                raise KeyboardInterrupt  # (a signal while the read waits)
+            return None
+
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pubsub.get_message(timeout=None)
+        finally:
+            sys.settrace(None)
+        assert fired
+        with server.client() as other:
+            assert other.publish("news", "kept") == 1
+        message = pubsub.get_message(timeout=1)
+        assert message is not None and message["data"] == b"kept", message
+        with server.client() as admin:  # (the probes' own: two)
+            assert int(admin.info("stats")["total_connections_received"]) - made == 2
+        pubsub.close()
 
 
 def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_again(

@@ -436,6 +436,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "as it is, its buffer maybe wrong", "_pools",
        "                self._unfit = True\n", "                pass\n",
        "tests/integration/test_connect_interrupts.py"),
+    py("unfit-on-any-cut-read", "any read cut short with its socket open makes the "
+       "connection unfit, though redis-py rewound its buffer (a subscription waiting)",
+       "_pools", "            if self._sock is not None and _buffer_broken(self):",
+       "            if self._sock is not None:", "tests/integration/test_connect_interrupts.py"),
     py("stale-kept-after-disconnect", "a connection closed and connected again keeps its "
        "mark of unfit, and is closed again at its next use", "_pools",
        "        self._stale = False\n        self._unfit = False\n", "",
