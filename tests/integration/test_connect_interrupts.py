@@ -826,6 +826,20 @@ def test_a_cache_is_emptied_when_redis_py_closes_a_connection_inside_its_proxy(
         assert [client.get("k") for _ in range(3)] == [b"v2"] * 3
 
 
+def subscribed(client: redis.Redis) -> Any:
+    """An application subscription to "news" on ``client``, confirmed."""
+    pubsub = client.pubsub()
+    pubsub.subscribe("news")
+    assert pubsub.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
+    return pubsub
+
+
+def received(server: RedisServer) -> int:
+    """The connections the server has accepted so far (this probe's own included)."""
+    with server.client() as admin:
+        return int(admin.info("stats")["total_connections_received"])
+
+
 def test_a_subscription_interrupted_while_it_waits_keeps_its_connection_and_messages(
     server: RedisServer,
 ) -> None:
@@ -835,11 +849,8 @@ def test_a_subscription_interrupted_while_it_waits_keeps_its_connection_and_mess
     redis-py's buffer wrong makes a connection unfit."""
     client = redis.Redis.from_url(server.url, socket_timeout=2)
     with providing(server, client):
-        pubsub = client.pubsub()
-        pubsub.subscribe("news")
-        assert pubsub.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
-        with server.client() as admin:
-            made = int(admin.info("stats")["total_connections_received"])
+        pubsub = subscribed(client)
+        made = received(server)
         fired: list[bool] = []
 
         def tracer(frame: FrameType, event: str, arg: Any) -> Any:
@@ -859,8 +870,7 @@ def test_a_subscription_interrupted_while_it_waits_keeps_its_connection_and_mess
             assert other.publish("news", "kept") == 1
         message = pubsub.get_message(timeout=1)
         assert message is not None and message["data"] == b"kept", message
-        with server.client() as admin:  # (the probes' own: two)
-            assert int(admin.info("stats")["total_connections_received"]) - made == 2
+        assert received(server) - made == 2  # (the probes' own)
         pubsub.close()
 
 
@@ -874,11 +884,9 @@ def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_aga
     subscribed again -- a grant published then, missed."""
     client = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 3), socket_timeout=2)
     with providing(server, client):
-        pubsub = client.pubsub()
-        pubsub.subscribe("news")
-        assert pubsub.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
+        pubsub = subscribed(client)
+        made = received(server)
         with server.client() as admin:
-            made = int(admin.info("stats")["total_connections_received"])
             assert admin.client_kill_filter(_type="pubsub") == 1
         time.sleep(0.05)
         # A blocking read (as listen()'s) reads the server's close -- an error -- and
@@ -895,8 +903,7 @@ def test_a_subscription_redis_py_connects_again_after_an_error_is_not_closed_aga
                 assert other.publish("news", n) == 1
             message = pubsub.get_message(timeout=1)
             assert message is not None and message["data"] == str(n).encode(), message
-        with server.client() as admin:  # (each probe's own: one a round)
-            made = int(admin.info("stats")["total_connections_received"]) - made - 4
+        made = received(server) - made - 5  # (the probes' own: the kill's, one a round)
         assert made == 1, f"{made} connections for one subscription closed by the server"
         pubsub.close()
 
