@@ -474,12 +474,12 @@ def _nothing_left(
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """An earlier run's garbage collected now, and no collection while a run is traced: the
-    collector finalizes a retired client (``Redis.__del__`` closes its pool again, through
-    our connections' ``disconnect``) at whatever line it runs, and an interrupt fired there
-    lands in a finalizer, where Python ignores it and reports it as unraisable -- the run
-    itself not interrupted (CI's interrupts leg, once in a run of every point, semaphore)."""
-    gc.collect()
+    """No collection while a run is traced (it runs between them): the collector finalizes
+    a retired client (``Redis.__del__`` closes its pool again, through our connections'
+    ``disconnect``) at whatever line it runs, and an interrupt fired there lands in a
+    finalizer, where Python ignores it and reports it as unraisable -- the run itself not
+    interrupted (CI's interrupts leg, once in a run of every point, semaphore). (Not a
+    collection before each run: at every point, that doubled the leg's time.)"""
     gc.disable()
     try:
         yield
