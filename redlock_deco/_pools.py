@@ -359,7 +359,10 @@ def _buffer_broken(connection: Any) -> bool:
     if not isinstance(buffer, io.BytesIO):
         return False
     try:
-        return buffer.tell() > len(buffer.getbuffer())
+        # (getvalue, not getbuffer: an export of the buffer, however brief, makes a write
+        # from another thread -- redis-py's cache drains connections across threads -- fail
+        # with BufferError)
+        return buffer.tell() > len(buffer.getvalue())
     except ValueError:  # closed
         return False
 
