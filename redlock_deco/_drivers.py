@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import counting, guard, guard_nodes, uncached
+from ._pools import counting, guard, guard_nodes, mark_single_if_owing, uncached
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -823,6 +823,7 @@ class AsyncTarget:
     async def _send(self, step: Step) -> Any:
         if type(step) is Replicated:
             return await self._send_replicated(step)
+        mark_single_if_owing(self.client)
         if type(step) is Call and step.route is not None:
             return await self.client.execute_command(*step.args, **routing(self.client, step))
         try:

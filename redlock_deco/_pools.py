@@ -35,7 +35,9 @@ node clients are guarded alike (:func:`guard_nodes`): its own command path has t
 between write and read.
 
 The application's own calls on that pool are protected the same way; nothing else about its
-connections changes.
+connections changes. asyncio connections count alike (:class:`WholeAsyncConnect`): a
+cancellation lands only inside redis-py's write or read, which disconnect, but a signal
+handler's exception lands anywhere (review 50, R1).
 
 Why one module: the count of replies owed, the marks that close a connection (owing, unfit)
 and the pools and caching proxies they are read through are one invariant -- no command reads
@@ -55,21 +57,36 @@ import redis.connection
 from redis.exceptions import ResponseError
 
 
-class WholeConnect:
-    """A mixin for a sync connection: a connect cut short by an interrupt closes what it
-    opened, as redis-py's connect does after its own errors; and it knows when a reply is
-    owed (see :func:`guard`)."""
+class Counting:
+    """What a connection of either kind counts: the replies it owes (see :func:`guard`)."""
 
     _owed = 0  # replies written for and not read yet (a subscription's extra ones aside)
     _packed = 0  # commands in what pack_commands() made last (a pipeline's), for its write
     _stale = False  # given back to its pool owing a reply: closed before its next write
-    _unfit = False  # a read on it cut short, the socket left open: refused at its next use
 
     def pack_commands(self, commands: Any) -> Any:
         commands = list(commands)
         packed = super().pack_commands(commands)  # type: ignore[misc]
         self._packed = len(commands)
         return packed
+
+    def _size(self) -> int:
+        """The replies the write about to be made will owe; taken once."""
+        replies = self._packed or 1
+        self._packed = 0
+        return replies
+
+    def _read_one(self) -> None:
+        if self._owed > 0:
+            self._owed -= 1
+
+
+class WholeConnect(Counting):
+    """A mixin for a sync connection: a connect cut short by an interrupt closes what it
+    opened, as redis-py's connect does after its own errors; and it knows when a reply is
+    owed (see :func:`guard`)."""
+
+    _unfit = False  # a read on it cut short, the socket left open: refused at its next use
 
     def _close_if_stale(self) -> None:
         if self._stale:
@@ -104,8 +121,7 @@ class WholeConnect:
         # as its own -- a failed PING's, forgotten with its connection, left the pipeline
         # counted as one command, and cut after its first reply it went back owing the
         # rest, marked owing none (the reply search, CI: a subscription read an EXEC's).
-        replies = self._packed or 1
-        self._packed = 0
+        replies = self._size()
         # Counted after redis-py's connect and health check (run here, not inside its write):
         # either may disconnect -- a failed health-check PING does, and its retry connects
         # again -- which forgets what is owed; counted first, the command was then written
@@ -149,10 +165,6 @@ class WholeConnect:
             raise
         self._read_one()  # (after the read: an interrupt inside it disconnects)
         return reply
-
-    def _read_one(self) -> None:
-        if self._owed > 0:
-            self._owed -= 1
 
     def disconnect(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -198,22 +210,67 @@ class WholeConnect:
             raise
 
 
-class WholeAsyncConnect:
+class WholeAsyncConnect(Counting):
     """:class:`WholeConnect` for a redis.asyncio connection: a cancelled connect closes what
-    it opened (a cancellation in the handshake is an ordinary event there: any timeout)."""
+    it opened (a cancellation in the handshake is an ordinary event there: any timeout); and
+    it counts the replies it owes. A cancellation lands only where redis-py awaits, inside
+    its write or its read, each of which disconnects on any exception; but a
+    ``KeyboardInterrupt`` or a signal handler's exception (raised wherever Python code runs)
+    between the application's write and its read gave the connection back owing a reply, and
+    the library's next acquire on it read that ``OK`` as its own -- inside while another
+    held the lock (review 50, R1). The same marks as the sync mixin's, read the same way;
+    nothing on asyncio reads a connection before its write (no client-side cache), so a
+    stale one is closed as its next write starts."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self._stale:
+            await self.disconnect()
+        # (sized before the connect and the health check, counted after them: see the sync
+        # mixin -- their own writes come through here)
+        replies = self._size()
+        if not self.is_connected:  # type: ignore[attr-defined]
+            if hasattr(super(), "connect_check_health"):  # redis-py >= 6
+                await self.connect_check_health(check_health=False)
+            else:
+                await self.connect()
+        if check_health:
+            await self.check_health()  # type: ignore[attr-defined]
+        self._owed += replies
+        await super().send_packed_command(command, check_health=False)  # type: ignore[misc]
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            reply = await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError:
+            self._read_one()  # (an error reply is a reply read: see the sync mixin)
+            raise
+        timeout = kwargs.get("timeout", args[1] if len(args) > 1 else None)
+        if reply is None and timeout is not None:
+            return None  # (a read given a timeout answers None when it ran out: nothing read)
+        self._read_one()
+        return reply
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().disconnect(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            if not self.is_connected:  # type: ignore[attr-defined]
+                # (forgotten only once closed: a close cut short keeps what the socket owes)
+                self._owed = 0
+                self._stale = False
 
     async def connect(self) -> None:
         try:
             await super().connect()  # type: ignore[misc]
         except BaseException:
-            await self.disconnect()  # type: ignore[attr-defined]
+            await self.disconnect()
             raise
 
     async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
         try:
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
-            await self.disconnect()  # type: ignore[attr-defined]
+            await self.disconnect()
             raise
 
 
@@ -276,10 +333,7 @@ def guard(pool: Any, asynchronous: bool) -> None:
         return
     mixin = WholeAsyncConnect if asynchronous else WholeConnect
     pool.connection_class = _whole(plain, mixin)
-    if not asynchronous:
-        # (asyncio: a cancellation lands only where a command awaits, inside redis-py's
-        # write or read, each of which disconnects on any exception)
-        _mark_owing_on_release(pool)
+    (_mark_owing_on_async_release if asynchronous else _mark_owing_on_release)(pool)
     made = {  # (a BlockingConnectionPool lists every connection it made in _connections)
         id(connection): connection
         for where in ("_available_connections", "_in_use_connections", "_connections")
@@ -297,12 +351,18 @@ def guard(pool: Any, asynchronous: bool) -> None:
             continue  # (counted all along)
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
-            if not asynchronous and id(outer) in idle and connection._sock is not None:
+            if id(outer) in idle and _connected(connection):
                 # What it owes was never counted: an application command cut between its
                 # write and its read before the library's first call went back to the pool
                 # with its reply on the way, and the first acquire read that OK (review 50,
                 # R3). Closed before its next use: one reconnect, once.
                 connection._stale = True
+
+
+def _connected(connection: Any) -> bool:
+    if isinstance(connection, WholeAsyncConnect):
+        return bool(connection.is_connected)  # type: ignore[attr-defined]
+    return connection._sock is not None
 
 
 def _idle(pool: Any) -> list[Any]:
@@ -336,6 +396,37 @@ def _mark_owing_on_release(pool: Any) -> None:
 
     release.marks_owing = True  # type: ignore[attr-defined]
     pool.release = release
+
+
+def _mark_owing_on_async_release(pool: Any) -> None:
+    """:func:`_mark_owing_on_release` for a redis.asyncio pool (whose release is awaited)."""
+    plain = pool.release
+    if getattr(plain, "marks_owing", False):
+        return
+
+    async def release(connection: Any) -> None:
+        if isinstance(connection, WholeAsyncConnect) and connection._owed:
+            connection._stale = True
+        await plain(connection)
+
+    release.marks_owing = True  # type: ignore[attr-defined]
+    pool.release = release
+
+
+def mark_single_if_owing(client: Any) -> None:
+    """The asyncio side of the sync single-connection path (``SyncTarget._send_single``): a
+    ``redis.asyncio`` client made with ``single_connection_client=True`` never gives its
+    connection back to a pool, so nothing marked it when an interrupt between a command's
+    write and its read left a reply on it. With the client's lock free no command is under
+    way, so a reply owed now is an interrupted command's: the connection is marked, and the
+    library's command closes it as its write starts (nothing awaits in between, so no other
+    task gets the lock first). A reply owed while the lock is held is the holder's own."""
+    connection = getattr(client, "connection", None)
+    if not isinstance(connection, WholeAsyncConnect) or not connection._owed:
+        return
+    lock = getattr(client, "_single_conn_lock", None)
+    if lock is not None and not lock.locked():
+        connection._stale = True
 
 
 def counting(connection: Any) -> WholeConnect | None:

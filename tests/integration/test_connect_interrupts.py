@@ -622,6 +622,142 @@ def test_a_reply_owed_before_the_library_first_used_the_client_is_never_read_by_
         client.close()
 
 
+def async_client(server: RedisServer, pool: str) -> redis.asyncio.Redis:
+    if pool == "single":
+        return redis.asyncio.Redis.from_url(server.url, single_connection_client=True)
+    made = getattr(redis.asyncio, pool).from_url(server.url)
+    return redis.asyncio.Redis(connection_pool=made)
+
+
+async def cut_between_write_and_read_async(
+    client: redis.asyncio.Redis, server: RedisServer
+) -> None:
+    """:func:`cut_between_write_and_read` for an asyncio client: a ``KeyboardInterrupt``
+    (a signal handler's exception, or Ctrl-C where the loop does not make it a
+    cancellation) as ``parse_response`` starts, the server paused."""
+    plain = client.parse_response
+
+    async def cut_short(*args: Any, **options: Any) -> Any:
+        client.parse_response = plain  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    client.parse_response = cut_short  # type: ignore[method-assign]
+    with server.client() as other:
+        other.execute_command("CLIENT", "PAUSE", "300")
+    with pytest.raises(KeyboardInterrupt):
+        await client.set("written", "yes")
+
+
+@pytest.mark.parametrize(
+    ("pool", "first"),
+    [
+        ("ConnectionPool", "library"),
+        ("ConnectionPool", "application"),
+        ("BlockingConnectionPool", "library"),
+        ("BlockingConnectionPool", "application"),
+        ("single", "library"),
+    ],
+)
+def test_an_asyncio_connection_owing_a_reply_is_closed_before_a_lock_command(
+    server: RedisServer, pool: str, first: str
+) -> None:
+    """Review 50, R1: an asyncio client counted no replies owed -- a cancellation lands only
+    inside redis-py's write or read, which disconnect -- but a ``KeyboardInterrupt`` or a
+    signal handler's exception between the application's write and its read gave the
+    connection back owing a reply, and the library's next acquire read its ``OK``: inside,
+    while another held the lock. Cut after the library's first call and before it (but not
+    on a single-connection client before it: its one connection is not closed on sight,
+    as on the sync side, and what it owed then was never counted -- GUARANTEES)."""
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+
+    async def scenario() -> None:
+        client = async_client(server, pool)
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            if first == "library":
+                async with AsyncLock("guarded", ttl=5):
+                    pass
+            await cut_between_write_and_read_async(client, server)
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0):
+                    pass  # (not inside on the OK)
+            assert await client.get("other") is None  # (not b"OK": the SET's reply)
+        finally:
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose(close_connection_pool=True)  # (a pool passed in: not closed)
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_pipeline_cut_between_its_replies_leaves_no_reply_to_a_lock(
+    server: RedisServer,
+) -> None:
+    """The asyncio twin of the sync pipeline test (review 44, N3): the application's
+    pipeline cut between two of its replies, the next one still on its way (a BLPOP that
+    times out), went back to the pool owing two, and the library's acquire read them."""
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+
+    async def scenario() -> None:
+        client = async_client(server, "ConnectionPool")
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            async with AsyncLock("guarded", ttl=5):
+                pass
+            pipe = client.pipeline(transaction=False)
+            pipe.set("first", 1).blpop(["nothing"], 0.3).set("last", 3)
+            plain = pipe.parse_response
+            read: list[object] = []
+
+            async def cut_short(*args: Any, **options: Any) -> Any:
+                if read:
+                    raise KeyboardInterrupt  # (as the BLPOP's read starts)
+                read.append(await plain(*args, **options))
+                return read[-1]
+
+            pipe.parse_response = cut_short  # type: ignore[method-assign]
+            with pytest.raises(KeyboardInterrupt):
+                await pipe.execute()
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0):
+                    pass  # (not inside on a reply of the pipeline's)
+        finally:
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose(close_connection_pool=True)
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_read_that_runs_out_of_time_reads_no_reply(server: RedisServer) -> None:
+    """A read given a timeout answers None when it runs out (redis.asyncio), having read
+    nothing: counted as a reply read, the connection went back owing one and marked owing
+    none, and the next command on it read that reply as its own."""
+
+    async def scenario() -> None:
+        client = async_client(server, "ConnectionPool")
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            async with AsyncLock("guarded", ttl=5):  # (the pool is guarded)
+                pass
+            pool = client.connection_pool
+            try:
+                connection = await pool.get_connection()
+            except TypeError:  # (redis-py < 5.3 asks for a command name)
+                connection = await pool.get_connection("BLPOP")
+            await connection.send_command("BLPOP", "nothing", "0.3")
+            assert await connection.read_response(timeout=0.05) is None  # (ran out)
+            await pool.release(connection)
+            assert await client.get("other") is None  # (not the BLPOP's nil, late: no error)
+            await client.set("other", "value")
+            assert await client.get("other") == b"value"
+        finally:
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose(close_connection_pool=True)
+
+    asyncio.run(scenario())
+
+
 class CachingRedis(redis.Redis):
     """An application's own client class: the library sends through it as it is."""
 

@@ -452,6 +452,24 @@ MUTANTS: tuple[Mutant, ...] = (
        "are trusted to owe nothing", "_pools",
        "                connection._stale = True\n", "                pass\n",
        "tests/integration/test_connect_interrupts.py"),
+    py("async-release-unmarked", "an asyncio pool's release does not mark a connection given "
+       "back owing a reply", "_pools",
+       "            connection._stale = True\n        await plain(connection)",
+       "            pass\n        await plain(connection)",
+       "tests/integration/test_connect_interrupts.py"),
+    py("async-single-unmarked", "an asyncio single-connection client's connection owing a "
+       "reply is used as it is by the library's command", "_pools",
+       "    if lock is not None and not lock.locked():\n        connection._stale = True\n",
+       "    if lock is not None and not lock.locked():\n        pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("async-stale-written-on", "a stale asyncio connection is written on (closed only by a "
+       "checkout's connect)", "_pools",
+       "        if self._stale:\n            await self.disconnect()\n        # (sized",
+       "        # (sized", "tests/integration/test_connect_interrupts.py"),
+    py("async-timed-out-read-counted", "an asyncio read given a timeout that ran out counts a "
+       "reply read", "_pools",
+       "        if reply is None and timeout is not None:", "        if False:",
+       "tests/integration/test_connect_interrupts.py"),
     py("unfit-closed-quietly", "a connection whose read was cut short is closed and connected "
        "again quietly at its next use (a WATCH on it is dropped)", "_pools",
        "            raise redis.ConnectionError(", "            return None and (",
