@@ -43,7 +43,14 @@ from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import counting, guard, guard_nodes, mark_single_if_owing, uncached
+from ._pools import (
+    counting,
+    guard,
+    guard_async_nodes,
+    guard_nodes,
+    mark_single_if_owing,
+    uncached,
+)
 from ._protocol import (
     SINGLE,
     Acquired,
@@ -821,9 +828,12 @@ class AsyncTarget:
             await asyncio.sleep(MIGRATION_RETRY)
 
     async def _send(self, step: Step) -> Any:
+        if self.cluster:
+            guard_async_nodes(self.client)  # (the nodes learnt since the last command too)
+        else:
+            mark_single_if_owing(self.client)
         if type(step) is Replicated:
             return await self._send_replicated(step)
-        mark_single_if_owing(self.client)
         if type(step) is Call and step.route is not None:
             return await self.client.execute_command(*step.args, **routing(self.client, step))
         try:

@@ -283,7 +283,9 @@ def _whole(plain: type, mixin: type) -> type:
     made = _WHOLE.get((plain, mixin))
     if made is None:
         name = f"Whole{plain.__name__}"
-        made = _WHOLE[plain, mixin] = type(name, (mixin, plain), {"__module__": plain.__module__})
+        # (no slots of its own: a slotted class's instances, a cluster node's, can take it)
+        namespace = {"__module__": plain.__module__, "__slots__": ()}
+        made = _WHOLE[plain, mixin] = type(name, (mixin, plain), namespace)
     return made
 
 
@@ -503,3 +505,43 @@ def guard_nodes(client: Any) -> None:
 
     create_redis_node.guards = True  # type: ignore[attr-defined]
     manager.create_redis_node = create_redis_node
+
+
+class NodeMarksOwing:
+    """A mixin for a redis.asyncio cluster node (``ClusterNode``): a connection it hands out
+    owing a reply is marked, and closed by its next write. A node's free connections are
+    idle, so a reply one owes is an interrupted command's: the node writes a command and
+    reads its reply on a connection with lines of its own between, and puts it back in a
+    ``finally`` (8.x) or after the read (5.x), through no release a pool's guard could
+    wrap."""
+
+    __slots__ = ()
+
+    def acquire_connection(self) -> Any:
+        connection = super().acquire_connection()  # type: ignore[misc]
+        if isinstance(connection, WholeAsyncConnect) and connection._owed:
+            connection._stale = True
+        return connection
+
+
+def guard_async_nodes(client: Any) -> None:
+    """:func:`guard` for a redis.asyncio ``RedisCluster``'s nodes, those it knows now: run
+    before each of the library's commands, so that a node learnt since (a topology refreshed,
+    a MOVED) is guarded before the library's command reaches it. A connection a node had
+    made before, idle and connected, owes what nobody counted: closed before its next use,
+    as a pool's (review 50, R1 and R3)."""
+    manager: Any = getattr(client, "nodes_manager", None)
+    for node in list(getattr(manager, "nodes_cache", {}).values()):
+        if isinstance(node, NodeMarksOwing):
+            continue
+        with contextlib.suppress(TypeError, AttributeError):  # a node it cannot see into
+            plain = node.connection_class
+            node.connection_class = _whole(plain, WholeAsyncConnect)
+            free = {id(connection) for connection in node._free}
+            for connection in list(node._connections):
+                if isinstance(connection, WholeAsyncConnect):
+                    continue
+                connection.__class__ = _whole(type(connection), WholeAsyncConnect)
+                if id(connection) in free and connection.is_connected:
+                    connection._stale = True
+            node.__class__ = _whole(type(node), NodeMarksOwing)

@@ -122,6 +122,48 @@ def test_a_node_connection_given_back_owing_a_reply_is_closed_before_another_com
     assert cluster_client.keys("lock:*", target_nodes=cluster_client.PRIMARIES) == []
 
 
+def test_an_asyncio_node_connection_given_back_owing_a_reply_is_closed_before_a_lock_reads_it(
+    cluster: LocalCluster,
+) -> None:
+    """The asyncio cluster's twin (review 50, R1): redis.asyncio's cluster node writes a
+    command, reads its reply and gives the connection back in a ``finally`` (8.x) or puts it
+    back after the read (5.x); a ``KeyboardInterrupt`` as the read starts left the reply on
+    its way, and the next acquire on that connection read the ``OK`` as its own. The node's
+    server is paused, so that the reply is still on its way."""
+    port = cluster.servers[0].port
+
+    async def scenario() -> None:
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+        register_provider("acluster", lambda: client)
+        try:
+            async with AsyncLock("{t}guarded", provider="acluster", ttl=5):
+                pass  # (the nodes it knows are guarded at the first call)
+            await client.set("lock:{t}held", "someone-else")
+            node = client.get_node_from_key("{t}")
+            plain = node.parse_response
+
+            async def cut_short(*args: Any, **options: Any) -> Any:
+                raise KeyboardInterrupt
+
+            type(node).parse_response = cut_short  # type: ignore[method-assign]
+            try:
+                with redis.Redis(host=node.host, port=node.port) as other:
+                    other.execute_command("CLIENT", "PAUSE", "300")
+                with pytest.raises(KeyboardInterrupt):
+                    await client.set("{t}written", "yes")
+            finally:
+                type(node).parse_response = plain.__func__  # type: ignore[attr-defined]
+            with pytest.raises(LockNotAcquired):
+                async with AsyncLock("{t}held", provider="acluster", ttl=5, wait=0):
+                    pass  # (not inside on the OK)
+            assert await client.get("{t}other") is None  # (not b"OK": the SET's reply)
+        finally:
+            register_provider("acluster", cluster.url)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_async_cluster_client(cluster: LocalCluster) -> None:
     port = cluster.servers[0].port
     register_provider("acluster", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port))

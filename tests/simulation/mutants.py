@@ -450,7 +450,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("late-guard-trusts-idle", "the connections a pool had before the library's first call "
        "are trusted to owe nothing", "_pools",
-       "                connection._stale = True\n", "                pass\n",
+       "                # R3). Closed before its next use: one reconnect, once.\n"
+       "                connection._stale = True\n",
+       "                # R3). Closed before its next use: one reconnect, once.\n"
+       "                pass\n",
        "tests/integration/test_connect_interrupts.py"),
     py("async-release-unmarked", "an asyncio pool's release does not mark a connection given "
        "back owing a reply", "_pools",
@@ -470,6 +473,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "reply read", "_pools",
        "        if reply is None and timeout is not None:", "        if False:",
        "tests/integration/test_connect_interrupts.py"),
+    py("async-node-unmarked", "an asyncio cluster node hands out a connection owing a reply "
+       "as it is", "_pools",
+       "            connection._stale = True\n        return connection",
+       "            pass\n        return connection",
+       "tests/integration/test_topologies.py"),
+    py("async-nodes-unguarded", "the library's commands on an asyncio cluster leave its nodes "
+       "unguarded", "_drivers",
+       "            guard_async_nodes(self.client)  #", "            str(self.client)  #",
+       "tests/integration/test_topologies.py"),
     py("unfit-closed-quietly", "a connection whose read was cut short is closed and connected "
        "again quietly at its next use (a WATCH on it is dropped)", "_pools",
        "            raise redis.ConnectionError(", "            return None and (",
