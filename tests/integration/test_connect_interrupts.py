@@ -287,19 +287,25 @@ def refused_though_a_reply_waits(server: RedisServer, cut: Callable[[], None]) -
         pass  # (not inside on the OK)
 
 
-def cut_between_write_and_read(client: redis.Redis, server: RedisServer) -> None:
-    """A Ctrl-C between a command's write and its read, on redis-py's own lines (as
-    ``parse_response`` starts), with the server paused so that the reply is still on its
-    way when the next command is written."""
+def next_read_cut(client: Any, server: RedisServer) -> None:
+    """A Ctrl-C between ``client``'s next command's write and its read, on redis-py's own
+    lines (as ``parse_response`` starts), with the server paused so that the reply is still
+    on its way when the next command is written. Raised as the call is made, so the same cut
+    serves a sync and an asyncio client."""
     plain = client.parse_response
 
     def cut_short(*args: Any, **options: Any) -> Any:
-        client.parse_response = plain  # type: ignore[method-assign]
+        client.parse_response = plain
         raise KeyboardInterrupt
 
-    client.parse_response = cut_short  # type: ignore[method-assign]
+    client.parse_response = cut_short
     with server.client() as other:
         other.execute_command("CLIENT", "PAUSE", "300")
+
+
+def cut_between_write_and_read(client: redis.Redis, server: RedisServer) -> None:
+    """An application command cut by :func:`next_read_cut`."""
+    next_read_cut(client, server)
     with pytest.raises(KeyboardInterrupt):
         client.set("written", "yes")
 
@@ -632,18 +638,10 @@ def async_client(server: RedisServer, pool: str) -> redis.asyncio.Redis:
 async def cut_between_write_and_read_async(
     client: redis.asyncio.Redis, server: RedisServer
 ) -> None:
-    """:func:`cut_between_write_and_read` for an asyncio client: a ``KeyboardInterrupt``
-    (a signal handler's exception, or Ctrl-C where the loop does not make it a
-    cancellation) as ``parse_response`` starts, the server paused."""
-    plain = client.parse_response
-
-    async def cut_short(*args: Any, **options: Any) -> Any:
-        client.parse_response = plain  # type: ignore[method-assign]
-        raise KeyboardInterrupt
-
-    client.parse_response = cut_short  # type: ignore[method-assign]
-    with server.client() as other:
-        other.execute_command("CLIENT", "PAUSE", "300")
+    """:func:`cut_between_write_and_read` for an asyncio client (a ``KeyboardInterrupt``
+    there: a signal handler's exception, or Ctrl-C where the loop does not make it a
+    cancellation)."""
+    next_read_cut(client, server)
     with pytest.raises(KeyboardInterrupt):
         await client.set("written", "yes")
 
