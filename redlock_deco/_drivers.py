@@ -48,7 +48,7 @@ from ._pools import (
     guard,
     guard_async_nodes,
     guard_nodes,
-    mark_single_if_owing,
+    mark_single,
     uncached,
 )
 from ._protocol import (
@@ -831,7 +831,7 @@ class AsyncTarget:
         if self.cluster:
             guard_async_nodes(self.client)  # (the nodes learnt since the last command too)
         else:
-            mark_single_if_owing(self.client)
+            mark_single(self.client)
         if type(step) is Replicated:
             return await self._send_replicated(step)
         if type(step) is Call and step.route is not None:

@@ -222,8 +222,13 @@ class WholeAsyncConnect(Counting):
     nothing on asyncio reads a connection before its write (no client-side cache), so a
     stale one is closed as its next write starts."""
 
+    _single = False  # a single-connection client's one connection (see mark_single)
+    _connecting = False  # inside its connect, whose handshake writes before it reads
+
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if self._stale:
+        if self._stale or (self._single and self._owed and not self._connecting):
+            # (a single-connection client's commands each write and then read, one at a
+            # time under its lock: a reply owed as one is written is an interrupted one's)
             await self.disconnect()
         # (sized before the connect and the health check, counted after them: see the sync
         # mixin -- their own writes come through here)
@@ -260,18 +265,24 @@ class WholeAsyncConnect(Counting):
                 self._stale = False
 
     async def connect(self) -> None:
+        connecting, self._connecting = self._connecting, True
         try:
             await super().connect()  # type: ignore[misc]
         except BaseException:
             await self.disconnect()
             raise
+        finally:
+            self._connecting = connecting
 
     async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+        connecting, self._connecting = self._connecting, True
         try:
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
             await self.disconnect()
             raise
+        finally:
+            self._connecting = connecting
 
 
 _WHOLE: dict[tuple[type, type], type] = {}  # (a connection class, mixin) -> the two
@@ -415,20 +426,19 @@ def _mark_owing_on_async_release(pool: Any) -> None:
     pool.release = release
 
 
-def mark_single_if_owing(client: Any) -> None:
+def mark_single(client: Any) -> None:
     """The asyncio side of the sync single-connection path (``SyncTarget._send_single``): a
     ``redis.asyncio`` client made with ``single_connection_client=True`` never gives its
     connection back to a pool, so nothing marked it when an interrupt between a command's
-    write and its read left a reply on it. With the client's lock free no command is under
-    way, so a reply owed now is an interrupted command's: the connection is marked, and the
-    library's command closes it as its write starts (nothing awaits in between, so no other
-    task gets the lock first). A reply owed while the lock is held is the holder's own."""
+    write and its read left a reply on it. Its connection is marked as the client's one, and
+    closes itself when a command is written on it owing a reply -- at the write, under the
+    client's lock: checked before a command queued for that lock, a command holding it and
+    then cut gave it back owing, and the queued acquire read that ``OK`` (review 52, R52-1
+    and R52-2: a second holder). The application's commands are so covered too (R52-3), from
+    the library's first call on."""
     connection = getattr(client, "connection", None)
-    if not isinstance(connection, WholeAsyncConnect) or not connection._owed:
-        return
-    lock = getattr(client, "_single_conn_lock", None)
-    if lock is not None and not lock.locked():
-        connection._stale = True
+    if isinstance(connection, WholeAsyncConnect):
+        connection._single = True
 
 
 def counting(connection: Any) -> WholeConnect | None:

@@ -688,6 +688,85 @@ def test_an_asyncio_connection_owing_a_reply_is_closed_before_a_lock_command(
     asyncio.run(scenario())
 
 
+class Alarm(Exception):
+    """What a signal handler raises (a SIGALRM timeout's exception): the loop runs on."""
+
+
+@pytest.mark.parametrize("cut", ["application", "library"])
+def test_an_asyncio_single_connection_command_queued_behind_a_cut_one_reads_none_of_its_reply(
+    server: RedisServer, cut: str
+) -> None:
+    """Review 52, R52-1 and R52-2 (a second holder): on an asyncio single-connection client
+    the library looked for a reply owed before its command queued for the client's lock; a
+    command holding the lock then (the application's, or another acquire) cut between its
+    write and its read gave the lock back owing its reply, and the queued acquire read that
+    ``OK`` as its own: inside while another held the lock."""
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+
+    async def scenario() -> None:
+        client = async_client(server, "single")
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            async with AsyncLock("guarded", ttl=5):
+                pass
+            plain = client.parse_response
+
+            async def cut_short(*args: Any, **options: Any) -> Any:
+                client.parse_response = plain  # type: ignore[method-assign]
+                await asyncio.sleep(0.05)  # (the read waits on the paused server...)
+                raise Alarm  # (... and the signal handler's exception lands in it)
+
+            client.parse_response = cut_short  # type: ignore[method-assign]
+            with server.client() as other:
+                other.execute_command("CLIENT", "PAUSE", "300")
+
+            async def first() -> None:
+                with suppress(Alarm):
+                    if cut == "application":
+                        await client.set("written", "yes")
+                    else:
+                        async with AsyncLock("mine", ttl=5, wait=0.5):
+                            pass
+
+            async def queued() -> None:
+                await asyncio.sleep(0.01)  # (the first holds the client's lock)
+                with pytest.raises(redlock_deco.LockNotAcquired):
+                    async with AsyncLock("held", ttl=5, wait=0.5):
+                        pass  # (not inside on the OK)
+
+            await asyncio.gather(first(), queued())
+            assert await client.get("other") is None
+        finally:
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_single_connection_clients_next_command_reads_its_own_reply(
+    server: RedisServer,
+) -> None:
+    """Review 52, R52-3: after the library's first call on an asyncio single-connection
+    client, the application's command cut between its write and its read left its reply to
+    the application's next command (a GET answered ``OK``): the connection is closed as
+    that command is written, whoever writes it."""
+
+    async def scenario() -> None:
+        client = async_client(server, "single")
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            async with AsyncLock("guarded", ttl=5):
+                pass
+            await cut_between_write_and_read_async(client, server)
+            assert await client.get("never-set") is None  # (not b"OK": the SET's reply)
+        finally:
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_an_asyncio_pipeline_cut_between_its_replies_leaves_no_reply_to_a_lock(
     server: RedisServer,
 ) -> None:

@@ -460,15 +460,19 @@ MUTANTS: tuple[Mutant, ...] = (
        "            connection._stale = True\n        await plain(connection)",
        "            pass\n        await plain(connection)",
        "tests/integration/test_connect_interrupts.py"),
-    py("async-single-unmarked", "an asyncio single-connection client's connection owing a "
-       "reply is used as it is by the library's command", "_pools",
-       "    if lock is not None and not lock.locked():\n        connection._stale = True\n",
-       "    if lock is not None and not lock.locked():\n        pass\n",
+    py("async-single-unmarked", "an asyncio single-connection client's connection is not "
+       "known as one: a command written on it owing a reply reads that reply", "_pools",
+       "        connection._single = True\n", "        pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("async-single-closed-in-handshake", "an asyncio single-connection client's connection "
+       "written on owing a reply inside its own handshake is closed", "_pools",
+       "(self._single and self._owed and not self._connecting)",
+       "(self._single and self._owed)",
        "tests/integration/test_connect_interrupts.py"),
     py("async-stale-written-on", "a stale asyncio connection is written on (closed only by a "
        "checkout's connect)", "_pools",
-       "        if self._stale:\n            await self.disconnect()\n        # (sized",
-       "        # (sized", "tests/integration/test_connect_interrupts.py"),
+       "        if self._stale or (self._single", "        if False or (self._single",
+       "tests/integration/test_connect_interrupts.py"),
     py("async-timed-out-read-counted", "an asyncio read given a timeout that ran out counts a "
        "reply read", "_pools",
        "        if reply is None and timeout is not None:", "        if False:",
