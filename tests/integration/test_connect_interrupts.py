@@ -33,8 +33,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -628,11 +628,28 @@ def test_a_reply_owed_before_the_library_first_used_the_client_is_never_read_by_
         client.close()
 
 
-def async_client(server: RedisServer, pool: str) -> redis.asyncio.Redis:
+@asynccontextmanager
+async def providing_async(
+    server: RedisServer, pool: str, guarded: bool = True
+) -> AsyncIterator[redis.asyncio.Redis]:
+    """An asyncio client on a pool of class ``pool`` ("single": a single-connection client),
+    the default provider's until the end, then closed with its pool; ``guarded``: after a
+    lock call on it (the library guards a client at its first call)."""
     if pool == "single":
-        return redis.asyncio.Redis.from_url(server.url, single_connection_client=True)
-    made = getattr(redis.asyncio, pool).from_url(server.url)
-    return redis.asyncio.Redis(connection_pool=made)
+        client = redis.asyncio.Redis.from_url(server.url, single_connection_client=True)
+    else:
+        client = redis.asyncio.Redis(
+            connection_pool=getattr(redis.asyncio, pool).from_url(server.url)
+        )
+    redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+    try:
+        if guarded:
+            async with AsyncLock("guarded", ttl=5):
+                pass
+        yield client
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        await client.aclose(close_connection_pool=True)  # (a pool passed in: not closed)
 
 
 async def cut_between_write_and_read_async(
@@ -670,20 +687,12 @@ def test_an_asyncio_connection_owing_a_reply_is_closed_before_a_lock_command(
         other.set("lock:held", "someone-else")
 
     async def scenario() -> None:
-        client = async_client(server, pool)
-        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
-        try:
-            if first == "library":
-                async with AsyncLock("guarded", ttl=5):
-                    pass
+        async with providing_async(server, pool, guarded=first == "library") as client:
             await cut_between_write_and_read_async(client, server)
             with pytest.raises(redlock_deco.LockNotAcquired):
                 async with AsyncLock("held", ttl=5, wait=0):
                     pass  # (not inside on the OK)
             assert await client.get("other") is None  # (not b"OK": the SET's reply)
-        finally:
-            redlock_deco.register_provider("default", server.url)
-            await client.aclose(close_connection_pool=True)  # (a pool passed in: not closed)
 
     asyncio.run(scenario())
 
@@ -705,11 +714,7 @@ def test_an_asyncio_single_connection_command_queued_behind_a_cut_one_reads_none
         other.set("lock:held", "someone-else")
 
     async def scenario() -> None:
-        client = async_client(server, "single")
-        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
-        try:
-            async with AsyncLock("guarded", ttl=5):
-                pass
+        async with providing_async(server, "single") as client:
             plain = client.parse_response
 
             async def cut_short(*args: Any, **options: Any) -> Any:
@@ -737,9 +742,6 @@ def test_an_asyncio_single_connection_command_queued_behind_a_cut_one_reads_none
 
             await asyncio.gather(first(), queued())
             assert await client.get("other") is None
-        finally:
-            redlock_deco.register_provider("default", server.url)
-            await client.aclose()
 
     asyncio.run(scenario())
 
@@ -753,16 +755,9 @@ def test_an_asyncio_single_connection_clients_next_command_reads_its_own_reply(
     that command is written, whoever writes it."""
 
     async def scenario() -> None:
-        client = async_client(server, "single")
-        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
-        try:
-            async with AsyncLock("guarded", ttl=5):
-                pass
+        async with providing_async(server, "single") as client:
             await cut_between_write_and_read_async(client, server)
             assert await client.get("never-set") is None  # (not b"OK": the SET's reply)
-        finally:
-            redlock_deco.register_provider("default", server.url)
-            await client.aclose()
 
     asyncio.run(scenario())
 
@@ -777,11 +772,7 @@ def test_an_asyncio_pipeline_cut_between_its_replies_leaves_no_reply_to_a_lock(
         other.set("lock:held", "someone-else")
 
     async def scenario() -> None:
-        client = async_client(server, "ConnectionPool")
-        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
-        try:
-            async with AsyncLock("guarded", ttl=5):
-                pass
+        async with providing_async(server, "ConnectionPool") as client:
             pipe = client.pipeline(transaction=False)
             pipe.set("first", 1).blpop(["nothing"], 0.3).set("last", 3)
             plain = pipe.parse_response
@@ -799,9 +790,6 @@ def test_an_asyncio_pipeline_cut_between_its_replies_leaves_no_reply_to_a_lock(
             with pytest.raises(redlock_deco.LockNotAcquired):
                 async with AsyncLock("held", ttl=5, wait=0):
                     pass  # (not inside on a reply of the pipeline's)
-        finally:
-            redlock_deco.register_provider("default", server.url)
-            await client.aclose(close_connection_pool=True)
 
     asyncio.run(scenario())
 
@@ -812,11 +800,7 @@ def test_an_asyncio_read_that_runs_out_of_time_reads_no_reply(server: RedisServe
     none, and the next command on it read that reply as its own."""
 
     async def scenario() -> None:
-        client = async_client(server, "ConnectionPool")
-        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
-        try:
-            async with AsyncLock("guarded", ttl=5):  # (the pool is guarded)
-                pass
+        async with providing_async(server, "ConnectionPool") as client:
             pool = client.connection_pool
             try:
                 connection = await pool.get_connection()
@@ -828,9 +812,6 @@ def test_an_asyncio_read_that_runs_out_of_time_reads_no_reply(server: RedisServe
             assert await client.get("other") is None  # (not the BLPOP's nil, late: no error)
             await client.set("other", "value")
             assert await client.get("other") == b"value"
-        finally:
-            redlock_deco.register_provider("default", server.url)
-            await client.aclose(close_connection_pool=True)
 
     asyncio.run(scenario())
 

@@ -28,7 +28,6 @@ A failure prints the seed and the steps so far; ``REDLOCK_DECO_SEED`` replays on
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import sys
@@ -46,6 +45,16 @@ from redis.retry import Retry
 from support.caching import caching_allowed
 from support.clients import wrap_execute_command
 from support.interrupts import signal_cannot_land
+from support.replies import (
+    BUSY,
+    BUSY_MS,
+    NOT_A_NUMBER,
+    Lines,
+    interruptible,
+    queue,
+    searching,
+    seeds,
+)
 
 import redlock_deco
 from redlock_deco import Lock, LockNotAcquired, _pools
@@ -54,47 +63,13 @@ from redlock_deco.testing import RedisServer
 
 T = TypeVar("T")
 
-RUNS = int(os.environ.get("REDLOCK_DECO_REPLY_RUNS", "6"))
 STEPS = 150  # per run
 LOCK_TTL = 1  # the library's locks' (a lock call cut short may leave its key until then)
 KEYS = [f"k{i}" for i in range(4)]
-NOT_A_NUMBER = "nan-key"  # INCR on it: an error reply, at run time (inside a transaction too)
 CUT = 0.35  # the share of the application's steps cut short
-# Half the cut steps run while the server is busy this long in a script of another
-# connection's: their reply is then still on its way when the next command is written, past
-# redis-py's own "anything to read?" test at checkout (which a reply already there meets).
-# (CLIENT PAUSE ends only at the server's next cron tick: 100 ms.)
-BUSY_MS = 5
-# (Bounded by a count too: Valkey's TIME inside a script is the script's start, for good.)
-BUSY = """
-local start = redis.call('TIME')
-for _ = 1, 6000 do
-    local now = redis.call('TIME')
-    if (now[1] - start[1]) * 1000000 + (now[2] - start[2]) >= tonumber(ARGV[1]) * 1000 then
-        return 1
-    end
-end
-return 1
-"""
 
 
-def interruptible(frame: FrameType) -> bool:
-    """A line a real signal could land on, in redis-py or in the library's connection
-    guard, outside a finaliser (the collector runs those on any thread it likes)."""
-    name: str = frame.f_globals.get("__name__", "")
-    if not (name.startswith("redis.") or name == "redlock_deco._pools"):
-        return False
-    if name.startswith("redis.observability"):
-        return False
-    caller: FrameType | None = frame
-    while caller is not None:
-        if caller.f_code.co_name == "__del__":
-            return False
-        caller = caller.f_back
-    return True
-
-
-class Cut:
+class Cut(Lines):
     """Runs a step under a tracer that counts its interruptible lines, and raises a
     KeyboardInterrupt at the ``nth`` (0: never). What it saw guides later cuts: how many
     lines a step of its kind runs, and which of them lie between a write and its read."""
@@ -104,23 +79,14 @@ class Cut:
         self.busy_at = busy_at  # the line at which the server is made busy (0: never)
         self.busy = busy
         self.fired = False
-        self.lines = 0
-        self.windows: list[tuple[int, int]] = []  # (first, last) line between write and read
-        self._written = 0
+        super().__init__()
 
     def local(self, frame: FrameType, event: str, arg: object) -> Any:
         if event != "line" or self.fired:
             return self.local
         if signal_cannot_land(frame.f_code, frame.f_lineno, frame.f_lasti):
             return self.local
-        self.lines += 1
-        name = frame.f_code.co_name
-        if name == "send_packed_command" and not self._written:
-            self._written = self.lines
-        elif name == "read_response" and self._written:
-            self.windows.append((self._written, self.lines))
-            self._written = 0
-        if self.lines == self.busy_at:
+        if self.saw(frame) == self.busy_at:
             self.busy()  # (a trace function is not traced)
         if self.lines == self.nth:
             self.fired = True
@@ -263,22 +229,9 @@ class Run:
             for _ in range(self.rng.randint(1, 5))
         ]
         self.log[-1] += f" pipeline tx={transaction} raise={raising} {pairs}"
-        expected: list[Any] = []
         after = {key: set(values) for key, values in self.may_hold.items()}
         with self.client.pipeline(transaction=transaction) as pipe:
-            for what, key in pairs:
-                if what == "set":
-                    value = self.value()
-                    written.setdefault(key, set()).add(value)
-                    pipe.set(key, value)
-                    after[key] = {value}
-                    expected.append(True)
-                elif what == "get":
-                    self.read(pipe, key)
-                    expected.append(set(after[key]))
-                else:
-                    pipe.incr(NOT_A_NUMBER)
-                    expected.append(redis.ResponseError)
+            expected = queue(pipe, pairs, self.value, written, after, self.read)
             try:
                 if raising and redis.ResponseError in expected:
                     with pytest.raises(redis.ResponseError, match="not an integer"):
@@ -457,14 +410,6 @@ def connections(server: RedisServer) -> int:
         return int(probe.info("stats")["total_connections_received"])
 
 
-def seeds(runs: int) -> list[int]:
-    fixed = os.environ.get("REDLOCK_DECO_SEED")
-    if fixed is not None:
-        return [int(fixed)]
-    first = random.randrange(1 << 30)
-    return [first + n for n in range(runs)]
-
-
 def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
     """``plain``: the library writes its own commands directly on the client's pool (the
     application's go through redis-py); the others go through redis-py's
@@ -559,20 +504,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
 KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced"]
 
 
-# The README command's share of seeds, and ten times as many in the interrupts CI leg.
-SHARES = [
-    pytest.param(RUNS, id="few"),
-    pytest.param(10 * RUNS, id="many", marks=pytest.mark.interrupts),
-]
-
-
-@pytest.mark.timeout(300)
-# A cut as redis-py opens a socket (or as it drops one) leaves the socket to the collector:
-# redis-py's to close, not what this test looks for.
-@pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.parametrize("runs", SHARES)
-@pytest.mark.parametrize("kind", KINDS)
+@searching(KINDS)
 def test_every_reply_is_read_by_its_own_command_and_no_healthy_connection_is_closed(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch, kind: str, runs: int
 ) -> None:
