@@ -831,6 +831,14 @@ class AsyncTarget:
         if self.cluster:
             guard_async_nodes(self.client)  # (the nodes learnt since the last command too)
         else:
+            if getattr(self.client, "single_connection_client", False) and (
+                self.client.connection is None
+            ):
+                # (made now, so that it is marked before anyone's command: made by the
+                # first command, it went unmarked until the library's next one, and an
+                # application command cut in between left its reply to another -- the
+                # asyncio reply search)
+                await self.client.initialize()
             mark_single(self.client)
         if type(step) is Replicated:
             return await self._send_replicated(step)
@@ -865,7 +873,12 @@ class AsyncTarget:
                 await conn.disconnect()
                 raise
             finally:
-                node.release(conn)
+                # (redis-py 5.x's node has no release: its commands put a connection back so)
+                release = getattr(node, "release", None)
+                if release is not None:
+                    release(conn)
+                else:
+                    node._free.append(conn)
         single = self.client.client()
         try:
             await single.initialize()  # its one connection, connected before the attempt

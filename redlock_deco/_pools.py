@@ -63,6 +63,10 @@ class Counting:
     _owed = 0  # replies written for and not read yet (a subscription's extra ones aside)
     _packed = 0  # commands in what pack_commands() made last (a pipeline's), for its write
     _stale = False  # given back to its pool owing a reply: closed before its next write
+    # Made whole while checked out: what it owed then was never counted, so it is marked
+    # stale as it goes back (not closed before its next write: a WATCH pipeline holding it
+    # would send its EXEC on a new connection, unwatched).
+    _unknown = False
 
     def pack_commands(self, commands: Any) -> Any:
         commands = list(commands)
@@ -191,6 +195,7 @@ class WholeConnect(Counting):
         self._owed = 0
         self._stale = False
         self._unfit = False
+        self._unknown = False
         cache = _cache_around(self)
         if cache is not None:
             cache.flush()
@@ -263,6 +268,7 @@ class WholeAsyncConnect(Counting):
                 # (forgotten only once closed: a close cut short keeps what the socket owes)
                 self._owed = 0
                 self._stale = False
+                self._unknown = False
 
     async def connect(self) -> None:
         connecting, self._connecting = self._connecting, True
@@ -364,12 +370,17 @@ def guard(pool: Any, asynchronous: bool) -> None:
             continue  # (counted all along)
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
-            if id(outer) in idle and _connected(connection):
+            if _connected(connection):
                 # What it owes was never counted: an application command cut between its
                 # write and its read before the library's first call went back to the pool
                 # with its reply on the way, and the first acquire read that OK (review 50,
-                # R3). Closed before its next use: one reconnect, once.
-                connection._stale = True
+                # R3). Closed before its next use: one reconnect, once. One checked out now
+                # may be in the middle of a pipeline, to be cut between its replies: marked
+                # as it goes back (review 53, R53-1: a second holder).
+                if id(outer) in idle:
+                    connection._stale = True
+                else:
+                    connection._unknown = True
 
 
 def _connected(connection: Any) -> bool:
@@ -397,7 +408,7 @@ def _mark_owing_on_release(pool: Any) -> None:
 
     def release(connection: Any) -> None:
         counted = counting(connection)
-        if counted is not None and (counted._owed or counted._stale):
+        if counted is not None and (counted._owed or counted._stale or counted._unknown):
             counted._stale = True
             cache = getattr(connection, "_cache", None)
             if counted is not connection and cache is not None:
@@ -418,7 +429,7 @@ def _mark_owing_on_async_release(pool: Any) -> None:
         return
 
     async def release(connection: Any) -> None:
-        if isinstance(connection, WholeAsyncConnect) and connection._owed:
+        if isinstance(connection, WholeAsyncConnect) and (connection._owed or connection._unknown):
             connection._stale = True
         await plain(connection)
 
@@ -529,7 +540,7 @@ class NodeMarksOwing:
 
     def acquire_connection(self) -> Any:
         connection = super().acquire_connection()  # type: ignore[misc]
-        if isinstance(connection, WholeAsyncConnect) and connection._owed:
+        if isinstance(connection, WholeAsyncConnect) and (connection._owed or connection._unknown):
             connection._stale = True
         return connection
 
@@ -551,13 +562,17 @@ def guard_async_nodes(client: Any) -> None:
 
 
 def _make_whole(connections: Any, idle: Any) -> None:
-    """Asyncio ``connections`` made whole in place, the ``idle`` ones among them that are
-    connected marked stale. (A function of its own: a loop inside the caller's handler has a
-    back edge that 3.13 leaves outside it -- test_back_edges.py.)"""
+    """Asyncio ``connections`` made whole in place; connected, the ``idle`` ones marked
+    stale and the others as of an unknown count (see guard). (A function of its own: a
+    loop inside the caller's handler has a back edge that 3.13 leaves outside it --
+    test_back_edges.py.)"""
     free = {id(connection) for connection in idle}
     for connection in list(connections):
         if isinstance(connection, WholeAsyncConnect):
             continue
         connection.__class__ = _whole(type(connection), WholeAsyncConnect)
-        if id(connection) in free and connection.is_connected:
-            connection._stale = True
+        if connection.is_connected:  # (see guard)
+            if id(connection) in free:
+                connection._stale = True
+            else:
+                connection._unknown = True

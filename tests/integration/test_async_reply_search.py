@@ -304,8 +304,12 @@ async def search(server: RedisServer, kind: str, seed: int) -> None:
         probe.set(NOT_A_NUMBER, "x")
         probe.set("lock:held", "someone-else")
         redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
-        async with Lock("warm", ttl=5):  # (the library guards the client at its first call)
-            pass
+        if seed % 2:
+            # (The library guards the client at its first call: here before the tasks start;
+            # with an even seed, amid their commands -- a pipeline in flight then went back
+            # uncounted, review 53.)
+            async with Lock("warm", ttl=5):
+                pass
         before = connections(probe)
         workers = [Worker(run, index) for index in range(TASKS)]
         # (The tasks run their own steps in the loop's thread, under one tracer: sys.settrace

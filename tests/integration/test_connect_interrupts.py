@@ -762,6 +762,29 @@ def test_an_asyncio_single_connection_clients_next_command_reads_its_own_reply(
     asyncio.run(scenario())
 
 
+def test_an_asyncio_single_connection_made_by_the_librarys_first_command_is_marked(
+    server: RedisServer,
+) -> None:
+    """The asyncio reply search: when the library's first call on a single-connection client
+    was one command (a refused lock) and the client's first, the connection was made inside
+    it, after the library looked for it -- unmarked until the library's next command, and
+    an application command cut meanwhile left its reply to the next one (a GET read OK)."""
+
+    async def scenario() -> None:
+        async with AsyncLock("checked", ttl=5):  # (the server's eviction policy checked, on
+            pass  # another client: once per server and process, by a first acquire)
+        async with providing_async(server, "single", guarded=False) as client:
+            with server.client() as other:
+                other.set("lock:held", "someone-else")
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0):
+                    pass
+            await cut_between_write_and_read_async(client, server)
+            assert await client.get("never-set") is None  # (not b"OK": the SET's reply)
+
+    asyncio.run(scenario())
+
+
 def test_an_asyncio_pipeline_cut_between_its_replies_leaves_no_reply_to_a_lock(
     server: RedisServer,
 ) -> None:
@@ -802,16 +825,79 @@ def test_an_asyncio_read_that_runs_out_of_time_reads_no_reply(server: RedisServe
     async def scenario() -> None:
         async with providing_async(server, "ConnectionPool") as client:
             pool = client.connection_pool
-            try:
-                connection = await pool.get_connection()
-            except TypeError:  # (redis-py < 5.3 asks for a command name)
-                connection = await pool.get_connection("BLPOP")
+            connection = await checked_out(pool)
             await connection.send_command("BLPOP", "nothing", "0.3")
             assert await connection.read_response(timeout=0.05) is None  # (ran out)
             await pool.release(connection)
             assert await client.get("other") is None  # (not the BLPOP's nil, late: no error)
             await client.set("other", "value")
             assert await client.get("other") == b"value"
+
+    asyncio.run(scenario())
+
+
+def checked_out(pool: Any) -> Any:
+    """``pool.get_connection()`` (a coroutine for an asyncio pool): before redis-py 5.3 it
+    asks for a command name, after it warns when given one."""
+    name = inspect.signature(pool.get_connection).parameters.get("command_name")
+    needs_name = name is not None and name.default is inspect.Parameter.empty
+    return pool.get_connection("_") if needs_name else pool.get_connection()
+
+
+# (The BLPOP's reply comes 0.3 s late: still on its way when the next command is written,
+# past redis-py's own "anything to read?" test at checkout.)
+PIPELINE = [("SET", "first", "1"), ("BLPOP", "nothing", "0.3"), ("SET", "third", "3")]
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_a_pipeline_in_flight_at_the_librarys_first_call_leaves_no_reply_to_a_lock(
+    server: RedisServer, pool: str
+) -> None:
+    """Review 53, R53-1 (sync): a connection checked out when the library first guards the
+    pool was made whole counting nothing owed; a pipeline written on it before then and cut
+    between its replies went back owing the rest, marked owing none, and the next command
+    on it read them. Made whole while checked out, it is marked as it goes back."""
+    client = redis.Redis(connection_pool=getattr(redis, pool).from_url(server.url))
+    try:
+        connection = checked_out(client.connection_pool)
+        with server.client() as other:
+            other.set("lock:held", "someone-else")
+        connection.send_packed_command(connection.pack_commands(PIPELINE))
+        redlock_deco.register_provider("default", client)
+        assert not Lock("elsewhere").locked()  # (the library's first call: guarded)
+        assert connection.read_response() == b"OK"  # (then cut before the second reply)
+        client.connection_pool.release(connection)
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0):
+            pass  # (not inside on the pipeline's OK)
+        assert client.set("after", "yes") is True  # (not the BLPOP's nil)
+        assert client.get("after") == b"yes"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_an_asyncio_pipeline_in_flight_at_the_librarys_first_call_leaves_no_reply_to_a_lock(
+    server: RedisServer, pool: str
+) -> None:
+    """Review 53, R53-1: the asyncio twin (redis-py 8.1 skips its checkout's "anything to
+    read?" test, so a reply already there went unseen too)."""
+
+    async def scenario() -> None:
+        async with providing_async(server, pool, guarded=False) as client:
+            connection = await checked_out(client.connection_pool)
+            with server.client() as other:
+                other.set("lock:held", "someone-else")
+            await connection.send_packed_command(connection.pack_commands(PIPELINE))
+            async with AsyncLock("elsewhere", ttl=5):  # (guarded; and the first acquire's
+                pass  # check of the server's eviction policy is made, on another connection)
+            assert await connection.read_response() == b"OK"  # (then cut)
+            await client.connection_pool.release(connection)
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0):
+                    pass  # (not inside on the pipeline's OK)
+            assert await client.set("after", "yes") is True  # (not the BLPOP's nil)
+            assert await client.get("after") == b"yes"
 
     asyncio.run(scenario())
 

@@ -164,6 +164,68 @@ def test_an_asyncio_node_connection_given_back_owing_a_reply_is_closed_before_a_
     asyncio.run(scenario())
 
 
+def test_an_asyncio_node_pipeline_in_flight_at_the_guard_leaves_no_reply_to_a_lock(
+    cluster: LocalCluster,
+) -> None:
+    """Review 53, R53-2: a node's connection checked out when the library first guards the
+    node was made whole counting nothing owed; a pipeline on it cut between its replies went
+    back owing the rest, and the next acquire there read them (a second holder). Made whole
+    while checked out, it is marked as it goes back. (The BLPOP's reply comes 0.3 s late.)"""
+    port = cluster.servers[0].port
+    pipeline = [("SET", "{t}first", "1"), ("BLPOP", "{t}nothing", "0.3"), ("SET", "{t}3", "3")]
+
+    async def scenario() -> None:
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+        register_provider("acluster", lambda: client)
+        try:
+            await client.set("{t}before", "1")  # (the application's first: nodes known)
+            await client.set("lock:{t}held", "someone-else")
+            node = client.get_node_from_key("{t}")
+            connection = node.acquire_connection()
+            await connection.send_packed_command(connection.pack_commands(pipeline))
+            async with AsyncLock("{t}guarded", provider="acluster", ttl=5):
+                pass  # (the library's first call: the nodes are guarded)
+            assert await connection.read_response() == b"OK"  # (then cut)
+            release = getattr(node, "release", None)  # (redis-py 5.x puts it back so)
+            release(connection) if release is not None else node._free.append(connection)
+            with pytest.raises(LockNotAcquired):
+                async with AsyncLock("{t}held", provider="acluster", ttl=5, wait=0):
+                    pass  # (not inside on the pipeline's replies)
+            assert await client.set("{t}after", "yes") is True
+            assert await client.get("{t}after") == b"yes"
+        finally:
+            register_provider("acluster", cluster.url)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_cluster_lock_with_replicas_and_none_there_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    """Review 53, R53-3: on redis-py 5.x an asyncio cluster node has no ``release``, and the
+    replicated attempt's give-back raised AttributeError in place of its outcome (and kept
+    the connection out for good). The local cluster has no replicas: refused, too few
+    copies, and the key given back."""
+    port = cluster.servers[0].port
+
+    async def scenario() -> None:
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+        register_provider("acluster", lambda: client)
+        try:
+            for _ in range(2):  # (the connection is back for the second)
+                with pytest.raises(LockNotAcquired):
+                    async with AsyncLock("{t}copied", provider="acluster", ttl=5, wait=0,
+                                         replicas=1):  # fmt: skip
+                        pass
+            assert await client.get("lock:{t}copied") is None
+        finally:
+            register_provider("acluster", cluster.url)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_async_cluster_client(cluster: LocalCluster) -> None:
     port = cluster.servers[0].port
     register_provider("acluster", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port))

@@ -450,10 +450,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("late-guard-trusts-idle", "the connections a pool had before the library's first call "
        "are trusted to owe nothing", "_pools",
-       "                # R3). Closed before its next use: one reconnect, once.\n"
-       "                connection._stale = True\n",
-       "                # R3). Closed before its next use: one reconnect, once.\n"
-       "                pass\n",
+       "                if id(outer) in idle:\n                    connection._stale = True\n",
+       "                if id(outer) in idle:\n                    pass\n",
        "tests/integration/test_connect_interrupts.py"),
     py("async-release-unmarked", "an asyncio pool's release does not mark a connection given "
        "back owing a reply", "_pools",
@@ -486,6 +484,24 @@ MUTANTS: tuple[Mutant, ...] = (
        "unguarded", "_drivers",
        "            guard_async_nodes(self.client)  #", "            str(self.client)  #",
        "tests/integration/test_topologies.py"),
+    py("guard-trusts-checked-out", "a connection checked out when the library first guards "
+       "its pool is trusted to owe nothing when it goes back", "_pools",
+       "                else:\n                    connection._unknown = True\n",
+       "                else:\n                    pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("release-ignores-unknown", "a sync pool's release ignores a connection's count being "
+       "unknown", "_pools", "(counted._owed or counted._stale or counted._unknown)",
+       "(counted._owed or counted._stale)", "tests/integration/test_connect_interrupts.py"),
+    py("node-trusts-checked-out", "an asyncio cluster node's connection checked out at the "
+       "guard is trusted to owe nothing", "_pools",
+       "            else:\n                connection._unknown = True\n",
+       "            else:\n                pass\n",
+       "tests/integration/test_topologies.py"),
+    py("single-made-unmarked", "an asyncio single-connection client's connection made by the "
+       "library's first command goes unmarked until its next", "_drivers",
+       "                await self.client.initialize()\n            mark_single(",
+       "                pass\n            mark_single(",
+       "tests/integration/test_connect_interrupts.py"),
     py("unfit-closed-quietly", "a connection whose read was cut short is closed and connected "
        "again quietly at its next use (a WATCH on it is dropped)", "_pools",
        "            raise redis.ConnectionError(", "            return None and (",
