@@ -831,15 +831,12 @@ class AsyncTarget:
         if self.cluster:
             guard_async_nodes(self.client)  # (the nodes learnt since the last command too)
         else:
-            if getattr(self.client, "single_connection_client", False) and (
-                self.client.connection is None
-            ):
-                # (made now, so that it is marked before anyone's command: made by the
-                # first command, it went unmarked until the library's next one, and an
-                # application command cut in between left its reply to another -- the
-                # asyncio reply search)
-                await self.client.initialize()
-            mark_single(self.client)
+            if getattr(self.client, "single_connection_client", False):
+                # (its connection made now, if not yet, so that it is marked before anyone's
+                # command: made by the first command, it went unmarked until the library's
+                # next one, and an application command cut in between left its reply to
+                # another -- the asyncio reply search)
+                await mark_single(self.client)
         if type(step) is Replicated:
             return await self._send_replicated(step)
         if type(step) is Call and step.route is not None:

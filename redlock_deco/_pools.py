@@ -370,17 +370,22 @@ def guard(pool: Any, asynchronous: bool) -> None:
             continue  # (counted all along)
         with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
             connection.__class__ = _whole(type(connection), mixin)
-            if _connected(connection):
-                # What it owes was never counted: an application command cut between its
-                # write and its read before the library's first call went back to the pool
-                # with its reply on the way, and the first acquire read that OK (review 50,
-                # R3). Closed before its next use: one reconnect, once. One checked out now
-                # may be in the middle of a pipeline, to be cut between its replies: marked
-                # as it goes back (review 53, R53-1: a second holder).
-                if id(outer) in idle:
-                    connection._stale = True
-                else:
-                    connection._unknown = True
+            _mark_uncounted(connection, idle=id(outer) in idle)
+
+
+def _mark_uncounted(connection: Counting, idle: bool) -> None:
+    """What ``connection``, just made whole, owes was never counted. Idle and connected: an
+    application command cut between its write and its read before the library's first call
+    went back to the pool with its reply on the way, and the first acquire read that OK
+    (review 50, R3) -- closed before its next use: one reconnect, once. Checked out, it may
+    be in the middle of a pipeline, to be cut between its replies (review 53, R53-1: a
+    second holder), or of its connect, whose command is then written by redis-py's own
+    frame, uncounted (the asyncio reply search): marked as it goes back, connected or not."""
+    if idle:
+        if _connected(connection):
+            connection._stale = True
+    else:
+        connection._unknown = True
 
 
 def _connected(connection: Any) -> bool:
@@ -437,7 +442,7 @@ def _mark_owing_on_async_release(pool: Any) -> None:
     pool.release = release
 
 
-def mark_single(client: Any) -> None:
+async def mark_single(client: Any) -> None:
     """The asyncio side of the sync single-connection path (``SyncTarget._send_single``): a
     ``redis.asyncio`` client made with ``single_connection_client=True`` never gives its
     connection back to a pool, so nothing marked it when an interrupt between a command's
@@ -446,10 +451,24 @@ def mark_single(client: Any) -> None:
     client's lock: checked before a command queued for that lock, a command holding it and
     then cut gave it back owing, and the queued acquire read that ``OK`` (review 52, R52-1
     and R52-2: a second holder). The application's commands are so covered too (R52-3), from
-    the library's first call on."""
+    the library's first call on.
+
+    Marked under the client's lock, where no command of the client is under way: marked
+    amid another task's connect (begun before the library made the connection whole, so not
+    known as one), the handshake's second write found the first's reply owed and closed the
+    connection under it, and that command then waited out its socket timeout for a reply
+    its new connection never owed (the asyncio reply search, redis-py 5.0). What it owed
+    before the library's first call was never counted, and it is not closed on sight for
+    it: it may hold the application's WATCH or SELECT (GUARANTEES)."""
     connection = getattr(client, "connection", None)
-    if isinstance(connection, WholeAsyncConnect):
-        connection._single = True
+    if getattr(connection, "_single", False):
+        return
+    if connection is None:
+        await client.initialize()  # (its connection, made now: it is marked before any use)
+    async with client._single_conn_lock:
+        connection = client.connection
+        if isinstance(connection, WholeAsyncConnect):
+            connection._single = True
 
 
 def counting(connection: Any) -> WholeConnect | None:
@@ -571,8 +590,4 @@ def _make_whole(connections: Any, idle: Any) -> None:
         if isinstance(connection, WholeAsyncConnect):
             continue
         connection.__class__ = _whole(type(connection), WholeAsyncConnect)
-        if connection.is_connected:  # (see guard)
-            if id(connection) in free:
-                connection._stale = True
-            else:
-                connection._unknown = True
+        _mark_uncounted(connection, idle=id(connection) in free)

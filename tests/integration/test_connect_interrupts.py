@@ -902,6 +902,169 @@ def test_an_asyncio_pipeline_in_flight_at_the_librarys_first_call_leaves_no_repl
     asyncio.run(scenario())
 
 
+class GatedConnection(redis.connection.Connection):
+    """A connection whose next connect, once ``pausing`` is set, waits for ``go_on`` before
+    it opens its socket (``entered`` then set): a command's connect under way, its socket
+    not open yet."""
+
+    pausing = threading.Event()
+    entered = threading.Event()
+    go_on = threading.Event()
+
+    def _connect(self) -> Any:
+        if self.pausing.is_set():
+            self.pausing.clear()
+            self.entered.set()
+            self.go_on.wait(5)
+        return super()._connect()
+
+
+def test_a_command_connecting_at_the_librarys_first_call_leaves_no_reply_to_the_next(
+    server: RedisServer,
+) -> None:
+    """The asyncio reply search (the sync twin): a connection checked out and not connected
+    yet when the library first guarded its pool was left unmarked -- only a connected one
+    can owe a reply, it was reasoned -- but a connect under way then is finished by redis-py's
+    own frame, which writes its command uncounted; cut before its read, the connection went
+    back owing that reply, marked owing none, and the next command on it read it (a SET read
+    the cut SET's ``OK``, the GET after it that ``OK``). Every connection checked out at the
+    guard is marked as it goes back."""
+    pool = redis.ConnectionPool.from_url(server.url, connection_class=GatedConnection)
+    client = redis.Redis(connection_pool=pool)
+    gate = GatedConnection
+    try:
+        connection = checked_out(pool)
+        connection.disconnect()
+        gate.entered.clear()
+        gate.go_on.clear()
+        gate.pausing.set()
+        writer = threading.Thread(target=connection.send_command, args=("SET", "cut", "yes"))
+        writer.start()  # (its connect, then its write; its reply is never read: the cut)
+        assert gate.entered.wait(5)
+        redlock_deco.register_provider("default", client)
+        assert not Lock("elsewhere").locked()  # (the library's first call: guarded)
+        gate.go_on.set()
+        writer.join(5)
+        pool.release(connection)
+        assert client.set("after", "yes") is True
+        assert client.get("after") == b"yes"  # (not b"OK": the SET's reply)
+    finally:
+        gate.pausing.clear()
+        gate.go_on.set()
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+class GatedAsyncConnection(redis.asyncio.Connection):
+    """:class:`GatedConnection` for redis.asyncio (its events made in the running loop)."""
+
+    pausing: asyncio.Event
+    entered: asyncio.Event
+    go_on: asyncio.Event
+
+    async def _connect(self) -> Any:
+        if self.pausing.is_set():
+            self.pausing.clear()
+            self.entered.set()
+            await asyncio.wait_for(self.go_on.wait(), 5)
+        return await super()._connect()
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_an_asyncio_command_connecting_at_the_librarys_first_call_leaves_no_reply_to_a_lock(
+    server: RedisServer, pool: str
+) -> None:
+    """The asyncio reply search: the asyncio twin of the test above, where the next command
+    is the library's -- it read the cut ``SET``'s ``OK`` as its own."""
+    gate = GatedAsyncConnection
+
+    async def scenario() -> None:
+        gate.pausing, gate.entered, gate.go_on = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        made = getattr(redis.asyncio, pool).from_url(server.url, connection_class=gate)
+        client = redis.asyncio.Redis(connection_pool=made)
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            with server.client() as other:
+                other.set("lock:held", "someone-else")
+            connection = await checked_out(made)
+            await connection.disconnect()
+            gate.pausing.set()
+            write = asyncio.create_task(connection.send_command("SET", "cut", "yes"))
+            await asyncio.wait_for(gate.entered.wait(), 5)  # (its connect under way)
+            async with AsyncLock("elsewhere", ttl=5):  # (the library's first call: guarded;
+                pass  # the first acquire's eviction policy check made too)
+            gate.go_on.set()
+            await asyncio.wait_for(write, 5)  # (its reply never read: the cut)
+            await made.release(connection)
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0):
+                    pass  # (not inside on the SET's OK)
+            assert await client.set("after", "yes") is True
+            assert await client.get("after") == b"yes"
+        finally:
+            gate.pausing.clear()
+            gate.go_on.set()
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose(close_connection_pool=True)
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_single_connection_marked_amid_another_tasks_connect_keeps_its_handshake(
+    server: RedisServer,
+) -> None:
+    """The asyncio reply search (redis-py 5.0, seed 1027123750): the library's first call on
+    a single-connection client marked its connection while another task, holding the
+    client's lock, was in the connection's connect -- begun before the library made the
+    connection whole, so not known as a connect. The handshake's second write found the
+    first's reply owed and closed the connection under it, and the handshake then read a
+    reply its new connection never owed: that task's command waited out its socket timeout.
+    Marked under the client's lock now."""
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+        other.set("k", "v")
+
+    async def scenario() -> None:
+        pausing, entered, go_on = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def handshake(connection: Any) -> None:
+            if pausing.is_set():
+                pausing.clear()
+                entered.set()
+                await asyncio.wait_for(go_on.wait(), 5)
+            await connection.on_connect()  # (redis-py's: its two CLIENT SETINFO, then reads)
+
+        made = redis.asyncio.ConnectionPool.from_url(
+            server.url, redis_connect_func=handshake, socket_timeout=3
+        )
+        client = redis.asyncio.Redis(connection_pool=made, single_connection_client=True)
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: client)
+        try:
+            assert await client.ping() is True  # (its one connection made)
+            assert client.connection is not None
+            await client.connection.disconnect()
+            pausing.set()
+            application = asyncio.create_task(client.get("k"))
+            await asyncio.wait_for(entered.wait(), 5)  # (its connect under way, under the lock)
+
+            async def library() -> None:  # (its first call: the connection made whole)
+                with pytest.raises(redlock_deco.LockNotAcquired):
+                    async with AsyncLock("held", ttl=5, wait=0):
+                        pass
+
+            first_call = asyncio.create_task(library())
+            await asyncio.sleep(0.05)
+            go_on.set()
+            assert await asyncio.wait_for(application, 5) == b"v"
+            await asyncio.wait_for(first_call, 5)
+        finally:
+            go_on.set()
+            redlock_deco.register_provider("default", server.url)
+            await client.aclose(close_connection_pool=True)
+
+    asyncio.run(scenario())
+
+
 class CachingRedis(redis.Redis):
     """An application's own client class: the library sends through it as it is."""
 

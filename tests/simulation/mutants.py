@@ -450,8 +450,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("late-guard-trusts-idle", "the connections a pool had before the library's first call "
        "are trusted to owe nothing", "_pools",
-       "                if id(outer) in idle:\n                    connection._stale = True\n",
-       "                if id(outer) in idle:\n                    pass\n",
+       "        if _connected(connection):\n            connection._stale = True\n",
+       "        if _connected(connection):\n            pass\n",
        "tests/integration/test_connect_interrupts.py"),
     py("async-release-unmarked", "an asyncio pool's release does not mark a connection given "
        "back owing a reply", "_pools",
@@ -485,22 +485,26 @@ MUTANTS: tuple[Mutant, ...] = (
        "            guard_async_nodes(self.client)  #", "            str(self.client)  #",
        "tests/integration/test_topologies.py"),
     py("guard-trusts-checked-out", "a connection checked out when the library first guards "
-       "its pool is trusted to owe nothing when it goes back", "_pools",
-       "                else:\n                    connection._unknown = True\n",
-       "                else:\n                    pass\n",
+       "its pool (or an asyncio cluster node) is trusted to owe nothing when it goes back",
+       "_pools", "    else:\n        connection._unknown = True\n", "    else:\n        pass\n",
+       "tests/integration/test_connect_interrupts.py", "tests/integration/test_topologies.py"),
+    py("guard-trusts-unconnected", "a connection checked out and not connected yet when the "
+       "library first guards its pool is trusted to owe nothing (its connect under way writes "
+       "its command uncounted)", "_pools",
+       "    else:\n        connection._unknown = True\n",
+       "    elif _connected(connection):\n        connection._unknown = True\n",
        "tests/integration/test_connect_interrupts.py"),
     py("release-ignores-unknown", "a sync pool's release ignores a connection's count being "
        "unknown", "_pools", "(counted._owed or counted._stale or counted._unknown)",
        "(counted._owed or counted._stale)", "tests/integration/test_connect_interrupts.py"),
-    py("node-trusts-checked-out", "an asyncio cluster node's connection checked out at the "
-       "guard is trusted to owe nothing", "_pools",
-       "            else:\n                connection._unknown = True\n",
-       "            else:\n                pass\n",
-       "tests/integration/test_topologies.py"),
     py("single-made-unmarked", "an asyncio single-connection client's connection made by the "
-       "library's first command goes unmarked until its next", "_drivers",
-       "                await self.client.initialize()\n            mark_single(",
-       "                pass\n            mark_single(",
+       "library's first command goes unmarked until its next", "_pools",
+       "        await client.initialize()  #", "        pass  #",
+       "tests/integration/test_connect_interrupts.py"),
+    py("single-marked-amid-a-command", "an asyncio single-connection client's connection is "
+       "marked without its lock, amid another task's command (its connect's handshake)",
+       "_pools", "    async with client._single_conn_lock:\n",
+       "    async with contextlib.AsyncExitStack():\n",
        "tests/integration/test_connect_interrupts.py"),
     py("unfit-closed-quietly", "a connection whose read was cut short is closed and connected "
        "again quietly at its next use (a WATCH on it is dropped)", "_pools",
