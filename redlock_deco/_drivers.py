@@ -430,14 +430,29 @@ def _takes_command_name(pool: Any) -> bool:
     kind = type(pool)
     named = _NAMED.get(kind)
     if named is None:
-        try:
-            parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-        except (TypeError, ValueError):  # pragma: no cover - a pool without a signature
-            parameter = None
-        named = _NAMED[kind] = (
-            parameter is not None and parameter.default is inspect.Parameter.empty
-        )
+        named = _NAMED[kind] = _requires_command_name(kind)
     return named
+
+
+def _requires_command_name(kind: type) -> bool:
+    """Read from the first ``get_connection`` up ``kind``'s classes that names its
+    parameters: a subclass's ``get_connection(self, *args, **kwargs)`` passes them on to
+    redis-py's, and taken as needing none, every lock call on such a pool raised TypeError
+    on redis-py before 5.3 (test_topologies' FifoPool, on redis-py 5.0)."""
+    for klass in kind.__mro__:
+        method = vars(klass).get("get_connection")
+        if method is None:
+            continue
+        try:
+            parameters = inspect.signature(method).parameters
+        except (TypeError, ValueError):  # pragma: no cover - a pool without a signature
+            return False
+        parameter = parameters.get("command_name")
+        if parameter is not None:
+            return parameter.default is inspect.Parameter.empty
+        if not any(each.kind is inspect.Parameter.VAR_POSITIONAL for each in parameters.values()):
+            return False
+    return False
 
 
 def one_connection(client: Any, key: str) -> Any:

