@@ -667,13 +667,30 @@ class SyncTarget:
         command's write and its read (ours or the application's) leaves a reply on it (see
         _pools), and the next acquire read that reply as its own -- a second holder (review
         44, N2). Under the client's own lock no command is under way, so a reply owed now is
-        an interrupted command's: the connection is closed first."""
+        an interrupted command's: the connection is closed first. So is one whose count was
+        never kept, the library having made it whole while it was the client's (at its first
+        call): an application command cut before then left its reply, and the first acquire
+        -- a bare ``SET NX``, which any reply but nil grants -- read that ``OK``, and every
+        later one the reply before its own (review 54, F1: a second holder each time). One
+        reconnect, once: a WATCH or SELECT the application sent on it by hand before the
+        library's first call is lost with it (GUARANTEES)."""
         client = self.client
         lock = getattr(client, "single_connection_lock", None)  # (redis-py >= 5.1)
-        with lock if lock is not None else contextlib.nullcontext():
+        if lock is None:
+            raise ProviderError(
+                f"{type(client).__name__} was made with single_connection_client=True, and on "
+                f"redis-py {redis.__version__} such a client has no lock of its own: the "
+                "library's commands (its renewals come from a thread of its own) and the "
+                "application's would share its one connection at once and read each other's "
+                "replies. Use redis-py 5.1 or later, or a client on a connection pool "
+                "(single_connection_client=False)"
+            )
+        with lock:
             conn = client.connection
             counted = None if conn is None else counting(conn)
-            if counted is not None and (counted._owed or counted._stale or counted._unfit):
+            if counted is not None and (
+                counted._owed or counted._stale or counted._unfit or counted._unknown
+            ):
                 conn.disconnect()  # (through a caching proxy: it empties its cache)
             try:
                 return client.execute_command(*command(step))

@@ -434,8 +434,13 @@ def _mark_owing_on_async_release(pool: Any) -> None:
         return
 
     async def release(connection: Any) -> None:
-        if isinstance(connection, WholeAsyncConnect) and (connection._owed or connection._unknown):
-            connection._stale = True
+        if isinstance(connection, WholeAsyncConnect):
+            if connection._owed or connection._unknown:
+                connection._stale = True
+            # (no single-connection client's any more: kept, a subscription drawing it was
+            # closed under itself as it wrote its second SUBSCRIBE before reading the first's
+            # reply, and lost a message -- review 54, F2)
+            connection._single = False
         await plain(connection)
 
     release.marks_owing = True  # type: ignore[attr-defined]
@@ -457,9 +462,11 @@ async def mark_single(client: Any) -> None:
     amid another task's connect (begun before the library made the connection whole, so not
     known as one), the handshake's second write found the first's reply owed and closed the
     connection under it, and that command then waited out its socket timeout for a reply
-    its new connection never owed (the asyncio reply search, redis-py 5.0). What it owed
-    before the library's first call was never counted, and it is not closed on sight for
-    it: it may hold the application's WATCH or SELECT (GUARANTEES)."""
+    its new connection never owed (the asyncio reply search, redis-py 5.0). And what it owed
+    before the library made it whole was never counted: an application command cut then
+    left its reply, which the library's first acquire read -- a bare ``SET NX`` takes any
+    reply but nil as granted (review 54, F1, the sync twin). Closed before its next write
+    then, once (a WATCH or SELECT sent on it by hand before is lost: GUARANTEES)."""
     connection = getattr(client, "connection", None)
     if getattr(connection, "_single", False):
         return
@@ -468,6 +475,8 @@ async def mark_single(client: Any) -> None:
     async with client._single_conn_lock:
         connection = client.connection
         if isinstance(connection, WholeAsyncConnect):
+            if connection._unknown and _connected(connection):
+                connection._stale = True
             connection._single = True
 
 

@@ -277,6 +277,11 @@ def test_a_cancellation_in_an_asyncio_handshake_leaves_no_connection_without_it(
     assert found == (True, False)
 
 
+# (Before redis-py 5.1 a sync single-connection client has no lock, and the library refuses
+# to send through it: review 54, F3.)
+HAS_SINGLE_LOCK = hasattr(redis.Redis(single_connection_client=False), "single_connection_lock")
+
+
 def refused_though_a_reply_waits(server: RedisServer, cut: Callable[[], None]) -> None:
     """``cut()`` leaves an ``OK`` on its way to a connection of the provider's pool; a lock
     held elsewhere must still be refused there (an acquire that read the ``OK`` entered)."""
@@ -409,6 +414,7 @@ def test_an_applications_pipeline_cut_between_its_replies_leaves_no_reply_to_a_l
         client.close()
 
 
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
 def test_a_single_connection_client_owing_a_reply_closes_it_before_the_next_lock_command(
     server: RedisServer,
 ) -> None:
@@ -613,9 +619,8 @@ def test_a_reply_owed_before_the_library_first_used_the_client_is_never_read_by_
     application command cut between its write and its read before then went back to the
     pool uncounted, and the library's first acquire read its ``OK``: inside, while another
     held the lock. Connections the guard finds idle are closed before their next use. (A
-    single-connection client's one connection is not: the application may have a WATCH, a
-    MULTI or a SELECT on it -- review 51, S3-S4; redis-py 8.1 does not reuse it as the cut
-    left it.)"""
+    plain single-connection client's one connection carries none of the library's commands:
+    they go on pooled connections; one the library sends through is the next test's.)"""
     if pool == "single":  # (its one connection never goes back to the pool)
         client = redis.Redis.from_url(server.url, single_connection_client=True)
     else:
@@ -626,6 +631,102 @@ def test_a_reply_owed_before_the_library_first_used_the_client_is_never_read_by_
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
+
+
+class SubclassedRedis(redis.Redis):
+    """A client class of the application's own: the library sends through its
+    ``execute_command`` (as through a traced one), on a single-connection client's one
+    connection."""
+
+
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+@pytest.mark.parametrize("wait", [0, 1])
+def test_a_single_connection_clients_reply_owed_before_the_librarys_first_call_is_never_read(
+    server: RedisServer, wait: float
+) -> None:
+    """Review 54, F1 (a second holder, each time): on a sync single-connection client the
+    library sends through (a subclass, a traced client), an application command cut between
+    its write and its read before the library's first call left its ``OK`` on the one
+    connection, made whole then counting nothing; the first acquire -- with a wait, a bare
+    ``SET NX``, which any reply but nil grants -- read it and entered, and every later acquire
+    read the reply before its own. (The test above covers a plain client, whose library
+    commands go on pooled connections of their own.)"""
+    client = SubclassedRedis.from_url(server.url, single_connection_client=True)
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+    try:
+        assert client.ping() is True
+        cut_between_write_and_read(client, server)
+        redlock_deco.register_provider("default", client)
+        for _ in range(3):
+            with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=wait):
+                pass  # (not inside on the OK)
+        assert client.get("lock:held") == b"someone-else"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.skipif(HAS_SINGLE_LOCK, reason="redis-py >= 5.1 gives such a client a lock")
+def test_a_single_connection_client_without_a_lock_of_its_own_is_refused(
+    server: RedisServer,
+) -> None:
+    """Review 54, F3: before redis-py 5.1 a sync single-connection client has no lock, and
+    the library's renewal thread and the application's thread wrote and read its one
+    connection at once -- crossed replies (a false LockLost, a wrong error) and hangs. The
+    library refuses to send on it, saying why and what to use."""
+    client = SubclassedRedis.from_url(server.url, single_connection_client=True)
+    redlock_deco.register_provider("default", client)
+    try:
+        with pytest.raises(redlock_deco.ProviderError, match=r"5\.1 or later"), Lock("x", ttl=5):
+            pass
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_an_asyncio_connection_a_single_connection_client_gave_back_serves_a_subscription(
+    server: RedisServer,
+) -> None:
+    """Review 54, F2: a single-connection client's connection, marked as its one, kept the
+    mark when the client was closed and gave it back to a shared pool: a subscription that
+    drew it was closed under itself as it wrote its second SUBSCRIBE before reading the
+    first's reply, and a message published meanwhile was lost."""
+
+    async def scenario() -> None:
+        pool = redis.asyncio.ConnectionPool.from_url(server.url)
+        single = redis.asyncio.Redis(connection_pool=pool, single_connection_client=True)
+        redlock_deco.register_provider("default", server.url, asyncio=lambda: single)
+        try:
+            async with AsyncLock("x", ttl=5):
+                pass
+            await single.aclose()  # (its connection back to the shared pool)
+            with server.client() as probe:
+                before = connections(probe)
+                subscription = redis.asyncio.Redis(connection_pool=pool).pubsub()
+                await subscription.subscribe("a")
+                await asyncio.sleep(0.05)
+                probe.publish("a", "m0")
+                await asyncio.sleep(0.05)
+                await subscription.subscribe("b")
+                probe.publish("a", "m1")
+                got = []
+                for _ in range(20):
+                    message = await subscription.get_message(timeout=0.1)
+                    if message is not None and message["type"] == "message":
+                        got.append(message["data"])
+                assert got == [b"m0", b"m1"]
+                assert connections(probe) == before  # (never closed and made again)
+                await subscription.aclose()
+        finally:
+            redlock_deco.register_provider("default", server.url)
+            await pool.disconnect()
+
+    asyncio.run(scenario())
+
+
+def connections(probe: redis.Redis) -> int:
+    return int(probe.info("stats")["total_connections_received"])
 
 
 @asynccontextmanager
@@ -671,6 +772,7 @@ async def cut_between_write_and_read_async(
         ("BlockingConnectionPool", "library"),
         ("BlockingConnectionPool", "application"),
         ("single", "library"),
+        ("single", "application"),
     ],
 )
 def test_an_asyncio_connection_owing_a_reply_is_closed_before_a_lock_command(
@@ -680,9 +782,9 @@ def test_an_asyncio_connection_owing_a_reply_is_closed_before_a_lock_command(
     inside redis-py's write or read, which disconnect -- but a ``KeyboardInterrupt`` or a
     signal handler's exception between the application's write and its read gave the
     connection back owing a reply, and the library's next acquire read its ``OK``: inside,
-    while another held the lock. Cut after the library's first call and before it (but not
-    on a single-connection client before it: its one connection is not closed on sight,
-    as on the sync side, and what it owed then was never counted -- GUARANTEES)."""
+    while another held the lock. Cut after the library's first call and before it (on a
+    single-connection client before it, review 54's F1 on asyncio: what its connection owed
+    then was never counted, and it is closed once, at the library's first call)."""
     with server.client() as other:
         other.set("lock:held", "someone-else")
 

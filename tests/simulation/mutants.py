@@ -455,8 +455,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("async-release-unmarked", "an asyncio pool's release does not mark a connection given "
        "back owing a reply", "_pools",
-       "            connection._stale = True\n        await plain(connection)",
-       "            pass\n        await plain(connection)",
+       "connection._unknown:\n                connection._stale = True\n",
+       "connection._unknown:\n                pass\n",
        "tests/integration/test_connect_interrupts.py"),
     py("async-single-unmarked", "an asyncio single-connection client's connection is not "
        "known as one: a command written on it owing a reply reads that reply", "_pools",
@@ -497,6 +497,20 @@ MUTANTS: tuple[Mutant, ...] = (
     py("release-ignores-unknown", "a sync pool's release ignores a connection's count being "
        "unknown", "_pools", "(counted._owed or counted._stale or counted._unknown)",
        "(counted._owed or counted._stale)", "tests/integration/test_connect_interrupts.py"),
+    py("sync-single-trusts-unknown", "a sync single-connection client's connection made whole "
+       "while it was the client's is trusted to owe nothing", "_drivers",
+       "counted._owed or counted._stale or counted._unfit or counted._unknown",
+       "counted._owed or counted._stale or counted._unfit",
+       "tests/integration/test_connect_interrupts.py"),
+    py("async-single-trusts-unknown", "an asyncio single-connection client's connection made "
+       "whole while it was the client's is trusted to owe nothing", "_pools",
+       "                connection._stale = True\n            connection._single = True\n",
+       "                pass\n            connection._single = True\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("single-mark-outlives-client", "an asyncio connection keeps its single-connection mark "
+       "when its client gives it back to a pool", "_pools",
+       "            connection._single = False\n", "            pass\n",
+       "tests/integration/test_connect_interrupts.py"),
     py("single-made-unmarked", "an asyncio single-connection client's connection made by the "
        "library's first command goes unmarked until its next", "_pools",
        "        await client.initialize()  #", "        pass  #",
