@@ -692,6 +692,11 @@ class SyncTarget:
                 counted._owed or counted._stale or counted._unfit or counted._unknown
             ):
                 conn.disconnect()  # (through a caching proxy: it empties its cache)
+            if counted is not None:
+                # (from now on it closes itself at a write owing a reply, whoever writes: the
+                # application's next command after its own cut one read that reply -- the
+                # reply search's single-connection kind; review 52's R52-3 on asyncio)
+                counted._single = True
             try:
                 return client.execute_command(*command(step))
             except NoScriptError:

@@ -67,6 +67,8 @@ class Counting:
     # stale as it goes back (not closed before its next write: a WATCH pipeline holding it
     # would send its EXEC on a new connection, unwatched).
     _unknown = False
+    _single = False  # a single-connection client's one connection (see mark_single)
+    _connecting = False  # inside its connect, whose handshake writes before it reads
 
     def pack_commands(self, commands: Any) -> Any:
         commands = list(commands)
@@ -120,6 +122,12 @@ class WholeConnect(Counting):
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         self._close_if_stale()
         self._refuse_if_unfit()
+        if self._single and self._owed and not self._connecting:
+            # (a single-connection client's commands each write and then read, one at a
+            # time under its lock: a reply owed as one is written is a cut one's, whose
+            # command -- the application's too -- left it to the next: see SyncTarget's
+            # _send_single, and mark_single for asyncio's)
+            self.disconnect()
         # The size of what is written taken first: the connect's handshake and the health
         # check's PING are written through here too, and one of them took a pipeline's size
         # as its own -- a failed PING's, forgotten with its connection, left the pipeline
@@ -201,18 +209,24 @@ class WholeConnect(Counting):
             cache.flush()
 
     def connect(self) -> None:
+        connecting, self._connecting = self._connecting, True
         try:
             super().connect()  # type: ignore[misc]
         except BaseException:
             self.disconnect()
             raise
+        finally:
+            self._connecting = connecting
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+        connecting, self._connecting = self._connecting, True
         try:
             super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
             self.disconnect()
             raise
+        finally:
+            self._connecting = connecting
 
 
 class WholeAsyncConnect(Counting):
@@ -226,9 +240,6 @@ class WholeAsyncConnect(Counting):
     held the lock (review 50, R1). The same marks as the sync mixin's, read the same way;
     nothing on asyncio reads a connection before its write (no client-side cache), so a
     stale one is closed as its next write starts."""
-
-    _single = False  # a single-connection client's one connection (see mark_single)
-    _connecting = False  # inside its connect, whose handshake writes before it reads
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if self._stale or (self._single and self._owed and not self._connecting):
@@ -413,6 +424,8 @@ def _mark_owing_on_release(pool: Any) -> None:
 
     def release(connection: Any) -> None:
         counted = counting(connection)
+        if counted is not None:
+            counted._single = False  # (see the asyncio release: review 54, F2)
         if counted is not None and (counted._owed or counted._stale or counted._unknown):
             counted._stale = True
             cache = getattr(connection, "_cache", None)

@@ -667,6 +667,60 @@ def test_a_single_connection_clients_reply_owed_before_the_librarys_first_call_i
         client.close()
 
 
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+def test_a_single_connection_clients_next_command_reads_its_own_reply(
+    server: RedisServer,
+) -> None:
+    """The sync twin of review 52's R52-3 (found by the reply search's single-connection
+    kind): after the library's first call on a sync single-connection client it sends
+    through, the application's command cut between its write and its read left its reply to
+    the application's next command (a GET answered ``OK``). The connection now closes
+    itself as a command is written on it owing a reply, whoever writes it."""
+    client = SubclassedRedis.from_url(server.url, single_connection_client=True)
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        cut_between_write_and_read(client, server)
+        assert client.get("never-set") is None  # (not b"OK": the SET's reply)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+def test_a_single_connection_clients_handshake_may_write_several_commands_before_it_reads(
+    server: RedisServer,
+) -> None:
+    """A sync single-connection client's connection closes itself when a command is written
+    on it owing a reply -- but not inside its connect, whose handshake may write several
+    commands before it reads their replies (redis.asyncio's pipelines its CLIENT SETINFO
+    pair; a ``redis_connect_func``, as here, may do the same): closed there, the handshake
+    read its replies from a connection that never owed them."""
+
+    def handshake(connection: Any) -> None:
+        connection.on_connect()
+        connection.send_command("PING")
+        connection.send_command("ECHO", "second")
+        assert connection.read_response() in (b"PONG", "PONG")
+        assert connection.read_response() == b"second"
+
+    made = redis.ConnectionPool.from_url(server.url, redis_connect_func=handshake)
+    client = SubclassedRedis(connection_pool=made, single_connection_client=True)
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):  # (the connection marked as the client's one)
+            pass
+        assert client.connection is not None
+        client.connection.disconnect()
+        assert client.get("never-set") is None  # (connected again: its handshake whole)
+        with Lock("again", ttl=5):
+            pass
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
 @pytest.mark.skipif(HAS_SINGLE_LOCK, reason="redis-py >= 5.1 gives such a client a lock")
 def test_a_single_connection_client_without_a_lock_of_its_own_is_refused(
     server: RedisServer,

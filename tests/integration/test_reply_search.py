@@ -419,7 +419,9 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
     again before the command is written), and with redis-py's client-side cache on RESP3
     (``cached``: every connection of the application's inside redis-py's caching proxy, the
     library's commands on an uncached pool of their own; ``cached-traced``: wrapped on the
-    instance, so that the library's commands go through the caching proxies too)."""
+    instance, so that the library's commands go through the caching proxies too), and a
+    traced single-connection client (``single``: the single commands of both on its one
+    connection, pipelines and subscriptions on its pool's; redis-py 5.1 and later)."""
     # (RESP3: redis-py 8 then skips its checkout's "anything to read?" test, which on RESP2
     # finds a reply left on a connection once it has arrived, and hides a miscount.)
     resp3 = kind in ("resp3", "health", "cached", "cached-traced")
@@ -433,6 +435,8 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
         from redis.cache import CacheConfig
 
         options.update(cache_config=CacheConfig())
+    if kind == "single":
+        options["single_connection_client"] = True
     client = redis.Redis.from_url(server.url, **options)
     if kind not in ("plain", "cached"):
         wrap_execute_command(client)
@@ -461,6 +465,25 @@ def fail_once(plain: Callable[[Any], None]) -> Callable[[Any], None]:
     return _send_ping
 
 
+def cut_before_the_first_call(client: redis.Redis, run: Run) -> None:
+    """An application command cut between its write and its read before the library's
+    first call on the client: its reply is left on a connection nobody counted, which the
+    library's first call must close before its own commands (or the application's next)
+    go on it (review 54, F1: a single-connection client's one connection was not, and the
+    first acquire read the ``OK`` as its own). Nothing else runs in between: a command of
+    the application's there would read that reply -- redis-py's, before the library has
+    seen the client."""
+    run.log.append("cut before the library's first call: SET")
+
+    def cut_short(*args: Any, **options: Any) -> Any:
+        del client.parse_response  # (redis-py's own again)
+        raise KeyboardInterrupt
+
+    client.parse_response = cut_short  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        client.set("cut-before-the-first-call", "yes")
+
+
 def search(server: RedisServer, kind: str, seed: int) -> None:
     """One seed's run, on a client of its own (so that a seed replays alone)."""
     client = client_for(server, kind, seed)
@@ -476,8 +499,12 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
             # (review 47: a caching proxy made then was made whole, not its connection).
             assert client.get(KEYS[0]) is None
             assert client.pipeline().get(KEYS[1]).execute() == [None]
+        if seed % 3 == 0:
+            cut_before_the_first_call(client, run)
         redlock_deco.register_provider("default", client)
-        with Lock("warm", ttl=5):  # (the library guards the pool at its first call)
+        with pytest.raises(LockNotAcquired), Lock("held", ttl=5, wait=0.2):
+            pass  # (the library's first call: it guards the pool; never inside on the OK)
+        with Lock("warm", ttl=5):
             pass
         before = connections(server)
         for _ in range(STEPS):
@@ -501,7 +528,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
         client.close()
 
 
-KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced"]
+KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced", "single"]
 
 
 @searching(KINDS)
@@ -511,6 +538,8 @@ def test_every_reply_is_read_by_its_own_command_and_no_healthy_connection_is_clo
     """See the module; the kinds of client: :func:`client_for`."""
     if kind.startswith("cached"):
         caching_allowed(server, monkeypatch)
+    if kind == "single" and not hasattr(redis.Redis(), "single_connection_lock"):
+        pytest.skip("redis-py < 5.1: the library refuses such a client (it has no lock)")
     if kind == "health":
         plain = redis.connection.AbstractConnection._send_ping
         monkeypatch.setattr(redis.connection.AbstractConnection, "_send_ping", fail_once(plain))

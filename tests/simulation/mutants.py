@@ -502,6 +502,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "counted._owed or counted._stale or counted._unfit or counted._unknown",
        "counted._owed or counted._stale or counted._unfit",
        "tests/integration/test_connect_interrupts.py"),
+    py("sync-single-unmarked", "a sync single-connection client's connection is not known "
+       "as one: the application's command written on it owing a reply reads that reply",
+       "_drivers", "                counted._single = True\n", "                pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("sync-single-closed-in-handshake", "a sync single-connection client's connection "
+       "written on owing a reply inside its own handshake is closed", "_pools",
+       "        if self._single and self._owed and not self._connecting:",
+       "        if self._single and self._owed:",
+       "tests/integration/test_connect_interrupts.py"),
     py("async-single-trusts-unknown", "an asyncio single-connection client's connection made "
        "whole while it was the client's is trusted to owe nothing", "_pools",
        "                connection._stale = True\n            connection._single = True\n",
