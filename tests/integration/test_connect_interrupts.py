@@ -415,21 +415,30 @@ def test_an_applications_pipeline_cut_between_its_replies_leaves_no_reply_to_a_l
 
 
 @pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
-def test_a_single_connection_client_owing_a_reply_closes_it_before_the_next_lock_command(
-    server: RedisServer,
+@pytest.mark.parametrize("after", ["lock", "application"])
+def test_a_single_connection_client_owing_a_reply_closes_it_before_the_next_command(
+    server: RedisServer, after: str
 ) -> None:
     """Review 44, N2: a client made with ``single_connection_client=True`` never gives its
     connection back to a pool, so nothing marked it when a Ctrl-C between a command's write
     and its read left a reply on it, and the next acquire read that reply as its own (an
     ``OK``: inside while another holder was). Here the application's own command is cut
-    short, the server paused so that its reply is still on the way."""
+    short, the server paused so that its reply is still on the way. And (the sync twin of
+    review 52's R52-3, found by the reply search's single-connection kind) the application's
+    own next command read it: a GET answered ``OK``. The connection closes itself as a
+    command is written on it owing a reply, whoever writes it."""
     client = redis.Redis.from_url(server.url, single_connection_client=True)
     wrap_execute_command(client)  # traced: not written directly
     redlock_deco.register_provider("default", client)
     try:
         with Lock("guarded", ttl=5):  # (the connection is made and guarded)
             pass
-        refused_though_a_reply_waits(server, lambda: cut_between_write_and_read(client, server))
+        if after == "lock":
+            cut = partial(cut_between_write_and_read, client, server)
+            refused_though_a_reply_waits(server, cut)
+        else:
+            cut_between_write_and_read(client, server)
+            assert client.get("never-set") is None  # (not b"OK": the SET's reply)
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
@@ -662,27 +671,6 @@ def test_a_single_connection_clients_reply_owed_before_the_librarys_first_call_i
             with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=wait):
                 pass  # (not inside on the OK)
         assert client.get("lock:held") == b"someone-else"
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
-
-
-@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
-def test_a_single_connection_clients_next_command_reads_its_own_reply(
-    server: RedisServer,
-) -> None:
-    """The sync twin of review 52's R52-3 (found by the reply search's single-connection
-    kind): after the library's first call on a sync single-connection client it sends
-    through, the application's command cut between its write and its read left its reply to
-    the application's next command (a GET answered ``OK``). The connection now closes
-    itself as a command is written on it owing a reply, whoever writes it."""
-    client = SubclassedRedis.from_url(server.url, single_connection_client=True)
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass
-        cut_between_write_and_read(client, server)
-        assert client.get("never-set") is None  # (not b"OK": the SET's reply)
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
