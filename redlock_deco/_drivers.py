@@ -509,6 +509,21 @@ def roundtrip(conn: Any, args: Args) -> Any:
 _RETRY_KINDS: dict[type, bool] = {}  # retry policy class -> a redis.retry.Retry?
 
 
+def _single_is_safe(client: Any) -> bool:
+    """Not a sync single-connection client without a lock of its own (redis-py < 5.1)."""
+    return getattr(client, "connection", None) is None or hasattr(client, "single_connection_lock")
+
+
+def _single_without_lock(client: Any) -> ProviderError:
+    return ProviderError(
+        f"{type(client).__name__} was made with single_connection_client=True, and on "
+        f"redis-py {redis.__version__} such a client has no lock of its own: the library's "
+        "commands (its renewals come from a thread of its own) and the application's would "
+        "share its one connection at once and read each other's replies. Use redis-py 5.1 "
+        "or later, or a client on a connection pool (single_connection_client=False)"
+    )
+
+
 def direct_pool(client: Any) -> Any:
     """The pool whose connections the scripts may be written to directly, or None.
 
@@ -579,6 +594,11 @@ class SyncTarget:
         guard_nodes(client)  # (a cluster's)
         self.owned = owned  # built here from a URL: ours to disconnect when retired
         self.direct = direct_pool(client)
+        if (self.direct is None or traced(client)) and not _single_is_safe(client):
+            # (refused here, before any acquire: refused at its first command, a call's
+            # clean-up was queued and logged the refusal every half second until its ttl --
+            # review 55, F3)
+            raise _single_without_lock(client)
         size = pool_size(client)
         keep = spares_for(self.direct, size)
         self.spares = Spares(self.direct, keep) if keep else None
@@ -677,14 +697,7 @@ class SyncTarget:
         client = self.client
         lock = getattr(client, "single_connection_lock", None)  # (redis-py >= 5.1)
         if lock is None:
-            raise ProviderError(
-                f"{type(client).__name__} was made with single_connection_client=True, and on "
-                f"redis-py {redis.__version__} such a client has no lock of its own: the "
-                "library's commands (its renewals come from a thread of its own) and the "
-                "application's would share its one connection at once and read each other's "
-                "replies. Use redis-py 5.1 or later, or a client on a connection pool "
-                "(single_connection_client=False)"
-            )
+            raise _single_without_lock(client)  # (traced since the target was made)
         with lock:
             conn = client.connection
             counted = None if conn is None else counting(conn)

@@ -155,6 +155,9 @@ class WholeConnect(Counting):
             self.check_health()  # type: ignore[attr-defined]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        pushes = _pushes(self) if kwargs.get("push_request") else None
+        if pushes is not None:
+            pushes.clear()
         try:
             reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
         except ResponseError:
@@ -175,6 +178,13 @@ class WholeConnect(Counting):
             if self._sock is not None and _buffer_broken(self):  # type: ignore[attr-defined]
                 self._unfit = True
             raise
+        if pushes and _never_a_reply(pushes[-1]):
+            # An invalidation (or a maintenance notice) read by redis-py's client-side cache
+            # before a command answers no command. Counted, it stood for a cut command's
+            # reply still owed: the close at the next write did not fire, that command
+            # read the cut one's reply and left its own to the library's acquire -- a bare
+            # SET NX, which any reply but nil grants (review 55, F1: a second holder).
+            return reply
         self._read_one()  # (after the read: an interrupt inside it disconnects)
         return reply
 
@@ -353,6 +363,47 @@ def uncached(client: Any) -> Any:
     if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
         return None
     return redis.Redis(connection_pool=uncached_pool(pool, sized=True))
+
+
+_NEVER_REPLIES = frozenset(
+    # CLIENT TRACKING's invalidations, and redis-py 8's maintenance notifications
+    {"invalidate", "moving", "migrating", "migrated", "failing_over", "failed_over"}
+)
+
+
+def _never_a_reply(push: Any) -> bool:
+    """Is ``push`` (a RESP3 push message) of a kind no command is answered with?"""
+    if not isinstance(push, list) or not push:
+        return False
+    kind = push[0]
+    if isinstance(kind, bytes):
+        kind = kind.decode("utf-8", "replace")
+    return isinstance(kind, str) and kind.lower() in _NEVER_REPLIES
+
+
+def _pushes(connection: Any) -> list[Any] | None:
+    """The last push message ``connection``'s parser handed over, recorded as it does (its
+    ``handle_push_response`` wrapped on the instance, once per parser: a connect makes a new
+    one); None when it has none to wrap."""
+    parser = getattr(connection, "_parser", None)
+    record: list[Any] | None = getattr(parser, "_redlock_deco_pushes", None)
+    if record is not None:
+        return record
+    handle = getattr(parser, "handle_push_response", None)
+    if handle is None:
+        return None
+    made: list[Any] = []
+
+    def handle_push_response(response: Any, *args: Any, **kwargs: Any) -> Any:
+        made[:] = [response]  # (the last only: a long-lived connection handles many)
+        return handle(response, *args, **kwargs)
+
+    try:
+        parser.handle_push_response = handle_push_response  # type: ignore[union-attr]
+        parser._redlock_deco_pushes = made  # type: ignore[union-attr]
+    except AttributeError:  # pragma: no cover - a parser with slots
+        return None
+    return made
 
 
 def guard(pool: Any, asynchronous: bool) -> None:

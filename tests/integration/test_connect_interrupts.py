@@ -709,19 +709,59 @@ def test_a_single_connection_clients_handshake_may_write_several_commands_before
         client.close()
 
 
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+def test_an_invalidation_read_before_a_command_is_not_taken_for_a_reply_owed(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 55, F1 (a second holder): redis-py's client-side cache reads the pushes waiting
+    on a connection before each command, and the library counted an invalidation read so as
+    a reply. On a single-connection client with a cut command's reply still to come, the
+    count fell to nothing owed: the next command was written without the connection being
+    closed, read the cut one's reply, and left its own to the next -- the library's acquire
+    (a bare SET NX, which any reply but nil grants) entered a held lock."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), single_connection_client=True
+    )
+    wrap_execute_command(client)  # traced: the library's commands on its one connection
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        assert client.get("tracked") is None  # (cached: the connection tracks it)
+        next_read_cut(client, server)
+        with pytest.raises(KeyboardInterrupt):
+            client.blpop(["nothing"], timeout=1)  # (its nil a second away)
+        with server.client() as other:
+            other.set("tracked", "changed")  # (an invalidation, before that nil)
+            other.set("lock:held", "someone-else")
+        assert client.set("fresh", "1", nx=True) is True  # (not the BLPOP's nil)
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=1):
+            pass  # (not inside on another command's reply)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
 @pytest.mark.skipif(HAS_SINGLE_LOCK, reason="redis-py >= 5.1 gives such a client a lock")
 def test_a_single_connection_client_without_a_lock_of_its_own_is_refused(
-    server: RedisServer,
+    server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Review 54, F3: before redis-py 5.1 a sync single-connection client has no lock, and
     the library's renewal thread and the application's thread wrote and read its one
     connection at once -- crossed replies (a false LockLost, a wrong error) and hangs. The
-    library refuses to send on it, saying why and what to use."""
+    library refuses to send on it, saying why and what to use -- before the call starts
+    (review 55, F3: refused at its first command, the call's clean-up logged the refusal
+    as an error every half second until its ttl)."""
     client = SubclassedRedis.from_url(server.url, single_connection_client=True)
     redlock_deco.register_provider("default", client)
     try:
         with pytest.raises(redlock_deco.ProviderError, match=r"5\.1 or later"), Lock("x", ttl=5):
             pass
+        time.sleep(1)
+        assert not [each for each in caplog.records if each.levelname == "ERROR"]
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()

@@ -506,6 +506,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "as one: the application's command written on it owing a reply reads that reply",
        "_drivers", "                counted._single = True\n", "                pass\n",
        "tests/integration/test_connect_interrupts.py"),
+    py("push-counted-as-reply", "an invalidation push read by redis-py's client-side cache "
+       "before a command is counted as a reply owed", "_pools",
+       "        if pushes and _never_a_reply(pushes[-1]):", "        if False:",
+       "tests/integration/test_connect_interrupts.py"),
     py("sync-single-closed-in-handshake", "a sync single-connection client's connection "
        "written on owing a reply inside its own handshake is closed", "_pools",
        "        if self._single and self._owed and not self._connecting:",
