@@ -55,6 +55,8 @@ IDLE = 5.0
 ORPHAN_POLL = 0.2
 # At the interpreter's exit, how long the renewer's lock is waited for (see Renewer._at_exit).
 EXIT_LOCK_WAIT = 0.1
+# Seconds after which the asyncio renewer looks again when an exception cut its look short.
+RETRY_AFTER_INTERRUPT = 0.05
 UNREACHABLE = (ConnectionError, TimeoutError)  # redis-py's: worth retrying in the background
 
 
@@ -501,15 +503,36 @@ class AsyncRenewer:
         loop = self._loop()
         if self._stopped or loop is None or loop.is_closed():
             return
-        if self._timer is not None:
-            if when >= self._next_wake:
-                return
-            self._timer.cancel()
-        self._next_wake = when
+        earlier = self._timer
+        if (
+            earlier is not None
+            and not earlier.cancelled()
+            and earlier.when() > loop.time()  # (else it has run, or is running: _tick)
+            and when >= self._next_wake
+        ):
+            return
+        # The new timer set before the old is cancelled: cancelled first, an exception
+        # landing in between (a signal handler's, in another task's acquire) left no timer
+        # that would fire, and every later call returned early -- no lease of the loop
+        # renewed or reported lost (review 56, F1). Two timers for a moment cost a look.
         self._timer = loop.call_later(max(0.0, when - time.monotonic()), self._tick)
+        self._next_wake = when
+        if earlier is not None:
+            earlier.cancel()
 
     def _tick(self) -> None:
-        self._timer, self._next_wake = None, math.inf
+        # A plain callback of the loop's: asyncio logs an exception raised in it (a signal
+        # handler's, landing anywhere) and runs on, and one before the timer was armed again
+        # left no timer: no lease of the loop renewed or reported lost, a second holder in
+        # without on_lost (review 56, F1). Armed again then, to look once more soon.
+        try:
+            self._timer, self._next_wake = None, math.inf
+            self._look()
+        except BaseException:
+            self._arm(time.monotonic() + RETRY_AFTER_INTERRUPT)
+            raise
+
+    def _look(self) -> None:
         loop = self._loop()
         if self._stopped or loop is None:
             return
@@ -519,10 +542,12 @@ class AsyncRenewer:
             if lost._lose():
                 notify_lost(lost)
         for job in ready:
-            job.renewing = True
             round_ = background(self._run_safely(job), name="redlock-deco-renewal")
-            self._rounds.add(round_)
+            # (its end seen before it is marked: marked and not yet started, a job cut off
+            # here was renewing for good -- never renewed, never reported lost)
             round_.add_done_callback(functools.partial(self._round_done, job))
+            job.renewing = True
+            self._rounds.add(round_)
         if upcoming != math.inf:
             self._arm(upcoming)
 
@@ -571,9 +596,12 @@ class AsyncRenewer:
         """A round ended, however: even cancelled before its first step, when none of its
         own code ran (its job stayed marked as renewing, so never renewed again, nor
         reported lost: a silent loss found writing review 26's test)."""
-        self._rounds.discard(round_)
-        job.renewing = False
-        self._arm(time.monotonic())  # cancelled by someone else (see the class): again
+        try:
+            job.renewing = False
+            self._rounds.discard(round_)
+        finally:
+            # (armed however this ends: with one lease, nothing else would -- review 56)
+            self._arm(time.monotonic())  # cancelled by someone else (see the class): again
 
     async def _run_safely(self, job: Job) -> None:
         try:

@@ -381,8 +381,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_shutdown.py"),
     py("renewal-round-cancel-unseen", "a renewal round cancelled before its first step leaves "
        "its lease marked as renewing: never renewed again, never reported lost", "_renewal",
-       "        job.renewing = False\n        self._arm(time.monotonic())",
-       "        self._arm(time.monotonic())", "tests/integration/test_shutdown.py"),
+       "            job.renewing = False\n            self._rounds.discard(round_)",
+       "            self._rounds.discard(round_)", "tests/integration/test_shutdown.py"),
+    py("renewer-timer-cut", "an exception in the asyncio renewer's look leaves it without a "
+       "timer (no lease of the loop renewed or reported lost)", "_renewal",
+       "            self._arm(time.monotonic() + RETRY_AFTER_INTERRUPT)\n",
+       "            pass\n", "tests/integration/test_renewer_interrupts.py"),
     py("renewal-undoes-extend", "a renewal round that waited behind an extend() renews to "
        "the usual ttl (asyncio)", "_renewal", RENEWED_MEANWHILE,
        RENEWED_MEANWHILE.replace("if _renewed_meanwhile(job, started):", "if False:"),
