@@ -517,8 +517,8 @@ class AsyncRenewer:
         # renewed or reported lost (review 56, F1). Two timers for a moment cost a look.
         self._timer = loop.call_later(max(0.0, when - time.monotonic()), self._tick)
         self._next_wake = when
-        if earlier is not None:
-            earlier.cancel()
+        if earlier is not None and earlier.when() > loop.time():
+            earlier.cancel()  # (one due already is kept: cancelled, its look came later)
 
     def _tick(self) -> None:
         # A plain callback of the loop's: asyncio logs an exception raised in it (a signal
