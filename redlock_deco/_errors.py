@@ -118,8 +118,12 @@ class LockNotAcquired(LockError):
     def __init__(self, *, name: str, key: str, waited: float) -> None:
         RedlockDecoError.__init__(
             self,
-            f"could not acquire {key!r} within {waited:.3f}s (it is held by someone else); "
-            "raise `wait`, or pass on_busy='skip' to return None instead",
+            # (not "by someone else": a semaphore nested in its own holder's section waits
+            # for its own slot, a `with` block for its thread's bare acquire() -- review 57)
+            f"could not acquire {key!r} within {waited:.3f}s: it stayed taken, by another "
+            "holder or by this thread or task itself (semaphore slots, and a bare acquire() "
+            "of another object, are never re-entered); raise `wait`, or pass on_busy='skip' "
+            "to return None instead",
             name=name,
             key=key,
             waited=waited,

@@ -76,6 +76,17 @@ def test_skip_and_wait_zero() -> None:
     assert lenient() == "ran"
 
 
+def test_a_semaphore_nested_in_its_own_slot_is_told_it_waited_for_itself() -> None:
+    """Review 57 (wording): semaphores do not re-enter, so a section nested in one holding
+    the only slot waits for its own; the error said the slot "is held by someone else"."""
+    with Semaphore("mine", limit=1):
+        nested = Semaphore("mine", limit=1, wait=0.1)
+        with pytest.raises(LockNotAcquired) as info, nested:
+            pass  # (not entered: the slot is this thread's own)
+    assert "this thread or task itself" in str(info.value), info.value
+    assert "someone else" not in str(info.value)
+
+
 def threading_result(fn: Any) -> Any:
     out: list[Any] = []
 
