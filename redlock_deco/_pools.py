@@ -48,6 +48,7 @@ would have to know the others' states.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import weakref
 from typing import Any
@@ -100,12 +101,24 @@ class WholeConnect(Counting):
             self._stale = False  # (after: one cut short inside is closed again next time)
 
     def can_read(self, *args: Any, **kwargs: Any) -> bool:
-        # Closed first if stale: redis-py's client-side cache reads whatever is waiting on a
-        # connection before each command, as invalidations -- an interrupted command's error
-        # reply was raised by the application's next command (the reply search found it).
+        # Closed first if it owes a reply nobody will read: redis-py's client-side cache reads
+        # whatever is waiting on a connection before each command, as invalidations -- an
+        # interrupted command's error reply was raised by the application's next command
+        # (the reply search found it on a pooled connection, then on a single one).
+        self._before_use()
+        return bool(super().can_read(*args, **kwargs))  # type: ignore[misc]
+
+    def _before_use(self) -> None:
+        """Before a write, or the cache's read of what waits: closed if it owes a reply
+        nobody will read, refused if a cut read left it unfit (see _refuse_if_unfit)."""
         self._close_if_stale()
         self._refuse_if_unfit()
-        return bool(super().can_read(*args, **kwargs))  # type: ignore[misc]
+        if self._single and self._owed and not self._connecting:
+            # (a single-connection client's commands each write and then read, one at a
+            # time under its lock: a reply owed as one begins is a cut one's, whose
+            # command -- the application's too -- left it to the next: see SyncTarget's
+            # _send_single, and mark_single for asyncio's)
+            self.disconnect()
 
     def _refuse_if_unfit(self) -> None:
         """Closed, and a ConnectionError raised, as if the server had closed it: whatever
@@ -120,14 +133,7 @@ class WholeConnect(Counting):
             raise redis.ConnectionError("closed: a read on this connection had been cut short")
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        self._close_if_stale()
-        self._refuse_if_unfit()
-        if self._single and self._owed and not self._connecting:
-            # (a single-connection client's commands each write and then read, one at a
-            # time under its lock: a reply owed as one is written is a cut one's, whose
-            # command -- the application's too -- left it to the next: see SyncTarget's
-            # _send_single, and mark_single for asyncio's)
-            self.disconnect()
+        self._before_use()
         # The size of what is written taken first: the connect's handshake and the health
         # check's PING are written through here too, and one of them took a pipeline's size
         # as its own -- a failed PING's, forgotten with its connection, left the pipeline
@@ -406,6 +412,10 @@ def _pushes(connection: Any) -> list[Any] | None:
     return made
 
 
+# Where a pool keeps its connections (a BlockingConnectionPool: every one made in _connections).
+_LISTS = ("_available_connections", "_in_use_connections", "_connections")
+
+
 def guard(pool: Any, asynchronous: bool) -> None:
     """Make ``pool``'s connections, those to come and those it has, close themselves when a
     connect is cut short (see the module). A pool it cannot see into is left as it is."""
@@ -414,25 +424,50 @@ def guard(pool: Any, asynchronous: bool) -> None:
         return
     mixin = WholeAsyncConnect if asynchronous else WholeConnect
     pool.connection_class = _whole(plain, mixin)
-    (_mark_owing_on_async_release if asynchronous else _mark_owing_on_release)(pool)
-    made = {  # (a BlockingConnectionPool lists every connection it made in _connections)
+    if asynchronous:
+        _mark_owing_on_async_release(pool)
+    else:
+        # (its checkout makes whole what the look below misses: see made_whole)
+        _mark_owing_on_release(pool)
+        _whole_on_checkout(pool)
+    # (Each list copied at once, by list(): iterated as it was, a set another thread
+    # changed raised RuntimeError out of the library's first call -- review 57.)
+    listed = [list(getattr(pool, where, ())) for where in _LISTS]
+    made = {
         id(connection): connection
-        for where in ("_available_connections", "_in_use_connections", "_connections")
-        for connection in getattr(pool, where, ())
+        for connections in listed
+        for connection in connections
         if connection is not None  # (a BlockingConnectionPool's queue holds None for room)
     }.values()
     idle = {id(connection) for connection in _idle(pool)}
     for connection in made:
-        # (Inside redis-py's client-side caching proxy, the connection it wraps: the proxy
-        # made whole had none of a connection's attributes, and every command drawn onto it
-        # raised AttributeError -- review 47, G2 -- while the connection inside wrote and read
-        # uncounted, a second holder -- G1.)
-        outer, connection = connection, _wrapped(connection)
-        if isinstance(connection, mixin):
-            continue  # (counted all along)
-        with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
-            connection.__class__ = _whole(type(connection), mixin)
-            _mark_uncounted(connection, idle=id(outer) in idle)
+        made_whole(connection, mixin, idle=id(connection) in idle)
+
+
+def made_whole(connection: Any, mixin: type, *, idle: bool) -> Any:
+    """``connection`` made whole in place if it is not (its count unknown: see
+    _mark_uncounted); the connection that counts, or None if its class forbids it.
+
+    Called by guard on the connections a pool has, and by the guarded pool's checkout on each
+    connection it hands out (every use of a pooled connection starts there): guard's look at
+    the pool's lists is not atomic with the pool's other threads, and a connection made from
+    the class before guard's, or moving between two lists as it looked, was missed -- a plain
+    connection in a guarded pool for good, whose cut command's ``OK`` the library's next
+    acquire read as its own (review 57, F1: a second holder; BlockingConnectionPool on
+    redis-py 8.1, the library's first call amid the application's threads opening
+    connections, 37 of 50)."""
+    # (Inside redis-py's client-side caching proxy, the connection it wraps: the proxy made
+    # whole had none of a connection's attributes, and every command drawn onto it raised
+    # AttributeError -- review 47, G2 -- while the connection inside wrote and read
+    # uncounted, a second holder -- G1.)
+    connection = _wrapped(connection)
+    if isinstance(connection, mixin):
+        return connection  # (counted all along)
+    with contextlib.suppress(TypeError):  # a class whose layout forbids it: left as it is
+        connection.__class__ = _whole(type(connection), mixin)
+        _mark_uncounted(connection, idle=idle)
+        return connection
+    return None
 
 
 def _mark_uncounted(connection: Counting, idle: bool) -> None:
@@ -459,7 +494,7 @@ def _connected(connection: Any) -> bool:
 def _idle(pool: Any) -> list[Any]:
     """The connections waiting in ``pool`` (a BlockingConnectionPool's in its queue)."""
     waiting = list(getattr(pool, "_available_connections", ()))
-    queued = getattr(getattr(pool, "pool", None), "queue", ())
+    queued = list(getattr(getattr(pool, "pool", None), "queue", ()))  # (copied at once)
     return waiting + [connection for connection in queued if connection is not None]
 
 
@@ -489,6 +524,23 @@ def _mark_owing_on_release(pool: Any) -> None:
 
     release.marks_owing = True  # type: ignore[attr-defined]
     pool.release = release
+
+
+def _whole_on_checkout(pool: Any) -> None:
+    """``pool.get_connection`` makes whole a connection it hands out that is not (see
+    _adopt): idle until now, it is closed before its first write if connected."""
+    plain = pool.get_connection
+    if getattr(plain, "makes_whole", False):
+        return
+
+    @functools.wraps(plain)  # (its signature: callers read it for redis-py's command name)
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        connection = plain(*args, **kwargs)
+        made_whole(connection, WholeConnect, idle=True)
+        return connection
+
+    get_connection.makes_whole = True  # type: ignore[attr-defined]
+    pool.get_connection = get_connection
 
 
 def _mark_owing_on_async_release(pool: Any) -> None:
@@ -604,20 +656,21 @@ def guard_nodes(client: Any) -> None:
     make = getattr(manager, "create_redis_node", None)
     if make is None:
         return
+    if not getattr(make, "guards", False):
+        # (wrapped before the nodes it has are looked at: a node made between the two was
+        # missed by both)
+
+        def create_redis_node(*args: Any, **kwargs: Any) -> Any:
+            made = make(*args, **kwargs)
+            guard(getattr(made, "connection_pool", None), asynchronous=False)
+            return made
+
+        create_redis_node.guards = True  # type: ignore[attr-defined]
+        manager.create_redis_node = create_redis_node
     for node in list(getattr(manager, "nodes_cache", {}).values()):
         made = getattr(node, "redis_connection", None)
         if made is not None:
             guard(getattr(made, "connection_pool", None), asynchronous=False)
-    if getattr(make, "guards", False):
-        return
-
-    def create_redis_node(*args: Any, **kwargs: Any) -> Any:
-        made = make(*args, **kwargs)
-        guard(getattr(made, "connection_pool", None), asynchronous=False)
-        return made
-
-    create_redis_node.guards = True  # type: ignore[attr-defined]
-    manager.create_redis_node = create_redis_node
 
 
 class NodeMarksOwing:
@@ -660,7 +713,5 @@ def _make_whole(connections: Any, idle: Any) -> None:
     test_back_edges.py.)"""
     free = {id(connection) for connection in idle}
     for connection in list(connections):
-        if isinstance(connection, WholeAsyncConnect):
-            continue
-        connection.__class__ = _whole(type(connection), WholeAsyncConnect)
-        _mark_uncounted(connection, idle=id(connection) in free)
+        if made_whole(connection, WholeAsyncConnect, idle=id(connection) in free) is None:
+            raise TypeError("a connection class whose layout forbids the library's mixin")

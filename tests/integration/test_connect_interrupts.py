@@ -60,6 +60,7 @@ from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
 HOLD = 0.1  # how long the other thread holds before its release hands the lock on
+TRIALS = 20  # the first-call race's tries, per kind of pool
 SAMPLE = 30  # positions tried in a CI run outside the connects' own lines, per kind of client
 
 Position = tuple[str, int, int]  # file, line, which occurrence of it (1, 2, ...)
@@ -470,6 +471,101 @@ def test_the_connections_a_pool_made_before_the_library_saw_it_are_guarded_too(
         client.close()
 
 
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+@pytest.mark.parametrize("missed", ["idle", "checked out"])
+def test_a_connection_the_guard_missed_is_made_whole_as_it_is_handed_out_or_given_back(
+    server: RedisServer, pool: str, missed: str
+) -> None:
+    """Review 57, F1 (a second holder): the guard's look at a pool's lists is not atomic with
+    the application's threads, so a connection made from the class before the guard's, or
+    moving between two lists as it looked, was missed: plain for good in a guarded pool. An
+    application command cut on it left its ``OK``, and the library's next acquire read it.
+    Such a connection is made whole as the pool hands it out, and closed before its first
+    write if connected: what it owes was never counted.
+    Here the missed connection is put where the race leaves it, with a SET's reply owed."""
+    made = getattr(redis, pool).from_url(server.url)
+    client = redis.Redis(connection_pool=made)
+    plain_class = made.connection_class
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass  # (the pool guarded)
+        missed_one = plain_class(**made.connection_kwargs)
+        missed_one.send_command("SET", "written", "yes")  # (its OK owed, never read)
+        if isinstance(made, redis.BlockingConnectionPool):
+            made._connections.append(missed_one)
+            made.pool.queue.remove(None)  # (the room it takes)
+            if missed == "idle":
+                made.pool.put_nowait(missed_one)  # (LIFO: the next one handed out)
+        elif missed == "idle":
+            made._available_connections.append(missed_one)  # (the next one handed out)
+        else:
+            made._in_use_connections.add(missed_one)
+        if missed == "checked out":
+            made.release(missed_one)  # (the application's command cut on it, given back)
+
+        def nothing_more() -> None:
+            with server.client() as other:  # (the OK has arrived)
+                other.ping()
+                other.ping()
+
+        refused_though_a_reply_waits(server, nothing_more)
+        assert client.get("never-set") is None  # (nor the application's next command)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_the_librarys_first_call_amid_the_applications_threads_leaves_no_connection_uncounted(
+    server: RedisServer, pool: str
+) -> None:
+    """The race behind review 57, F1, run for real: the library's first call on a client
+    while the application's threads open, hand out and give back its pool's connections.
+    Every connection the pool then hands out counts its replies, and the first call raises
+    nothing (the guard iterated a set the threads changed: RuntimeError). The switch
+    interval is shortened to make the threads' interleavings many."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for trial in range(TRIALS):
+            made = getattr(redis, pool).from_url(server.url, max_connections=20)
+            client = redis.Redis(connection_pool=made)
+            stop = threading.Event()
+
+            def application(
+                index: int, client: redis.Redis = client, stop: threading.Event = stop
+            ) -> None:
+                while not stop.is_set():
+                    client.set(f"app:{index}", "v")
+
+            threads = [threading.Thread(target=application, args=(n,)) for n in range(8)]
+            for thread in threads:
+                thread.start()
+            try:
+                redlock_deco.register_provider("default", client)
+                with Lock(f"first:{trial}", ttl=5):
+                    pass
+            finally:
+                stop.set()
+                for thread in threads:
+                    thread.join()
+            idle = made._connections if pool != "ConnectionPool" else made._available_connections
+            handed_out = []  # (every connection made: all idle now)
+            try:
+                for _ in range(len(idle)):
+                    handed_out.append(checked_out(made))
+                plain = [c for c in handed_out if not isinstance(_wrapped(c), WholeConnect)]
+                assert not plain, f"trial {trial}: handed out uncounted: {plain}"
+            finally:
+                for connection in handed_out:
+                    made.release(connection)
+                redlock_deco.register_provider("default", server.url)
+                client.close()
+    finally:
+        sys.setswitchinterval(switch)
+
+
 def test_the_grant_subscription_takes_no_lock_an_interrupt_can_leave_held(
     server: RedisServer,
 ) -> None:
@@ -740,6 +836,91 @@ def test_an_invalidation_read_before_a_command_is_not_taken_for_a_reply_owed(
         assert client.set("fresh", "1", nx=True) is True  # (not the BLPOP's nil)
         with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=1):
             pass  # (not inside on another command's reply)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_an_invalidation_drained_by_another_threads_cache_hit_is_not_taken_for_a_reply(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cache hit, redis-py's client-side cache reads the pushes waiting on the connection
+    that fetched the entry -- even one another thread has checked out, a command of its under
+    way. Counted as a reply, the invalidation read so left that command's connection owing
+    nothing: cut before its read (a Ctrl-C in the main thread), it went back to the pool
+    unmarked, and the next command on it read the cut one's reply (the library's acquire, a
+    bare SET NX, would enter a held lock). One thread plays both here, step by step."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    wrap_execute_command(client)  # traced: the library guards the application's pool
+    redlock_deco.register_provider("default", client)
+    pool = client.connection_pool
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        with server.client() as other:
+            other.set("tracked", "before")  # (nil is never cached)
+        assert client.get("tracked") == b"before"  # (cached: its connection tracks the key)
+        # "Thread A" checks out the connection that fetched it.
+        (entry,) = pool.cache.collection.values()
+        idle = pool._available_connections
+        idle.sort(key=lambda proxy: proxy._conn is entry.connection_ref)  # (taken last)
+        fetched = pool.get_connection()
+        assert fetched._conn is entry.connection_ref
+        fetched.send_command("BLPOP", "nothing", 1)  # (its nil a second away)
+        with server.client() as other:
+            other.set("tracked", "changed")  # (an invalidation for that connection)
+            other.ping()  # (two round trips: the push has arrived)
+            other.ping()
+        # "Thread B": a cache hit drains the fetching connection (reads the push), then
+        # misses and reads on a connection of its own.
+        assert client.get("tracked") == b"changed"
+        pool.release(fetched)  # (thread A cut before its read: the nil still to come)
+        assert client.set("fresh", "1", nx=True) is True  # (not the BLPOP's nil)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+def test_a_cut_commands_error_reply_is_not_raised_by_the_next_command_on_a_single_connection(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's client-side cache reads whatever waits on a connection before each command,
+    taking it for invalidations; an error reply read so is raised. On a single-connection
+    client, a command cut between its write and its read left its error reply there, and the
+    application's next command raised it: a ``SET`` never sent failed with the ``INCR``'s
+    error (the reply search's cached-single kind found it). The connection is closed first,
+    as before a write."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), single_connection_client=True
+    )
+    wrap_execute_command(client)  # traced: the library's commands on its one connection
+    redlock_deco.register_provider("default", client)
+    plain = client.parse_response
+
+    def cut_short(*args: Any, **options: Any) -> Any:
+        client.parse_response = plain  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    try:
+        with Lock("guarded", ttl=5):
+            pass
+        with server.client() as other:
+            other.set("not-a-number", "x")
+            client.parse_response = cut_short  # type: ignore[method-assign]
+            with pytest.raises(KeyboardInterrupt):
+                client.incr("not-a-number")
+            other.ping()  # (two round trips: the INCR has run, its error reply arrived)
+            other.ping()
+        assert client.set("fresh", "1", nx=True) is True  # (not the INCR's error)
+        with Lock("guarded", ttl=5):
+            pass
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()

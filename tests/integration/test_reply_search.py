@@ -5,7 +5,9 @@ one more scenario: three reviews in a row found one there (a reply read by the n
 Each run is a random sequence, drawn from a seed, of the application's own commands on the
 client the library also sends through -- single commands, error replies, pipelines
 (transactions or not, errors raised or returned), WATCH transactions, subscriptions drawn
-from the same pool -- mixed with the library's lock calls. Some of the steps, the library's
+from the same pool, blocking pops whose reply comes long after a cut -- and another client's
+writes of a key the application reads through redis-py's client-side cache (an invalidation
+push for the connection), mixed with the library's lock calls. Some of the steps, the library's
 included, are cut short by a KeyboardInterrupt at a random line of redis-py's (or of
 _pools') on their way: in the checkout, the connect, the write, between the write and the
 read, in the read, in the release. (The library's own lines are the interrupt-at-every-line
@@ -66,6 +68,8 @@ T = TypeVar("T")
 STEPS = 150  # per run
 LOCK_TTL = 1  # the library's locks' (a lock call cut short may leave its key until then)
 KEYS = [f"k{i}" for i in range(4)]
+OTHERS = "others"  # a key only another client writes (the application reads it)
+BLOCKED = 0.1  # s: how long a blocking pop to be cut waits (its reply comes after)
 CUT = 0.35  # the share of the application's steps cut short
 
 
@@ -79,6 +83,7 @@ class Cut(Lines):
         self.busy_at = busy_at  # the line at which the server is made busy (0: never)
         self.busy = busy
         self.fired = False
+        self.where = ""  # the line cut, for the log
         super().__init__()
 
     def local(self, frame: FrameType, event: str, arg: object) -> Any:
@@ -90,6 +95,7 @@ class Cut(Lines):
             self.busy()  # (a trace function is not traced)
         if self.lines == self.nth:
             self.fired = True
+            self.where = f"{frame.f_code.co_name} ({frame.f_globals['__name__']}:{frame.f_lineno})"
             sys.settrace(None)
             raise KeyboardInterrupt
         return self.local
@@ -186,9 +192,11 @@ class Run:
         self.rng = random.Random(seed)
         self.client = client
         self.probe = probe  # the truth: a client of its own, never cut short
-        self.may_hold: dict[str, set[bytes | None]] = {key: {None} for key in KEYS}
+        self.may_hold: dict[str, set[bytes | None]] = {key: {None} for key in [*KEYS, OTHERS]}
         self.made = 0  # values written, each unique
         self.cuts = 0
+        self.cutting = False  # is the step under way to be cut short?
+        self.lists = 0  # the blocking pops' lists, one each
         self.log: list[str] = []
         # Runs seen whole, by kind of step and whether a PING was to fail in them (such a
         # run's lines are not the others': a reconnect comes first).
@@ -205,9 +213,17 @@ class Run:
 
     def single(self, written: dict[str, set[bytes]]) -> None:
         key = self.rng.choice(KEYS)
-        what = self.rng.choice(["set", "get", "error", "noscript"])
+        what = self.rng.choice(["set", "get", "error", "noscript", "others"])
+        if what == "others":
+            key = OTHERS
+            what = "get" if self.cutting or not self.cached else "cached get"
         self.log[-1] += f" {what} {key}"
-        if what == "set":
+        if what == "cached get":
+            # Read through redis-py's cache (never cut: see __init__), so that the server
+            # tracks the key for this connection and sends it an invalidation when another
+            # client writes it (others()).
+            self.seen(key, self.client.get(key))
+        elif what == "set":
             value = self.value()
             written.setdefault(key, set()).add(value)
             assert self.client.set(key, value) is True
@@ -290,6 +306,39 @@ class Run:
         finally:
             pubsub.close()
 
+    def blocking(self, written: dict[str, set[bytes]]) -> None:
+        """A blocking pop, on a list of its own. One to be cut waits for an element that
+        never comes, so that its reply (nil) reaches the connection well after the cut,
+        with the next steps' commands (and, on RESP3, pushes) before it; another finds an
+        element there and returns at once (a timeout takes the server's next cron tick)."""
+        self.lists += 1
+        name = f"list{self.lists}"
+        self.log[-1] += f" blpop {name}"
+        if self.cutting:
+            assert self.client.blpop([name], timeout=BLOCKED) is None
+        else:
+            untraced(lambda: self.probe.rpush(name, b"job"))
+            popped = self.client.blpop([name], timeout=BLOCKED)
+            assert popped is not None and list(popped) == [name.encode(), b"job"], popped
+
+    def others(self, written: dict[str, set[bytes]]) -> None:
+        """Another client writes the key the application reads through redis-py's cache: the
+        server sends an invalidation push to the connection that read it (review 55: one
+        read by the cache's drain before a command was counted as the reply a cut command
+        owed, and the next command read that reply). Never cut: it is not the client's."""
+        value = self.value()
+        self.log[-1] += f" others set {OTHERS}"
+
+        def write() -> None:
+            assert self.probe.set(OTHERS, value) is True
+            # The push is written in the same turn of the server's loop as the reply, and
+            # two round trips more see it sent.
+            self.probe.ping()
+            self.probe.ping()
+
+        untraced(write)
+        self.may_hold[OTHERS] = {value}
+
     # -- the library's steps, never cut short here (the interrupt-at-every-line tests do) ----
 
     def lock(self, written: dict[str, set[bytes]]) -> None:
@@ -329,13 +378,16 @@ class Run:
         # The library's lock calls are cut too, at the same lines of redis-py's (and of
         # _pools'): those of its own are the interrupt-at-every-line tests'.
         kind = self.rng.choices(
-            [self.lock, self.single, self.pipeline, self.watched, self.subscription],
-            [4, 6, 3, 1, 0 if self.cached else 1],
+            [
+                *(self.lock, self.single, self.pipeline, self.watched, self.subscription),
+                *(self.blocking, self.others),
+            ],
+            [4, 6, 3, 1, 0 if self.cached else 1, 2, 2 if self.cached else 0],
         )[0]
         written: dict[str, set[bytes]] = {}
         seen = self.seen_runs.setdefault((kind.__name__, ping_fails[0]), [])
         nth = 0
-        if seen and self.rng.random() < CUT:
+        if seen and kind != self.others and self.rng.random() < CUT:
             # Anywhere in a run like one seen before, or (half the time) between a write and
             # its read there: the window the count of replies owed is for.
             lines, windows = self.rng.choice(seen)
@@ -354,10 +406,11 @@ class Run:
         if busy_at:
             self.log[-1] += f" busy at line {busy_at}"
         cut = Cut(nth, busy_at, lambda: self.busy.send_command("EVAL", BUSY, 0, BUSY_MS))
+        self.cutting = nth > 0
         try:
             if cut.run(lambda: kind(written)):
                 self.cuts += 1
-                self.log[-1] += " (cut)"
+                self.log[-1] += f" (cut in {cut.where})"
                 self.may_hold = before
                 for key, values in written.items():
                     self.may_hold[key] |= values
@@ -421,10 +474,12 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
     library's commands on an uncached pool of their own; ``cached-traced``: wrapped on the
     instance, so that the library's commands go through the caching proxies too), and a
     traced single-connection client (``single``: the single commands of both on its one
-    connection, pipelines and subscriptions on its pool's; redis-py 5.1 and later)."""
+    connection, pipelines and subscriptions on its pool's; redis-py 5.1 and later), also with
+    the client-side cache (``cached-single``: the cache's invalidations among the replies of
+    the one connection the library sends through too)."""
     # (RESP3: redis-py 8 then skips its checkout's "anything to read?" test, which on RESP2
     # finds a reply left on a connection once it has arrived, and hides a miscount.)
-    resp3 = kind in ("resp3", "health", "cached", "cached-traced")
+    resp3 = kind in ("resp3", "health") or kind.startswith("cached")
     options: dict[str, Any] = {"protocol": 3 if resp3 else 2}
     if kind == "health":
         # (Every command's health check or every few: a command that PINGs first reads any
@@ -435,7 +490,7 @@ def client_for(server: RedisServer, kind: str, seed: int) -> redis.Redis:
         from redis.cache import CacheConfig
 
         options.update(cache_config=CacheConfig())
-    if kind == "single":
+    if kind.endswith("single"):
         options["single_connection_client"] = True
     client = redis.Redis.from_url(server.url, **options)
     if kind not in ("plain", "cached"):
@@ -528,7 +583,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
         client.close()
 
 
-KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced", "single"]
+KINDS = ["plain", "traced", "resp3", "health", "cached", "cached-traced", "single", "cached-single"]
 
 
 @searching(KINDS)
@@ -538,7 +593,7 @@ def test_every_reply_is_read_by_its_own_command_and_no_healthy_connection_is_clo
     """See the module; the kinds of client: :func:`client_for`."""
     if kind.startswith("cached"):
         caching_allowed(server, monkeypatch)
-    if kind == "single" and not hasattr(redis.Redis(), "single_connection_lock"):
+    if kind.endswith("single") and not hasattr(redis.Redis(), "single_connection_lock"):
         pytest.skip("redis-py < 5.1: the library refuses such a client (it has no lock)")
     if kind == "health":
         plain = redis.connection.AbstractConnection._send_ping

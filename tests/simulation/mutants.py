@@ -514,6 +514,16 @@ MUTANTS: tuple[Mutant, ...] = (
        "before a command is counted as a reply owed", "_pools",
        "        if pushes and _never_a_reply(pushes[-1]):", "        if False:",
        "tests/integration/test_connect_interrupts.py"),
+    py("single-drained-unclosed", "a sync single-connection client's connection owing a cut "
+       "command's reply is read by redis-py's client-side cache before the next command "
+       "(not closed first): an error reply is raised by that command", "_pools",
+       "        self._before_use()\n        return bool(",
+       "        self._close_if_stale()\n        self._refuse_if_unfit()\n        return bool(",
+       "tests/integration/test_connect_interrupts.py"),
+    py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
+       "class before its, or moving between the pool's lists) is handed out as it is",
+       "_pools", "        made_whole(connection, WholeConnect, idle=True)\n",
+       "        pass\n", "tests/integration/test_connect_interrupts.py"),
     py("sync-single-closed-in-handshake", "a sync single-connection client's connection "
        "written on owing a reply inside its own handshake is closed", "_pools",
        "        if self._single and self._owed and not self._connecting:",
@@ -551,8 +561,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("stale-read-before-close", "a stale connection is read (redis-py's cache drains it for "
        "invalidations) before it is closed", "_pools",
-       "        self._close_if_stale()\n        self._refuse_if_unfit()\n        return bool(",
-       "        self._refuse_if_unfit()\n        return bool(",
+       "        self._before_use()\n        return bool(",
+       "        self._refuse_if_unfit()\n"
+       "        if self._single and self._owed and not self._connecting:\n"
+       "            self.disconnect()\n        return bool(",
        "tests/integration/test_reply_search.py"),
     py("cache-not-sent-around", "the library's commands and subscription on a client-side "
        "caching client go through the cache's proxies", "_pools",
@@ -569,8 +581,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("cache-proxy-made-whole", "guard() makes a client-side caching proxy whole, not the "
        "connection inside it", "_pools",
-       "        outer, connection = connection, _wrapped(connection)\n",
-       "        outer = connection\n",
+       "    connection = _wrapped(connection)\n    if isinstance(connection, mixin):",
+       "    if isinstance(connection, mixin):",
        "tests/integration/test_connect_interrupts.py"),
     py("never-confirmed-kept", "a grant subscription that is never confirmed is kept",
        "_waiting", "    return time.monotonic() - since > UNCONFIRMED",
