@@ -38,11 +38,18 @@ from types import FunctionType
 from typing import Any, Protocol, TypeVar
 
 import redis
-from redis.exceptions import ClusterError, NoScriptError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
+from ._pools import _wrapped as _pools_wrapped
 from ._pools import (
     counting,
     guard,
@@ -659,6 +666,14 @@ class SyncTarget:
             except (ClusterError, TryAgainError) as exc:
                 if not refused_while_migrating(exc) or time.monotonic() >= give_up:
                     raise
+            except AskError:  # (and MovedError, its subclass)
+                if type(step) is not Replicated or time.monotonic() >= give_up:
+                    raise
+                # The replicated attempt's own connection to the key's node: redis-py's
+                # redirects are not followed there, and MovedError/AskError reached the caller
+                # after a reshard or during a move (review 58). Nothing ran: the slot map is
+                # learnt again, and the attempt sent again while the move lasts.
+                self.client.nodes_manager.initialize()
             time.sleep(MIGRATION_RETRY)
 
     def _send(self, step: Step) -> Any:
@@ -700,6 +715,14 @@ class SyncTarget:
             raise _single_without_lock(client)  # (traced since the target was made)
         with lock:
             conn = client.connection
+            if conn is not None and getattr(conn, "pid", None) != os.getpid():
+                # A child of the process that connected it: the socket is the parent's too,
+                # and their replies crossed -- an acquire granted on the other's reply
+                # (review 58, F2: a second holder). Closed here only (redis-py shuts a socket
+                # down only in the process that made it), and connected anew at its write.
+                conn.disconnect()
+                for made in {conn, _pools_wrapped(conn)}:
+                    made.pid = os.getpid()
             counted = None if conn is None else counting(conn)
             if counted is not None and (
                 counted._owed or counted._stale or counted._unfit or counted._unknown
@@ -766,7 +789,8 @@ class SyncTarget:
                     reply = roundtrip(conn, command(attempt))
                 except NoScriptError:
                     reply = roundtrip(conn, fallback(attempt))
-                acked = roundtrip(conn, step.wait_command()) if took(reply) else None
+                waiting = step.wait_command(conn.socket_timeout)
+                acked = roundtrip(conn, waiting) if took(reply) else None
                 return reply, confirmed(acked, conn._sock is sock)
             except ResponseError:
                 raise
@@ -784,7 +808,8 @@ class SyncTarget:
                 reply = single.execute_command(*command(attempt))
             except NoScriptError:
                 reply = single.execute_command(*fallback(attempt))
-            acked = single.execute_command(*step.wait_command()) if took(reply) else None
+            waiting = step.wait_command(single.connection.socket_timeout)
+            acked = single.execute_command(*waiting) if took(reply) else None
             return reply, confirmed(acked, single.connection._sock is sock)
         finally:
             single.close()
@@ -875,6 +900,10 @@ class AsyncTarget:
             except (ClusterError, TryAgainError) as exc:
                 if not refused_while_migrating(exc) or time.monotonic() >= give_up:
                     raise
+            except AskError:  # (and MovedError: see the sync driver's)
+                if type(step) is not Replicated or time.monotonic() >= give_up:
+                    raise
+                await self.client.nodes_manager.initialize()
             await asyncio.sleep(MIGRATION_RETRY)
 
     async def _send(self, step: Step) -> Any:
@@ -913,7 +942,8 @@ class AsyncTarget:
                     reply = await call(command(attempt))
                 except NoScriptError:
                     reply = await call(fallback(attempt))
-                return reply, (await call(step.wait_command()) if took(reply) else None)
+                waiting = step.wait_command(conn.socket_timeout)
+                return reply, (await call(waiting) if took(reply) else None)
             except ResponseError:
                 raise
             except BaseException:
@@ -934,7 +964,8 @@ class AsyncTarget:
                 reply = await single.execute_command(*command(attempt))
             except NoScriptError:
                 reply = await single.execute_command(*fallback(attempt))
-            acked = await single.execute_command(*step.wait_command()) if took(reply) else None
+            waiting = step.wait_command(single.connection.socket_timeout)
+            acked = await single.execute_command(*waiting) if took(reply) else None
             return reply, confirmed(acked, single.connection._writer is stream)
         finally:
             await (getattr(single, "aclose", None) or single.close)()

@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import threading
 import weakref
 from typing import Any
 
@@ -423,25 +424,47 @@ def guard(pool: Any, asynchronous: bool) -> None:
     if not isinstance(plain, type):
         return
     mixin = WholeAsyncConnect if asynchronous else WholeConnect
-    pool.connection_class = _whole(plain, mixin)
+    # Under the lock the pool moves its connections under: looked at while another thread
+    # moved one, a connection given back after the look was marked as checked out, idle
+    # and owing for good -- the first acquire read its OK (review 58, F1); one drawn after
+    # the look was marked stale, and closed under the WATCH just sent on it: the EXEC ran
+    # unwatched (F3). (What a thread already inside redis-py's checkout or release does
+    # after the lock is released, the pool's checkout settles: see made_whole.)
+    with _moves_of(pool, asynchronous):
+        pool.connection_class = _whole(plain, mixin)
+        if asynchronous:
+            _mark_owing_on_async_release(pool)
+        else:
+            _mark_owing_on_release(pool)
+            _whole_on_checkout(pool)
+        # (Each list copied at once, by list(): iterated as it was, a set another thread
+        # changed raised RuntimeError out of the library's first call -- review 57.)
+        listed = [list(getattr(pool, where, ())) for where in _LISTS]
+        made = {
+            id(connection): connection
+            for connections in listed
+            for connection in connections
+            if connection is not None  # (a BlockingConnectionPool's queue holds None: room)
+        }.values()
+        idle = {id(connection) for connection in _idle(pool)}
+        for connection in made:
+            made_whole(connection, mixin, idle=id(connection) in idle)
+
+
+def _moves_of(pool: Any, asynchronous: bool) -> Any:
+    """The lock ``pool`` moves its connections between its lists under (a
+    BlockingConnectionPool: its queue's), or nothing (asyncio: one thread; or a pool of
+    another kind)."""
     if asynchronous:
-        _mark_owing_on_async_release(pool)
-    else:
-        # (its checkout makes whole what the look below misses: see made_whole)
-        _mark_owing_on_release(pool)
-        _whole_on_checkout(pool)
-    # (Each list copied at once, by list(): iterated as it was, a set another thread
-    # changed raised RuntimeError out of the library's first call -- review 57.)
-    listed = [list(getattr(pool, where, ())) for where in _LISTS]
-    made = {
-        id(connection): connection
-        for connections in listed
-        for connection in connections
-        if connection is not None  # (a BlockingConnectionPool's queue holds None for room)
-    }.values()
-    idle = {id(connection) for connection in _idle(pool)}
-    for connection in made:
-        made_whole(connection, mixin, idle=id(connection) in idle)
+        return contextlib.nullcontext()
+    queued = getattr(pool, "pool", None)
+    lock = getattr(queued, "mutex", None) if queued is not None else getattr(pool, "_lock", None)
+    if isinstance(lock, _THREAD_LOCKS):
+        return lock
+    return contextlib.nullcontext()
+
+
+_THREAD_LOCKS = (type(threading.Lock()), type(threading.RLock()))
 
 
 def made_whole(connection: Any, mixin: type, *, idle: bool) -> Any:
@@ -528,16 +551,34 @@ def _mark_owing_on_release(pool: Any) -> None:
 
 def _whole_on_checkout(pool: Any) -> None:
     """``pool.get_connection`` makes whole a connection it hands out that is not (see
-    _adopt): idle until now, it is closed before its first write if connected."""
+    made_whole): idle until now, it is closed before its first write if connected."""
     plain = pool.get_connection
     if getattr(plain, "makes_whole", False):
         return
 
     @functools.wraps(plain)  # (its signature: callers read it for redis-py's command name)
     def get_connection(*args: Any, **kwargs: Any) -> Any:
-        connection = plain(*args, **kwargs)
-        made_whole(connection, WholeConnect, idle=True)
-        return connection
+        connection = None
+        try:
+            connection = plain(*args, **kwargs)
+            counted = made_whole(connection, WholeConnect, idle=True)
+            if counted is not None and counted._unknown:
+                # Handed out, so idle until now: what it owes, nobody counted. (Marked as
+                # checked out by guard, it went back through a release begun before guard
+                # wrapped it, owing the OK of a command cut on it -- review 58, F1.)
+                counted._unknown = False
+                _mark_uncounted(counted, idle=True)
+            return connection
+        except BaseException:
+            if connection is not None:
+                # Given back, marked: interrupted here (before its caller had it), it was kept
+                # out of the pool for good (the interrupt-at-every-line tests), and maybe
+                # between made whole and marked, owing what nobody counted.
+                counted = counting(connection)
+                if counted is not None:
+                    _mark_uncounted(counted, idle=True)
+                pool.release(connection)
+            raise
 
     get_connection.makes_whole = True  # type: ignore[attr-defined]
     pool.get_connection = get_connection

@@ -114,8 +114,14 @@ class Replicated:
     replicas: int
     timeout_ms: int
 
-    def wait_command(self) -> tuple[str | int, ...]:
-        return ("WAIT", self.replicas, self.timeout_ms)
+    def wait_command(self, socket_timeout: float | None = None) -> tuple[str | int, ...]:
+        """WAIT, within half the connection's ``socket_timeout`` (if any): a WAIT longer
+        than the socket waits for its reply raised TimeoutError in place of too few copies,
+        and was never tried again (review 58)."""
+        timeout_ms = self.timeout_ms
+        if socket_timeout:
+            timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 500)))  # (0: for good)
+        return ("WAIT", self.replicas, timeout_ms)
 
 
 def took(reply: Any) -> bool:

@@ -52,7 +52,7 @@ from support.handing import handed_within, held_elsewhere
 from support.interrupts import signal_cannot_land
 
 import redlock_deco
-from redlock_deco import Lock
+from redlock_deco import Lock, _pools
 from redlock_deco import _providers as providers
 from redlock_deco import _waiting as waiting
 from redlock_deco._pools import WholeConnect, _wrapped
@@ -511,6 +511,76 @@ def test_a_connection_the_guard_missed_is_made_whole_as_it_is_handed_out_or_give
 
         refused_though_a_reply_waits(server, nothing_more)
         assert client.get("never-set") is None  # (nor the application's next command)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_a_connection_marked_checked_out_by_the_guard_but_given_back_is_closed_when_handed_out(
+    server: RedisServer, pool: str
+) -> None:
+    """Review 58, F1 (a second holder): a connection the guard saw checked out (and marked
+    so: of unknown count, to be settled as it goes back) went back through a release the
+    application's thread had begun before the guard wrapped it -- idle, owing the OK of a
+    command cut on it, and never closed: the first acquire read it. Whatever the pool hands
+    out was idle until then, so the checkout settles the mark. Here the connection is put
+    where that race leaves it."""
+    made = getattr(redis, pool).from_url(server.url)
+    client = redis.Redis(connection_pool=made)
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass  # (the pool guarded)
+        missed = made.connection_class(**made.connection_kwargs)
+        WholeConnect.send_packed_command(missed, missed.pack_command("SET", "written", "yes"))
+        missed._owed = 0  # (written before the guard looked: uncounted)
+        missed._unknown = True  # (how the guard marks a connection it saw checked out)
+        if isinstance(made, redis.BlockingConnectionPool):
+            made._connections.append(missed)
+            made.pool.queue.remove(None)
+            made.pool.put_nowait(missed)  # (LIFO: the next one handed out)
+        else:
+            made._available_connections.append(missed)
+        with server.client() as other:  # (the OK has arrived)
+            other.ping()
+            other.ping()
+        refused_though_a_reply_waits(server, lambda: None)
+        assert client.get("never-set") is None  # (nor the application's next command)
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+@pytest.mark.parametrize("pool", ["ConnectionPool", "BlockingConnectionPool"])
+def test_the_guard_looks_at_a_pool_under_the_lock_it_moves_its_connections_under(
+    server: RedisServer, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 58, F1 and F3: looked at while another thread moved a connection, a pool's
+    connection given back just after the look was marked as checked out (then idle owing
+    for good: a second holder), and one drawn just after was marked idle, and closed under
+    the WATCH the thread sent on it (the EXEC ran unwatched). Timing another thread into
+    that gap needs a hook inside it, so this checks that there is no gap: the pool's lock
+    (a BlockingConnectionPool's queue's) is held while the guard looks."""
+    made = getattr(redis, pool).from_url(server.url)
+    client = redis.Redis(connection_pool=made)
+    lock = made.pool.mutex if isinstance(made, redis.BlockingConnectionPool) else made._lock
+    held: list[bool] = []
+    plain_idle = _pools._idle
+
+    def idle(looked_at: Any) -> list[Any]:
+        if looked_at is made:
+            owned = getattr(lock, "_is_owned", None)  # (an RLock: by this thread)
+            held.append(owned() if owned is not None else lock.locked())
+        return plain_idle(looked_at)
+
+    monkeypatch.setattr(_pools, "_idle", idle)
+    redlock_deco.register_provider("default", client)
+    try:
+        client.ping()  # (a connection made before the library's first call)
+        with Lock("guarded", ttl=5):
+            pass
+        assert held and all(held), held
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()

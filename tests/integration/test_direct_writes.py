@@ -268,6 +268,52 @@ def test_a_forked_child_never_writes_to_its_parents_spare_connection(server: Red
         client.close()
 
 
+class _SubclassedRedis(redis.Redis):
+    """The application's own client class: the library sends through its one connection."""
+
+
+@pytest.mark.skipif(
+    not hasattr(redis.Redis(), "single_connection_lock"), reason="redis-py < 5.1: refused"
+)
+def test_a_forked_child_never_shares_its_parents_single_connection(server: RedisServer) -> None:
+    """Review 58, F2 (a second holder): a single-connection client the library had used
+    before a fork kept its one socket in the child, shared with the parent: their replies
+    crossed, and an acquire was granted on the other process's reply. Parent and child here
+    each try a lock held elsewhere (refused every time) and take locks of their own."""
+    client = _SubclassedRedis(port=server.port, single_connection_client=True)
+    register_provider("forked-single", client)
+    with server.client() as other:
+        other.set("lock:held-elsewhere", "someone-else", px=60_000)
+    try:
+        with Lock("warm", provider="forked-single", wait=1):
+            pass
+
+        def rounds(who: str) -> list[str]:
+            wrong = []
+            for n in range(100):
+                try:
+                    held = Lock("held-elsewhere", provider="forked-single", wait=0)
+                    if held.acquire():
+                        wrong.append("granted a held lock")
+                    with Lock(f"{who}:{n}", provider="forked-single", wait=1):
+                        pass
+                except Exception as exc:  # (a crossed reply: any error)
+                    wrong.append(repr(exc))
+            return wrong
+
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        process = ctx.Process(target=lambda: out.put(rounds("child")))
+        process.start()
+        parents = rounds("parent")
+        childs = out.get(timeout=60)
+        process.join(30)
+        assert process.exitcode == 0
+        assert (parents, childs) == ([], [])
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize(("size", "spares"), [(10, 0), (50, 0), (100, drivers.SPARES)])
 def test_spare_connections_never_take_a_small_pool_past_its_limit(
     server: RedisServer, r: redis.Redis, size: int, spares: int

@@ -511,16 +511,20 @@ def _where(point: Point) -> str:
 
 
 # redis-py's pool hands a connection over by returning it (through its deprecation
-# wrapper): on Python 3.10 a signal raised just then, in checkout, loses that connection, and
-# nothing outside redis-py can tell which one it was (GUARANTEES.md names this limit). The
-# interrupt there is still checked for everything else.
-POOL_HANDOVER = ("_drivers.py", frozenset({"return wrapper", "return get_connection"}))
+# wrapper): on Python 3.10 a signal raised just then, in checkout (or in the guarded pool's
+# own get_connection, which receives it first), loses that connection, and nothing outside
+# redis-py can tell which one it was (GUARANTEES.md names this limit). The interrupt there is
+# still checked for everything else.
+POOL_HANDOVER = (
+    frozenset({"_drivers.py", "_pools.py"}),
+    frozenset({"return wrapper", "return get_connection"}),
+)
 
 
 def _strict(point: Point, tracer: Tracer) -> bool:
     """An interrupt as a call returns, with no frame of ours in a clean-up block: what the
     call handed over must not be lost (lanes, pool, registrations are checked)."""
-    if Path(point[0]).name == POOL_HANDOVER[0] and point[2] in POOL_HANDOVER[1]:
+    if Path(point[0]).name in POOL_HANDOVER[0] and point[2] in POOL_HANDOVER[1]:
         return False
     return point[2] != "line" and not tracer.in_cleanup
 

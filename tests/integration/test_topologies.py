@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import signal
 import threading
 import time
 import warnings
@@ -23,6 +25,7 @@ from redlock_deco import (
     Lock,
     LockLost,
     LockNotAcquired,
+    LockNotReplicated,
     Semaphore,
     limited,
     locked,
@@ -500,6 +503,49 @@ def test_an_asyncio_release_while_its_slot_migrates_waits_for_the_move(
     assert not cluster_client.exists("lock:amoving")
 
 
+def test_a_replicated_cluster_attempt_follows_a_slot_moved_or_moving(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster
+) -> None:
+    """Review 58: with replicas=N the attempt and its WAIT go to the key's node on one
+    connection, where redis-py follows no redirect: after a reshard (MOVED) and during a
+    move (ASK) the caller got MovedError / AskError, where replicas=0 follows them. The slot
+    map is learnt again and the attempt sent again while the move lasts. (This cluster has
+    no replicas: the outcome is too few copies, LockNotAcquired.)"""
+    port = cluster.servers[0].port
+    register_provider(
+        "acluster-moved", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+    )
+
+    async def attempt(name: str) -> None:
+        try:
+            with pytest.raises(LockNotAcquired):
+                await AsyncLock(name, provider="acluster-moved", replicas=1, wait=0.1).acquire()
+        finally:
+            await providers.async_target("acluster-moved").client.aclose()
+
+    def tried(name: str) -> None:
+        if name.startswith("async"):
+            asyncio.run(attempt(name))
+            return
+        with pytest.raises(LockNotAcquired):
+            Lock(name, provider="cluster", replicas=1, wait=0.1).acquire()
+
+    for name in ("sync-moved", "async-moved"):
+        tried(name)  # (the slot map learnt)
+        reshard = SlotMove(cluster, f"lock:{name}")
+        reshard.start([])
+        reshard.finish()
+        tried(name)  # (after the reshard: MOVED)
+        move = SlotMove(cluster, f"lock:{name}")
+        move.start([])
+        timer = move.finish_in(0.3)
+        try:
+            tried(name)  # (during a move: ASK, until it ends)
+        finally:
+            timer.join()
+    assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
+
+
 def test_cluster_replicas_are_counted_on_the_keys_node_connection(
     cluster: LocalCluster, cluster_client: redis.RedisCluster
 ) -> None:
@@ -553,6 +599,38 @@ def await_replication(primary: RedisServer, replicas: int) -> None:
             return
         assert time.monotonic() < deadline, f"replicas not online: {info}"
         time.sleep(0.05)
+
+
+def test_a_slow_replica_under_a_short_socket_timeout_is_too_few_copies_not_a_timeout(
+    pair: tuple[RedisServer, RedisServer],
+) -> None:
+    """Review 58: WAIT was given up to 1 s whatever the connection's socket timeout, so with
+    ``socket_timeout`` under it a replica that did not answer raised TimeoutError at the
+    first attempt, never tried again within ``wait`` and never LockNotReplicated. WAIT now
+    waits at most half the socket's timeout, sync and asyncio."""
+    primary, replica = pair
+    if replica.process is None:
+        replica.start()
+    await_replication(primary, 1)
+    url = primary.url + "?socket_timeout=0.3"
+    register_provider("short", url)
+    register_provider("ashort", url)
+    assert replica.process is not None
+    os.kill(replica.process.pid, signal.SIGSTOP)  # (connected, and answering nothing)
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockNotReplicated):
+            Lock("slow-copy", provider="short", replicas=1, wait=0.6).acquire()
+        assert time.monotonic() - started >= 0.6  # (tried again within wait)
+
+        async def scenario() -> None:
+            with pytest.raises(LockNotReplicated):
+                await AsyncLock("slow-copy", provider="ashort", replicas=1, wait=0.6).acquire()
+
+        asyncio.run(scenario())
+        assert not primary.client().exists("lock:slow-copy")
+    finally:
+        os.kill(replica.process.pid, signal.SIGCONT)
 
 
 def test_replicas_acknowledge_then_replica_down_fails_cleanly(

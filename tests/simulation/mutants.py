@@ -522,8 +522,31 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
-       "_pools", "        made_whole(connection, WholeConnect, idle=True)\n",
-       "        pass\n", "tests/integration/test_connect_interrupts.py"),
+       "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
+       "            counted = counting(connection)\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("unknown-unsettled-at-checkout", "a connection the guard marked as checked out, given "
+       "back through a release begun before the guard, is handed out with its mark unsettled "
+       "(never closed, owing what nobody counted)", "_pools",
+       "                counted._unknown = False\n                _mark_uncounted(counted, "
+       "idle=True)\n", "                pass\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("guard-unlocked", "guard() looks at a pool's lists without the lock the pool moves its "
+       "connections under", "_pools", "    with _moves_of(pool, asynchronous):",
+       "    with contextlib.nullcontext():", "tests/integration/test_connect_interrupts.py"),
+    py("forked-single-shared", "a single-connection client's one connection is used by a "
+       "forked child as it is (the parent's socket)", "_drivers",
+       '            if conn is not None and getattr(conn, "pid", None) != os.getpid():',
+       "            if False:", "tests/integration/test_direct_writes.py"),
+    py("wait-past-socket-timeout", "WAIT is given its full timeout whatever the connection's "
+       "socket timeout", "_protocol",
+       "        if socket_timeout:\n            timeout_ms =",
+       "        if False:\n            timeout_ms =", "tests/integration/test_topologies.py"),
+    py("replicated-redirect-raised", "a replicated cluster attempt's MOVED / ASK reaches the "
+       "caller", "_drivers",
+       "                # The replicated attempt's own connection to the key's node",
+       "                raise\n                # The replicated attempt's own connection",
+       "tests/integration/test_topologies.py"),
     py("sync-single-closed-in-handshake", "a sync single-connection client's connection "
        "written on owing a reply inside its own handshake is closed", "_pools",
        "        if self._single and self._owed and not self._connecting:",
