@@ -437,18 +437,23 @@ def guard(pool: Any, asynchronous: bool) -> None:
         else:
             _mark_owing_on_release(pool)
             _whole_on_checkout(pool)
-        # (Each list copied at once, by list(): iterated as it was, a set another thread
-        # changed raised RuntimeError out of the library's first call -- review 57.)
-        listed = [list(getattr(pool, where, ())) for where in _LISTS]
-        made = {
-            id(connection): connection
-            for connections in listed
-            for connection in connections
-            if connection is not None  # (a BlockingConnectionPool's queue holds None: room)
-        }.values()
-        idle = {id(connection) for connection in _idle(pool)}
-        for connection in made:
-            made_whole(connection, mixin, idle=id(connection) in idle)
+        _make_all_whole(pool, mixin)  # (a function: its loops' back edges -- test_back_edges)
+
+
+def _make_all_whole(pool: Any, mixin: type) -> None:
+    """The connections ``pool`` has made whole, as idle or checked out (see guard)."""
+    # (Each list copied at once, by list(): iterated as it was, a set another thread changed
+    # raised RuntimeError out of the library's first call -- review 57.)
+    listed = [list(getattr(pool, where, ())) for where in _LISTS]
+    made = {
+        id(connection): connection
+        for connections in listed
+        for connection in connections
+        if connection is not None  # (a BlockingConnectionPool's queue holds None for room)
+    }.values()
+    idle = {id(connection) for connection in _idle(pool)}
+    for connection in made:
+        made_whole(connection, mixin, idle=id(connection) in idle)
 
 
 def _moves_of(pool: Any, asynchronous: bool) -> Any:
