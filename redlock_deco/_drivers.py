@@ -41,6 +41,7 @@ import redis
 from redis.exceptions import (
     AskError,
     ClusterError,
+    MovedError,
     NoScriptError,
     ResponseError,
     TryAgainError,
@@ -666,14 +667,16 @@ class SyncTarget:
             except (ClusterError, TryAgainError) as exc:
                 if not refused_while_migrating(exc) or time.monotonic() >= give_up:
                     raise
-            except AskError:  # (and MovedError, its subclass)
+            except AskError as exc:  # (and MovedError, its subclass)
                 if type(step) is not Replicated or time.monotonic() >= give_up:
                     raise
                 # The replicated attempt's own connection to the key's node: redis-py's
                 # redirects are not followed there, and MovedError/AskError reached the caller
                 # after a reshard or during a move (review 58). Nothing ran: the slot map is
-                # learnt again, and the attempt sent again while the move lasts.
-                self.client.nodes_manager.initialize()
+                # learnt again (after a MOVED: an ASK leaves it right), and the attempt sent
+                # again while the move lasts.
+                if isinstance(exc, MovedError):
+                    self.client.nodes_manager.initialize()
             time.sleep(MIGRATION_RETRY)
 
     def _send(self, step: Step) -> Any:
@@ -900,10 +903,11 @@ class AsyncTarget:
             except (ClusterError, TryAgainError) as exc:
                 if not refused_while_migrating(exc) or time.monotonic() >= give_up:
                     raise
-            except AskError:  # (and MovedError: see the sync driver's)
+            except AskError as exc:  # (and MovedError: see the sync driver's)
                 if type(step) is not Replicated or time.monotonic() >= give_up:
                     raise
-                await self.client.nodes_manager.initialize()
+                if isinstance(exc, MovedError):
+                    await self.client.nodes_manager.initialize()
             await asyncio.sleep(MIGRATION_RETRY)
 
     async def _send(self, step: Step) -> Any:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import threading
 import weakref
 from typing import Any
@@ -460,7 +461,10 @@ def _moves_of(pool: Any, asynchronous: bool) -> Any:
     """The lock ``pool`` moves its connections between its lists under (a
     BlockingConnectionPool: its queue's), or nothing (asyncio: one thread; or a pool of
     another kind)."""
-    if asynchronous:
+    if asynchronous or getattr(pool, "pid", None) != os.getpid():
+        # (a forked child's pool: its lock may be held by a thread of the parent's, which
+        # no thread here will ever release -- review 59: a child's first lock call hung for
+        # good; redis-py resets the pool, lock and lists, at its next use)
         return contextlib.nullcontext()
     queued = getattr(pool, "pool", None)
     lock = getattr(queued, "mutex", None) if queued is not None else getattr(pool, "_lock", None)

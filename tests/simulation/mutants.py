@@ -534,6 +534,10 @@ MUTANTS: tuple[Mutant, ...] = (
     py("guard-unlocked", "guard() looks at a pool's lists without the lock the pool moves its "
        "connections under", "_pools", "    with _moves_of(pool, asynchronous):",
        "    with contextlib.nullcontext():", "tests/integration/test_connect_interrupts.py"),
+    py("forked-pool-lock-taken", "a forked child's guard takes its pool's lock before "
+       "redis-py has reset the pool (a lock a parent's thread held at the fork)", "_pools",
+       '    if asynchronous or getattr(pool, "pid", None) != os.getpid():',
+       "    if asynchronous:", "tests/integration/test_direct_writes.py"),
     py("forked-single-shared", "a single-connection client's one connection is used by a "
        "forked child as it is (the parent's socket)", "_drivers",
        '            if conn is not None and getattr(conn, "pid", None) != os.getpid():',
