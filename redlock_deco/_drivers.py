@@ -46,11 +46,11 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from . import _waiting as waiting
 from ._errors import ProviderError
-from ._pools import _wrapped as _pools_wrapped
 from ._pools import (
     counting,
     guard,
@@ -718,14 +718,6 @@ class SyncTarget:
             raise _single_without_lock(client)  # (traced since the target was made)
         with lock:
             conn = client.connection
-            if conn is not None and getattr(conn, "pid", None) != os.getpid():
-                # A child of the process that connected it: the socket is the parent's too,
-                # and their replies crossed -- an acquire granted on the other's reply
-                # (review 58, F2: a second holder). Closed here only (redis-py shuts a socket
-                # down only in the process that made it), and connected anew at its write.
-                conn.disconnect()
-                for made in {conn, _pools_wrapped(conn)}:
-                    made.pid = os.getpid()
             counted = None if conn is None else counting(conn)
             if counted is not None and (
                 counted._owed or counted._stale or counted._unfit or counted._unknown
@@ -792,8 +784,13 @@ class SyncTarget:
                     reply = roundtrip(conn, command(attempt))
                 except NoScriptError:
                     reply = roundtrip(conn, fallback(attempt))
-                waiting = step.wait_command(conn.socket_timeout)
-                acked = roundtrip(conn, waiting) if took(reply) else None
+                acked = None
+                if took(reply):
+                    try:
+                        acked = roundtrip(conn, step.wait_command(conn.socket_timeout))
+                    except RedisTimeoutError:
+                        conn.disconnect()  # (WAIT's reply still to come)
+                        acked = 0  # (see too_slow)
                 return reply, confirmed(acked, conn._sock is sock)
             except ResponseError:
                 raise
@@ -811,11 +808,23 @@ class SyncTarget:
                 reply = single.execute_command(*command(attempt))
             except NoScriptError:
                 reply = single.execute_command(*fallback(attempt))
-            waiting = step.wait_command(single.connection.socket_timeout)
-            acked = single.execute_command(*waiting) if took(reply) else None
+            acked = None
+            if took(reply):
+                waiting = step.wait_command(single.connection.socket_timeout)
+                with too_slow():
+                    acked = 0  # (if WAIT's reply comes too late)
+                    acked = single.execute_command(*waiting)
             return reply, confirmed(acked, single.connection._sock is sock)
         finally:
             single.close()
+
+
+def too_slow() -> contextlib.AbstractContextManager[object]:
+    """Around a replicated attempt's WAIT: its reply not read within the socket's timeout
+    counts as no copy (the lease is given back, and the attempt tried again within
+    ``wait``). Raised, it ended the call at its first attempt with TimeoutError: the server
+    ends a WAIT only at its next cron tick, up to 100 ms late (review 60)."""
+    return contextlib.suppress(RedisTimeoutError)
 
 
 def confirmed(acked: Any, same_socket: bool) -> Any:
@@ -946,8 +955,13 @@ class AsyncTarget:
                     reply = await call(command(attempt))
                 except NoScriptError:
                     reply = await call(fallback(attempt))
-                waiting = step.wait_command(conn.socket_timeout)
-                return reply, (await call(waiting) if took(reply) else None)
+                if not took(reply):
+                    return reply, None
+                try:
+                    return reply, await call(step.wait_command(conn.socket_timeout))
+                except RedisTimeoutError:
+                    await conn.disconnect()  # (WAIT's reply still to come)
+                    return reply, 0  # (see too_slow)
             except ResponseError:
                 raise
             except BaseException:
@@ -968,8 +982,12 @@ class AsyncTarget:
                 reply = await single.execute_command(*command(attempt))
             except NoScriptError:
                 reply = await single.execute_command(*fallback(attempt))
-            waiting = step.wait_command(single.connection.socket_timeout)
-            acked = await single.execute_command(*waiting) if took(reply) else None
+            acked = None
+            if took(reply):
+                waiting = step.wait_command(single.connection.socket_timeout)
+                with too_slow():
+                    acked = 0  # (if WAIT's reply comes too late)
+                    acked = await single.execute_command(*waiting)
             return reply, confirmed(acked, single.connection._writer is stream)
         finally:
             await (getattr(single, "aclose", None) or single.close)()

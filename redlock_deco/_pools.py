@@ -113,6 +113,14 @@ class WholeConnect(Counting):
     def _before_use(self) -> None:
         """Before a write, or the cache's read of what waits: closed if it owes a reply
         nobody will read, refused if a cut read left it unfit (see _refuse_if_unfit)."""
+        if getattr(self, "pid", None) != os.getpid():
+            # A forked child's: its socket is the parent's too (a single-connection client's
+            # one connection: redis-py resets only pools), and replies crossed between the
+            # processes -- the parent's acquire granted on the child's reply (review 58, F2;
+            # review 60: the application's command in the child). Closed here only (redis-py
+            # shuts a socket down only in the process that made it), and connected anew.
+            self.disconnect()
+            self.pid = os.getpid()
         self._close_if_stale()
         self._refuse_if_unfit()
         if self._single and self._owed and not self._connecting:

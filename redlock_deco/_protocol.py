@@ -115,12 +115,15 @@ class Replicated:
     timeout_ms: int
 
     def wait_command(self, socket_timeout: float | None = None) -> tuple[str | int, ...]:
-        """WAIT, within half the connection's ``socket_timeout`` (if any): a WAIT longer
-        than the socket waits for its reply raised TimeoutError in place of too few copies,
-        and was never tried again (review 58)."""
+        """WAIT, ending in time for its reply to come within the connection's
+        ``socket_timeout`` (if any): a WAIT longer than the socket waits for its reply raised
+        TimeoutError in place of too few copies, and was never tried again (review 58). The
+        server ends a WAIT at its next cron tick, up to WAIT_LAG later (review 60); a reply
+        later still counts as no copy (the drivers' too_slow)."""
         timeout_ms = self.timeout_ms
         if socket_timeout:
-            timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 500)))  # (0: for good)
+            room = int(socket_timeout * 1000) - WAIT_LAG_MS
+            timeout_ms = max(1, min(timeout_ms, room))  # (0: for good)
         return ("WAIT", self.replicas, timeout_ms)
 
 
@@ -163,6 +166,7 @@ FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
 # Waiting for replicas (replicas=N): WAIT at least this long, at most this long, per attempt.
 REPLICA_WAIT_MIN = 0.05
 REPLICA_WAIT_MAX = 1.0
+WAIT_LAG_MS = 150  # how late a server ends a WAIT: at its next cron tick (hz 10: 100 ms)
 # Jittered backoff, used where no hand-off can reach a waiter (a quorum, a client that
 # cannot subscribe) or after a failed WAIT.
 BACKOFF_BASE = 0.005

@@ -327,8 +327,10 @@ class _SubclassedRedis(redis.Redis):
 def test_a_forked_child_never_shares_its_parents_single_connection(server: RedisServer) -> None:
     """Review 58, F2 (a second holder): a single-connection client the library had used
     before a fork kept its one socket in the child, shared with the parent: their replies
-    crossed, and an acquire was granted on the other process's reply. Parent and child here
-    each try a lock held elsewhere (refused every time) and take locks of their own."""
+    crossed, and an acquire was granted on the other process's reply (review 60: also when
+    the child's application used the client before the library did). Parent and child here
+    each try a lock held elsewhere (refused every time) and take locks of their own; the
+    child sends commands of its own first."""
     client = _SubclassedRedis(port=server.port, single_connection_client=True)
     register_provider("forked-single", client)
     with server.client() as other:
@@ -341,6 +343,10 @@ def test_a_forked_child_never_shares_its_parents_single_connection(server: Redis
             wrong = []
             for n in range(100):
                 try:
+                    if who == "child":  # (the application's own commands first: review 60)
+                        client.sadd(f"set:{n}", "a")
+                        if client.smismember(f"set:{n}", ["a", "b"]) != [1, 0]:
+                            wrong.append("the child read another reply")
                     held = Lock("held-elsewhere", provider="forked-single", wait=0)
                     if held.acquire():
                         wrong.append("granted a held lock")
