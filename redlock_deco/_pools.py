@@ -136,10 +136,15 @@ class WholeConnect(Counting):
         pipeline holding the connection would have sent its transaction on a new one that
         watched nothing, and overwritten a concurrent change -- redis-py turns the error
         into a WatchError (review 50, R4); a checkout connects again, a command's retry
-        sends it again (it was not written)."""
+        sends it again (it was not written). A single-connection client's one connection is
+        only closed, and connects again as the command is written: no pipeline ever holds
+        it (redis-py gives those the pool's others), and its command, refused so, failed
+        with no retry to send it again (a URL client's default: the reply search, CI)."""
         if self._unfit:
             self.disconnect()
             self._packed = 0  # (a pipeline refused so: its size is not the next write's)
+            if self._single:
+                return
             raise redis.ConnectionError("closed: a read on this connection had been cut short")
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:

@@ -1565,6 +1565,39 @@ def test_an_interrupt_while_the_cache_reads_invalidations_leaves_no_connection_u
         assert client.get("cached") == b"new"
 
 
+def test_a_single_connection_whose_read_was_cut_connects_again_for_the_next_command(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single-connection client with redis-py's client-side cache, its read of the
+    invalidations cut inside the parser's purge (its buffer left wrong): the connection was
+    refused at the next command with a ConnectionError -- raised to the application, whose
+    URL client sends nothing again (the reply search's cached-single kind, CI). No pipeline
+    ever holds that connection (see the WATCH test below), so it is closed and connects
+    again, the command runs, and so do the library's."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), single_connection_client=True
+    )
+    wrap_execute_command(client)  # traced: the library's commands on its one connection
+    with providing(server, client):
+        with Lock("guarded", ttl=5):  # (the library's first call: the connection is made whole)
+            pass
+        assert client.get("cached") is None  # (tracked: its change sends an invalidation)
+        with server.client() as other:
+            other.set("cached", "new")
+            other.ping()  # (two round trips: the invalidation has been sent)
+            other.ping()
+        cut_in_a_purge(lambda: client.incr("counter"))  # (its proxy reads the invalidation)
+        assert _pools.counting(client.connection)._unfit  # type: ignore[union-attr]
+        assert client.incr("counter") == 1  # (the cut INCR was never written)
+        assert client.get("cached") == b"new"
+        with Lock("guarded", ttl=5):
+            pass
+    client.close()
+
+
 def cut_in_a_purge(call: Callable[[], object], of: Any = None) -> None:
     """``call()``, cut by a KeyboardInterrupt inside redis-py's purge of a read buffer (of
     the connection ``of``, or any), between its truncate and its seek: after a message was

@@ -520,6 +520,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "        self._before_use()\n        return bool(",
        "        self._close_if_stale()\n        self._refuse_if_unfit()\n        return bool(",
        "tests/integration/test_connect_interrupts.py"),
+    py("single-unfit-refused", "a sync single-connection client's connection whose read a "
+       "cut left unfit refuses the next command with a ConnectionError (nothing sends it "
+       "again) instead of connecting again", "_pools",
+       "            if self._single:\n                return\n", "",
+       "tests/integration/test_connect_interrupts.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
