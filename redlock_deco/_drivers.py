@@ -231,6 +231,14 @@ def refused_while_migrating(exc: BaseException) -> bool:
     )
 
 
+def still_moving(exc: ResponseError) -> ClusterError:
+    """What a step refused for longer than MIGRATION_PATIENCE raises: redis-py's ClusterError,
+    as a script redis-py's cluster client sent does (GUARANTEES). A replicated attempt, on its
+    own connection to the key's node, meets the TRYAGAIN or ASK itself, and raised that
+    (redis-py's ResponseError kinds, which a caller catching ClusterError missed)."""
+    return ClusterError(f"the slot stayed in migration for {MIGRATION_PATIENCE} s: {exc}")
+
+
 def lane_of(step: Step) -> int:
     """0 holding, 1 acquiring."""
     if type(step) is Replicated:
@@ -665,11 +673,17 @@ class SyncTarget:
             try:
                 return self._send(step)
             except (ClusterError, TryAgainError) as exc:
-                if not refused_while_migrating(exc) or time.monotonic() >= give_up:
+                if not refused_while_migrating(exc):
+                    raise
+                if time.monotonic() >= give_up:
+                    if isinstance(exc, TryAgainError):  # (a replicated attempt's own)
+                        raise still_moving(exc) from exc
                     raise
             except AskError as exc:  # (and MovedError, its subclass)
-                if type(step) is not Replicated or time.monotonic() >= give_up:
+                if type(step) is not Replicated:
                     raise
+                if time.monotonic() >= give_up:
+                    raise still_moving(exc) from exc  # (not AskError: GUARANTEES)
                 # The replicated attempt's own connection to the key's node: redis-py's
                 # redirects are not followed there, and MovedError/AskError reached the caller
                 # after a reshard or during a move (review 58). Nothing ran: the slot map is
@@ -910,11 +924,17 @@ class AsyncTarget:
             try:
                 return await self._send(step)
             except (ClusterError, TryAgainError) as exc:
-                if not refused_while_migrating(exc) or time.monotonic() >= give_up:
+                if not refused_while_migrating(exc):
+                    raise
+                if time.monotonic() >= give_up:
+                    if isinstance(exc, TryAgainError):  # (a replicated attempt's own)
+                        raise still_moving(exc) from exc
                     raise
             except AskError as exc:  # (and MovedError: see the sync driver's)
-                if type(step) is not Replicated or time.monotonic() >= give_up:
+                if type(step) is not Replicated:
                     raise
+                if time.monotonic() >= give_up:
+                    raise still_moving(exc) from exc  # (as the sync driver's)
                 if isinstance(exc, MovedError):
                     await self.client.nodes_manager.initialize()
             await asyncio.sleep(MIGRATION_RETRY)

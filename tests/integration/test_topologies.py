@@ -27,6 +27,7 @@ from redlock_deco import (
     LockNotAcquired,
     LockNotReplicated,
     Semaphore,
+    _drivers,
     limited,
     locked,
     register_provider,
@@ -544,6 +545,47 @@ def test_a_replicated_cluster_attempt_follows_a_slot_moved_or_moving(
             tried(name)  # (during a move: ASK, until it ends)
         finally:
             timer.join()
+    assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
+
+
+def test_a_replicated_cluster_attempt_fails_with_cluster_error_when_a_move_outlasts_patience(
+    cluster: LocalCluster, cluster_client: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move longer than the library's patience fails the call with redis-py's ClusterError
+    (GUARANTEES), whichever step meets it: a replicated attempt, which meets the ASK on its
+    own connection, raised AskError -- a ResponseError, which a caller catching ClusterError
+    missed. Nothing is left held, sync and asyncio."""
+    monkeypatch.setattr(_drivers, "MIGRATION_PATIENCE", 0.3)
+    port = cluster.servers[0].port
+    register_provider(
+        "acluster-long-move", lambda: redis.asyncio.RedisCluster(host="127.0.0.1", port=port)
+    )
+
+    async def attempt(name: str) -> None:
+        try:
+            with pytest.raises(redis.exceptions.ClusterError, match="migration"):
+                await AsyncLock(name, provider="acluster-long-move", replicas=1).acquire()
+        finally:
+            client = providers.async_target("acluster-long-move").client
+            # (redis-py's: a refused command marks the client to be initialized again, and
+            # its aclose() then closes nothing -- its connections were left to the collector)
+            await client.initialize()
+            await client.aclose()
+
+    for name in ("sync-long-move", "async-long-move"):
+        move = SlotMove(cluster, f"lock:{name}")
+        move.start([])  # (never finished within the patience: ASK until then)
+        try:
+            started = time.monotonic()
+            if name.startswith("async"):
+                asyncio.run(attempt(name))
+            else:
+                with pytest.raises(redis.exceptions.ClusterError, match="migration"):
+                    Lock(name, provider="cluster", replicas=1).acquire()
+            assert time.monotonic() - started < 3
+        finally:
+            move.finish()
+            move.close()
     assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
 
 

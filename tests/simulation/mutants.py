@@ -525,6 +525,13 @@ MUTANTS: tuple[Mutant, ...] = (
        "again) instead of connecting again", "_pools",
        "            if self._single:\n                return\n", "",
        "tests/integration/test_connect_interrupts.py"),
+    py("long-move-raw-ask", "a replicated attempt refused by a move past the library's "
+       "patience raises redis-py's AskError, not the ClusterError promised (sync)", "_drivers",
+       "raise still_moving(exc) from exc  # (not AskError: GUARANTEES)", "raise",
+       "tests/integration/test_topologies.py"),
+    py("long-move-raw-ask-async", "the asyncio twin of long-move-raw-ask", "_drivers",
+       "raise still_moving(exc) from exc  # (as the sync driver's)", "raise",
+       "tests/integration/test_topologies.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
