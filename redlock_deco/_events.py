@@ -21,6 +21,7 @@ the object built (a :class:`Source`), never per call.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ log = logging.getLogger("redlock_deco")
 #: The registered listeners; replaced (never mutated) so readers need no lock.
 listeners: tuple[Listener, ...] = ()
 _registering = threading.Lock()
+
+
+def _unheld_in_child() -> None:
+    """A new lock in a forked child (see _guard's: a parent's thread may have held it)."""
+    global _registering
+    _registering = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unheld_in_child)
 
 
 @dataclass(frozen=True, slots=True)

@@ -577,6 +577,16 @@ def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, 
 _held_lock = threading.Lock()  # one release per lease, when threads share an object
 
 
+def _unheld_in_child() -> None:
+    """A new lock in a forked child: one of the parent's threads may have held this one as
+    it forked, and the child's first release would have waited for it for good."""
+    global _held_lock
+    _held_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unheld_in_child)
+
+
 def _pop_held(held: list[Lease], into: list[Lease]) -> None:
     """Move the newest lease of this process in ``held`` to ``into`` (the caller's), which
     has it before ``held`` loses it: an interrupt as ``held.pop`` returned, or as this

@@ -52,8 +52,10 @@ oldest are dropped), so a lease that is never given back cannot grow it without 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from typing import Final
 
 try:
@@ -109,6 +111,11 @@ def _version() -> str:
     return __version__
 
 
+def _unheld(listener: OpenTelemetryListener | None) -> None:
+    if listener is not None:
+        listener._losses_lock = threading.Lock()
+
+
 class OpenTelemetryListener:
     """Turn lock events into OpenTelemetry spans and metrics (see the module docstring).
 
@@ -156,6 +163,11 @@ class OpenTelemetryListener:
         # (provider, key) -> monotonic times of losses not yet matched with their release.
         self._losses: dict[tuple[str, str], list[float]] = {}
         self._losses_lock = threading.Lock()
+        # A new lock in a forked child, where this listener goes on: a parent's thread may
+        # have held this one as it forked, and the child's first loss would have waited
+        # for it for good (tests/integration/test_fork_locks.py).
+        mine = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _unheld(mine()))
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__}>"

@@ -532,6 +532,14 @@ MUTANTS: tuple[Mutant, ...] = (
     py("long-move-raw-ask-async", "the asyncio twin of long-move-raw-ask", "_drivers",
        "raise still_moving(exc) from exc  # (as the sync driver's)", "raise",
        "tests/integration/test_topologies.py"),
+    py("held-lock-inherited", "a forked child keeps the lock of the object-held leases as "
+       "the parent's thread held it at the fork", "_guard",
+       "os.register_at_fork(after_in_child=_unheld_in_child)", "",
+       "tests/integration/test_fork_locks.py"),
+    py("registering-lock-inherited", "a forked child keeps the listeners' registration lock "
+       "as the parent's thread held it at the fork", "_events",
+       "os.register_at_fork(after_in_child=_unheld_in_child)", "",
+       "tests/integration/test_fork_locks.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
