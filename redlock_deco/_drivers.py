@@ -52,11 +52,14 @@ from redis.retry import Retry
 from . import _waiting as waiting
 from ._errors import ProviderError
 from ._pools import (
+    WholeConnect,
     counting,
     guard,
     guard_async_nodes,
     guard_nodes,
+    made_whole,
     mark_single,
+    remember_single,
     uncached,
 )
 from ._protocol import (
@@ -615,6 +618,7 @@ class SyncTarget:
             # clean-up was queued and logged the refusal every half second until its ttl --
             # review 55, F3)
             raise _single_without_lock(client)
+        remember_single(client)  # (its lock a new one in a forked child)
         size = pool_size(client)
         keep = spares_for(self.direct, size)
         self.spares = Spares(self.direct, keep) if keep else None
@@ -732,7 +736,12 @@ class SyncTarget:
             raise _single_without_lock(client)  # (traced since the target was made)
         with lock:
             conn = client.connection
-            counted = None if conn is None else counting(conn)
+            # Made whole here if the pool's guard never saw it: a pool reset after the client
+            # took its connection (a forked child's at its first pooled command, or the
+            # application's reset()) left it out of the lists the guard looks at, plain, its
+            # cut commands' replies uncounted -- the next acquire read an ``OK`` as its own
+            # (review 61, F1: a second holder). Made whole now, its count unknown: closed once.
+            counted = None if conn is None else made_whole(conn, WholeConnect, idle=False)
             if counted is not None and (
                 counted._owed or counted._stale or counted._unfit or counted._unknown
             ):

@@ -652,11 +652,39 @@ async def mark_single(client: Any) -> None:
     if connection is None:
         await client.initialize()  # (its connection, made now: it is marked before any use)
     async with client._single_conn_lock:
-        connection = client.connection
+        # (made whole here if the guard never saw it: a pool reset after the client took it
+        # left it out of the pool's lists -- see the sync driver's _send_single; review 61)
+        connection = made_whole(client.connection, WholeAsyncConnect, idle=False)
         if isinstance(connection, WholeAsyncConnect):
             if connection._unknown and _connected(connection):
                 connection._stale = True
             connection._single = True
+
+
+# The sync single-connection clients the library has seen (see remember_single).
+_SINGLE_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def remember_single(client: Any) -> None:
+    """``client``'s lock (redis-py's, around each of its commands) is a new one in a forked
+    child, if it is a sync single-connection client: a parent's thread inside a command -- the
+    application's, or the library's renewal -- held it at the fork, and the child's first
+    lock call waited for it for good, past any ``wait`` (review 61, F2). Remembered when it
+    is registered as a provider, and when a target is built on it (a factory's). Its one
+    connection, the parent's socket, is closed at its first use in the child (the pid check
+    in WholeConnect._before_use)."""
+    if getattr(client, "connection", None) is not None and hasattr(
+        client, "single_connection_lock"
+    ):
+        _SINGLE_CLIENTS.add(client)
+
+
+def _forked() -> None:
+    for client in list(_SINGLE_CLIENTS):
+        client.single_connection_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def counting(connection: Any) -> WholeConnect | None:

@@ -34,6 +34,7 @@ from . import _process as process
 from ._drivers import AsyncTarget, SyncTarget, count_resent, readable
 from ._errors import ProviderError, ProviderNotFound
 from ._fanout import QuorumAsyncTarget, QuorumSyncTarget
+from ._pools import remember_single
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 _SYNC_CLIENTS: tuple[type, ...] = (redis.Redis, redis.RedisCluster)
@@ -127,6 +128,8 @@ def register_provider(name: str, provider: Provider, *, asyncio: Provider | None
         _check_source(name, asyncio)
         if isinstance(asyncio, _SYNC_CLIENTS):
             raise _wrong_kind(name, asyncio, "async")
+    for client in provider if isinstance(provider, (list, tuple)) else (provider,):
+        remember_single(client)  # (a forked child's: see there)
     with process.registry_lock:
         _sources[name] = provider
         if asyncio is None:

@@ -843,6 +843,60 @@ def test_a_single_connection_clients_reply_owed_before_the_librarys_first_call_i
 
 
 @pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+def test_a_single_connection_the_pools_guard_never_saw_is_made_whole_before_the_library_uses_it(
+    server: RedisServer,
+) -> None:
+    """Review 61, F1 (a second holder): a pool reset after a single-connection client took its
+    one connection (the application's reset(); a forked child's pool at its first pooled
+    command) leaves that connection out of the lists the guard looks at. The library sent
+    through it plain, counting nothing: an application command cut between its write and
+    its read left its ``OK``, and the next acquire -- a bare ``SET NX`` -- read it and
+    entered while another held the lock."""
+    client = SubclassedRedis.from_url(server.url, single_connection_client=True)
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+    try:
+        assert client.ping() is True
+        client.connection_pool.reset()  # (the client keeps its connection)
+        redlock_deco.register_provider("default", client)
+        with Lock("warm", ttl=5):  # (the library's first call: the guard looks at the lists)
+            pass
+        cut_between_write_and_read(client, server)
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0.5):
+            pass  # (not inside on the OK)
+        assert client.get("lock:held") == b"someone-else"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_an_asyncio_single_connection_the_pools_guard_never_saw_is_made_whole(
+    server: RedisServer,
+) -> None:
+    """The asyncio twin of the test above (review 61, F1: granted while held elsewhere, on
+    redis-py 8.1 and 5.0.1)."""
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+
+    async def scenario() -> None:
+        async with providing_async(server, "single", guarded=False) as client:
+            assert await client.ping() is True
+            client.connection_pool.reset()  # (the client keeps its connection)
+            async with AsyncLock("warm", ttl=5):  # (the library's first call)
+                pass
+            await cut_between_write_and_read_async(client, server)
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0.5):
+                    pass  # (not inside on the OK)
+            assert await client.get("lock:held") == b"someone-else"
+            # (redis-py's aclose gives the connection back to the pool it was reset out of,
+            # which raises KeyError: the application's reset, not the library's)
+            client.connection_pool._in_use_connections.add(client.connection)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
 def test_a_single_connection_clients_handshake_may_write_several_commands_before_it_reads(
     server: RedisServer,
 ) -> None:

@@ -369,6 +369,52 @@ def test_a_forked_child_never_shares_its_parents_single_connection(server: Redis
         client.close()
 
 
+@pytest.mark.skipif(
+    not hasattr(redis.Redis(), "single_connection_lock"), reason="redis-py < 5.1: refused"
+)
+def test_a_forked_childs_lock_call_never_waits_for_a_single_connection_lock_held_at_the_fork(
+    server: RedisServer,
+) -> None:
+    """Review 61, F2 (a hang): a single-connection client's lock (redis-py's, around each of
+    its commands) held by a parent's thread as it forked -- the application's command, or
+    the library's renewal -- is held in the child for good, and the child's first lock call
+    waited for it past any ``wait``. Here a thread of the parent holds it across the fork;
+    the child's lock call, and its application's own command, go on."""
+    client = _SubclassedRedis(port=server.port, single_connection_client=True)
+    register_provider("forked-single-locked", client)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with client.single_connection_lock:
+            holding.set()
+            done.wait(30)
+
+    try:
+        with Lock("warm", provider="forked-single-locked", wait=1):
+            pass
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(5)
+
+        def child() -> None:
+            with Lock("in-the-child", provider="forked-single-locked", wait=1):
+                assert client.set("child", "yes") is True
+
+        process = multiprocessing.get_context("fork").Process(target=child)
+        process.start()
+        process.join(10)
+        hung = process.exitcode is None
+        if hung:
+            process.kill()
+        done.set()
+        holder.join(5)
+        assert not hung, "the child's lock call hung"
+        assert process.exitcode == 0
+    finally:
+        done.set()
+        client.close()
+
+
 @pytest.mark.parametrize(("size", "spares"), [(10, 0), (50, 0), (100, drivers.SPARES)])
 def test_spare_connections_never_take_a_small_pool_past_its_limit(
     server: RedisServer, r: redis.Redis, size: int, spares: int

@@ -540,6 +540,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "as the parent's thread held it at the fork", "_events",
        "os.register_at_fork(after_in_child=_unheld_in_child)", "",
        "tests/integration/test_fork_locks.py"),
+    py("single-unmade", "a sync single-connection client's connection the pool's guard never "
+       "saw (a pool reset after the client took it) is sent through plain, uncounted",
+       "_drivers",
+       "counted = None if conn is None else made_whole(conn, WholeConnect, idle=False)",
+       "counted = None if conn is None else counting(conn)",
+       "tests/integration/test_connect_interrupts.py"),
+    py("async-single-unmade", "the asyncio twin of single-unmade", "_pools",
+       "        connection = made_whole(client.connection, WholeAsyncConnect, idle=False)\n",
+       "        connection = client.connection\n",
+       "tests/integration/test_connect_interrupts.py"),
+    py("single-lock-inherited", "a forked child keeps a single-connection client's lock as a "
+       "parent's thread held it at the fork", "_pools",
+       "os.register_at_fork(after_in_child=_forked)", "",
+       "tests/integration/test_direct_writes.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
