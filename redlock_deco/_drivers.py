@@ -79,7 +79,7 @@ from ._protocol import (
     remaining,
     took,
 )
-from ._worker import SerialWorker
+from ._worker import Lanes
 
 T = TypeVar("T")
 Args = tuple[str | int, ...]
@@ -623,7 +623,7 @@ class SyncTarget:
         keep = spares_for(self.direct, size)
         self.spares = Spares(self.direct, keep) if keep else None
         self.lanes = make_lanes(None if size is None else size - keep, Places)
-        self.renewal_worker: SerialWorker | None = None  # _renewal.py's, created on demand
+        self.renewal_worker: Lanes | None = None  # _renewal.py's, created on demand
         self.checked = False  # the first-use server check (eviction policy) has run
         self.cluster = is_cluster(client)
         self.counted = not self.cluster

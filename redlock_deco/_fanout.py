@@ -65,7 +65,7 @@ from ._drivers import (
 from ._errors import ProviderError
 from ._protocol import Algorithms, Eval, Fanout, Sleep, Step, undo_step
 from ._quorum import Quorum
-from ._worker import Outcome, SerialWorker, done_outcome, first_done, start
+from ._worker import Lanes, Outcome, SerialWorker, done_outcome, first_done, start
 
 # How long a quorum round waits for each master: short against any sensible ttl, so a dead
 # or paused master costs a round this much, not a socket timeout.
@@ -425,7 +425,7 @@ class QuorumSyncTarget:
         self.nodes = nodes
         self.node_timeout = node_timeout
         self.algorithms: Algorithms = Quorum(len(nodes))
-        self.renewal_worker: SerialWorker | None = None
+        self.renewal_worker: Lanes | None = None
         self.checked = False
         self._masters = [_Master(node) for node in nodes]
 

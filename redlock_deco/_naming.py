@@ -71,7 +71,12 @@ def has_address(text: str) -> bool:
 def stable_name(name: str, what: str, harm: str) -> str:
     """``name`` as a key's name (:func:`bounded`), for a primitive built with it directly;
     KeyTemplateError if it holds an object's default repr, which differs per object and per
-    process (``what``: "lock name"; ``harm``: what would follow, "it would exclude nobody")."""
+    process (``what``: "lock name"; ``harm``: what would follow, "it would exclude nobody").
+    One that is no str is refused saying so (review 61, F3: ``Lock(None)`` failed inside).
+    An empty one is a name like any other (it may come from data, as a rendered one does)."""
+    if not isinstance(name, str):
+        hint = " (decode bytes: name.decode())" * isinstance(name, bytes)
+        raise TypeError(f"{what} must be a str, got {type(name).__name__} {name!r:.40}{hint}")
     if has_address(name):
         raise KeyTemplateError(
             f"{what} {name!r} holds an object's default repr (<... at 0x...>), which differs "
@@ -194,6 +199,8 @@ def _getter(params: list[inspect.Parameter], name: str) -> _Getter:
 def check_name(name: object) -> None:
     if name is not None and not isinstance(name, str) and not callable(name):
         raise TypeError(f"lock name must be a str template, a callable or None, got {name!r}")
+    if name == "":  # (one key, ``lock:``, for every function so decorated: review 61, F3)
+        raise ValueError("lock name must not be empty: pass None (one per function) or a template")
 
 
 def compile_name(name: str | Callable[..., Any] | None, func: Callable[..., Any]) -> Renderer:

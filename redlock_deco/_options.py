@@ -165,19 +165,21 @@ def _seconds(option: Option, value: object) -> float | None:
 
 
 def _wait(option: Option, value: object) -> float | None:
-    """``None``, ``-1`` or infinity wait forever, ``0`` tries once, a positive number bounds
-    it. (``-1`` is threading's "forever", which ``acquire(timeout=-1)`` takes: every way of
-    saying how long to wait takes the same values.)"""
+    """``None`` or infinity wait forever, ``0`` tries once, a positive number bounds it. A
+    negative one is refused, ``-1`` too (API.md: ``wait < 0`` raises ValueError): a budget the
+    caller computed, and found spent, must fail at once, not wait forever -- ``-1`` meant
+    "forever" here for a while, as threading's ``acquire(timeout=-1)`` does (review 61, F2).
+    ``acquire(timeout=-1)`` keeps threading's meaning (see acquire_wait)."""
     if isinstance(value, bool):
         raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
-    if value is None or value == math.inf or value == -1:
+    if value is None or value == math.inf:
         return None
     if not isinstance(value, (int, float)):
         raise TypeError(f"wait must be seconds (a number) or None, got {value!r}")
     if not 0 <= value <= MAX_SECONDS:  # NaN fails the comparison too
         raise ValueError(
-            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or -1 or None to "
-            f"wait forever, got {value!r:.40}"
+            f"wait must be from 0 (try once) up to {MAX_SECONDS:.0e} seconds, or None to wait "
+            f"forever, got {value!r:.40}"
         )
     return float(value)
 
@@ -295,7 +297,7 @@ OPTIONS: tuple[Option, ...] = (
            "lease length; if the holder dies, it frees within `ttl`", low=MIN_TTL, high=_S),
     Option("wait", "float | None", 10.0, _WAITS, _wait,
            "how long to wait for it (a throttle: how far ahead a call may reserve its slot)",
-           low=0, high=_S, values="`0`: try once; `-1` as `None`",
+           low=0, high=_S, values="`0`: try once; a negative one, `-1` too, is a `ValueError`",
            none_means="wait forever"),
     Option("auto_renew", "bool", True, _ALL, _flag,
            "extend the lease in the background while it is held", values=_FLAG),

@@ -38,7 +38,7 @@ from . import _process as process
 from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
-from ._worker import SerialWorker, background, start
+from ._worker import Lanes, background, start
 
 log = logging.getLogger("redlock_deco")
 
@@ -438,13 +438,19 @@ class Renewer:
             self.remove(job)
 
 
-def _worker(target: Any) -> SerialWorker:
-    """The renewal worker of ``target``: kept on the target, so it goes with it (a replaced
-    provider's worker thread ends once idle instead of piling up)."""
-    worker: SerialWorker | None = target.renewal_worker
-    if worker is None:
-        worker = target.renewal_worker = SerialWorker("redlock-deco-renewal")
-    return worker
+# How many renewal rounds of one target run at once (see _worker.Lanes): with a quorum's
+# master stopped, each costs the node timeout, so a process keeps up to about
+# RENEWAL_LANES / 0.25 s renewals a second there -- 3 per lease per ttl: 10 * ttl leases.
+RENEWAL_LANES = 8
+
+
+def _worker(target: Any) -> Lanes:
+    """The renewal lanes of ``target``: kept on the target, so they go with it (a replaced
+    provider's worker threads end once idle instead of piling up)."""
+    lanes: Lanes | None = target.renewal_worker
+    if lanes is None:
+        lanes = target.renewal_worker = Lanes("redlock-deco-renewal", RENEWAL_LANES)
+    return lanes
 
 
 class AsyncRenewer:

@@ -99,3 +99,26 @@ def test_name_given_twice_or_of_the_wrong_type() -> None:
         locked("a", name="b")
     with pytest.raises(TypeError, match="lock name"):
         locked(42)  # type: ignore[call-overload]
+
+
+def test_a_primitive_name_that_is_no_str_or_empty_is_refused_saying_what_to_write() -> None:
+    """Review 61, F3: ``Lock(None)`` failed inside with "argument of type 'NoneType' is not
+    iterable", ``Lock(b"...")`` said a bytes-like object was required, and ``@locked("")``
+    was one key, ``lock:``, for every function so decorated."""
+    import redlock_deco.asyncio as aio
+    from redlock_deco import Semaphore, Throttle, locked
+
+    for make in (
+        lambda: Lock(None),  # type: ignore[arg-type]
+        lambda: Lock(7),  # type: ignore[arg-type]
+        lambda: Semaphore(None, limit=2),  # type: ignore[arg-type]
+        lambda: aio.Lock(None),  # type: ignore[arg-type]
+        lambda: Throttle(None, rate=1),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match="name must be a str, got"):
+            make()
+    with pytest.raises(TypeError, match=r"name must be a str, got bytes .*decode"):
+        Lock(b"order:7")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must not be empty"):
+        locked("")  # (a fixed name: one key, ``lock:``, for every function so decorated)
+    assert Lock("").key == "lock:"  # (a primitive's name may come from data, as a rendered one)

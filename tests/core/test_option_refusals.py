@@ -185,16 +185,22 @@ def test_extend_arguments_say_set_or_add_and_the_old_form_warns() -> None:
             extension(*args, 1)
 
 
-def test_every_way_of_saying_how_long_to_wait_takes_the_same_values() -> None:
-    """wait= once refused -1 while acquire(timeout=-1) waited forever."""
+def test_a_negative_wait_is_refused_and_acquire_timeout_keeps_threadings_meaning() -> None:
+    """API.md: ``wait < 0`` raises ValueError -- -1 too (it waited forever for a while, as
+    threading's ``acquire(timeout=-1)``: a computed budget found spent at exactly -1 then
+    waited forever, review 61, F2). ``acquire(timeout=-1)`` keeps threading's meaning."""
     from redlock_deco._options import acquire_wait, check_wait
 
-    for forever in (-1, math.inf):
-        assert check_wait(forever) is None
-        assert acquire_wait(True, forever, 10.0) is None
-        assert Lock("x", wait=forever).options.wait is None
-        locked("x", wait=forever)
+    assert check_wait(math.inf) is None and Lock("x", wait=math.inf).options.wait is None
     assert check_wait(None) is None and acquire_wait(True, None, 10.0) == 10.0  # not given
+    assert acquire_wait(True, -1, 10.0) is None and acquire_wait(True, math.inf, 10.0) is None
+    for spent in (-1, -1.0):
+        with pytest.raises(ValueError, match="wait must be"):
+            check_wait(spent)
+        with pytest.raises(ValueError, match="wait must be"):
+            Lock("x", wait=spent)
+        with pytest.raises(ValueError, match="wait must be"):
+            locked("x", wait=spent)
     for bad in (-2, -0.5, math.nan):
         with pytest.raises(ValueError, match="wait must be"):
             check_wait(bad)

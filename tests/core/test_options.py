@@ -177,7 +177,7 @@ BAD = {  # one value of the wrong type for each option, and one out of its bound
     "per": ("5", 0),
     "burst": ("5", 0.5),
     "ttl": ("5", 0.001),
-    "wait": ("5", -2),  # (-1 waits forever, as acquire(timeout=-1))
+    "wait": ("5", -1),  # (API.md: wait < 0 is a ValueError, -1 too)
     "auto_renew": ("yes", None),
     "on_busy": (5, "retry"),
     "provider": (5, None),  # "" is a TypeError too (test_lock)

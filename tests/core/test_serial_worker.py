@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support.samples import thread_of, wait_until
 
-from redlock_deco._worker import SerialWorker
+from redlock_deco._worker import Lanes, SerialWorker
 
 
 def test_serial_worker_runs_calls_one_at_a_time_in_order() -> None:
@@ -134,3 +134,33 @@ def test_a_submit_interrupted_as_it_starts_the_thread_leaves_the_next_one_to_sta
         sys.settrace(None)
     assert work.submit(lambda: 42).result(timeout=5) == 42
     work.retire()
+
+
+def test_lanes_run_slow_calls_side_by_side_up_to_their_width() -> None:
+    """Review 61, F1: the sync renewer's rounds of one target ran one at a time, and slow
+    ones (a stopped quorum master's node timeout) starved the rest. Lanes run a call on an
+    idle worker, a new one while there are fewer than ``width``, else the least busy."""
+    lanes = Lanes("test-lanes", width=3)
+    release = threading.Event()
+    inside: list[int] = []
+
+    def slow(n: int) -> int:
+        inside.append(n)
+        release.wait(10)
+        return n
+
+    futures = [lanes.submit(slow, n) for n in range(5)]
+    assert wait_until(lambda: len(inside) == 3, timeout=5)  # three at once, the width
+    time.sleep(0.05)
+    assert len(inside) == 3
+    release.set()
+    assert [f.result(timeout=10) for f in futures] == list(range(5))
+    lanes.retire()
+
+
+def test_lanes_keep_one_worker_while_calls_are_quick() -> None:
+    lanes = Lanes("test-lanes-quick", width=4)
+    for n in range(50):
+        assert lanes.submit(lambda n=n: n).result(timeout=5) == n
+    assert len(lanes._workers) == 1
+    lanes.retire()

@@ -554,6 +554,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "parent's thread held it at the fork", "_pools",
        "os.register_at_fork(after_in_child=_forked)", "",
        "tests/integration/test_direct_writes.py"),
+    py("renewal-one-lane", "the sync renewer's rounds of one target run one at a time (a "
+       "stopped quorum master's node timeout each)", "_renewal",
+       "RENEWAL_LANES = 8", "RENEWAL_LANES = 1", "tests/integration/test_quorum.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
