@@ -183,7 +183,9 @@ def next_message(pubsub: Any) -> Any:
 class Run:
     """One seed's sequence, and the model of what each key may hold."""
 
-    def __init__(self, seed: int, client: redis.Redis, probe: redis.Redis, kind: str) -> None:
+    def __init__(
+        self, seed: int, client: redis.Redis, probe: redis.Redis, kind: str, prefix: str = ""
+    ) -> None:
         # The "cached" kind reads with GETEX, which redis-py never caches: an entry of its
         # cache a cut left "in progress" makes every later read of the key wait for a reply
         # that is never coming (redis-py's), and its PubSub cannot read through the cache's
@@ -192,7 +194,15 @@ class Run:
         self.rng = random.Random(seed)
         self.client = client
         self.probe = probe  # the truth: a client of its own, never cut short
-        self.may_hold: dict[str, set[bytes | None]] = {key: {None} for key in [*KEYS, OTHERS]}
+        # Names of this run's own (prefixed: runs in threads of one client each have theirs).
+        self.prefix = prefix
+        self.keys = [prefix + key for key in KEYS]
+        self.others_key = prefix + OTHERS
+        self.free = prefix + "free"  # a lock only this run takes
+        self.check_idle = True  # after every step (see nothing_waits_unowed)
+        self.may_hold: dict[str, set[bytes | None]] = {
+            key: {None} for key in [*self.keys, self.others_key]
+        }
         self.made = 0  # values written, each unique
         self.cuts = 0
         self.cutting = False  # is the step under way to be cut short?
@@ -212,10 +222,10 @@ class Run:
     # -- the application's steps: each returns what a cut may have written -------------------
 
     def single(self, written: dict[str, set[bytes]]) -> None:
-        key = self.rng.choice(KEYS)
+        key = self.rng.choice(self.keys)
         what = self.rng.choice(["set", "get", "error", "noscript", "others"])
         if what == "others":
-            key = OTHERS
+            key = self.others_key
             what = "get" if self.cutting or not self.cached else "cached get"
         self.log[-1] += f" {what} {key}"
         if what == "cached get":
@@ -241,7 +251,7 @@ class Run:
         transaction = self.rng.random() < 0.5
         raising = self.rng.random() < 0.5
         pairs = [
-            (self.rng.choice(["set", "get", "error"]), self.rng.choice(KEYS))
+            (self.rng.choice(["set", "get", "error"]), self.rng.choice(self.keys))
             for _ in range(self.rng.randint(1, 5))
         ]
         self.log[-1] += f" pipeline tx={transaction} raise={raising} {pairs}"
@@ -272,7 +282,7 @@ class Run:
         self.may_hold = after
 
     def watched(self, written: dict[str, set[bytes]]) -> None:
-        key = self.rng.choice(KEYS)
+        key = self.rng.choice(self.keys)
         value = self.value()
         self.log[-1] += f" watch {key}"
         written.setdefault(key, set()).add(value)
@@ -297,10 +307,10 @@ class Run:
         message = self.value()
         pubsub = self.client.pubsub()
         try:
-            pubsub.subscribe("news")
+            pubsub.subscribe(self.prefix + "news")
             first = next_message(pubsub)
             assert first is not None and first["type"] == "subscribe", first
-            untraced(lambda: self.probe.publish("news", message))
+            untraced(lambda: self.probe.publish(self.prefix + "news", message))
             got = next_message(pubsub)
             assert got is not None and got["data"] == message, got
         finally:
@@ -312,7 +322,7 @@ class Run:
         with the next steps' commands (and, on RESP3, pushes) before it; another finds an
         element there and returns at once (a timeout takes the server's next cron tick)."""
         self.lists += 1
-        name = f"list{self.lists}"
+        name = f"{self.prefix}list{self.lists}"
         self.log[-1] += f" blpop {name}"
         if self.cutting:
             assert self.client.blpop([name], timeout=BLOCKED) is None
@@ -327,17 +337,17 @@ class Run:
         read by the cache's drain before a command was counted as the reply a cut command
         owed, and the next command read that reply). Never cut: it is not the client's."""
         value = self.value()
-        self.log[-1] += f" others set {OTHERS}"
+        self.log[-1] += f" others set {self.others_key}"
 
         def write() -> None:
-            assert self.probe.set(OTHERS, value) is True
+            assert self.probe.set(self.others_key, value) is True
             # The push is written in the same turn of the server's loop as the reply, and
             # two round trips more see it sent.
             self.probe.ping()
             self.probe.ping()
 
         untraced(write)
-        self.may_hold[OTHERS] = {value}
+        self.may_hold[self.others_key] = {value}
 
     # -- the library's steps, never cut short here (the interrupt-at-every-line tests do) ----
 
@@ -348,18 +358,18 @@ class Run:
             with pytest.raises(LockNotAcquired), Lock("held", ttl=LOCK_TTL, wait=0):
                 pass  # (not inside: another holder has it)
             return
-        with Lock("free", ttl=LOCK_TTL, wait=0):
+        with Lock(self.free, ttl=LOCK_TTL, wait=0):
             lease = redlock_deco.current_lease()
             assert lease is not None
             token = lease.token.encode()
-            assert untraced(lambda: self.probe.get("lock:free")) == token
-        assert untraced(lambda: self.probe.exists("lock:free")) == 0
+            assert untraced(lambda: self.probe.get(f"lock:{self.free}")) == token
+        assert untraced(lambda: self.probe.exists(f"lock:{self.free}")) == 0
 
     def let_go(self) -> None:
         """After a lock step cut short: nothing of it stays held past its ttl (no renewal
         left running), and the lock held elsewhere is still the other holder's."""
         give_up = time.monotonic() + LOCK_TTL + 1
-        while self.probe.exists("lock:free"):
+        while self.probe.exists(f"lock:{self.free}"):
             assert time.monotonic() < give_up, "a lock cut short stays held past its ttl"
             time.sleep(0.01)
 
@@ -431,7 +441,8 @@ class Run:
             if kind == self.lock:
                 self.let_go()
         assert self.probe.get("lock:held") == b"someone-else"  # (never released for another)
-        self.nothing_waits_unowed()
+        if self.check_idle:
+            self.nothing_waits_unowed()
 
     def nothing_waits_unowed(self) -> None:
         """Every idle connection, the application's and the library's, that is not marked as

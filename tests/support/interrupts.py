@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import itertools
 from types import CodeType
 
 
@@ -72,9 +73,60 @@ def _with_entries(code: CodeType) -> dict[int, frozenset[int]]:
     return {line: frozenset(offsets) for line, offsets in entries.items()}
 
 
+@functools.cache
+def _fall_outs(code: CodeType) -> frozenset[int]:
+    """Offsets where a line begins that is only ever reached from inside a protected range of
+    the exception table that does not cover it (3.11+): the first line of a ``finally``
+    body's copy on the normal path, right after the ``try`` body. A trace function raising
+    there skips that ``finally`` -- redis-py's release of its single-connection lock
+    (``_execute_command``), which left the lock held by a thread, and every other thread
+    hung (the threaded reply search) -- but no real signal does: it is raised at a call's
+    return or a backward jump, and the last one before such a line is inside the range (the
+    handler runs), the next one later in the body."""
+    bytecode = dis.Bytecode(code)
+    entries = getattr(bytecode, "exception_entries", None)
+    if entries is None:  # 3.10: a block stack, popped (POP_BLOCK) as the ``try`` body ends
+        runs = list(bytecode)
+        return frozenset(
+            ins.offset
+            for before, ins in itertools.pairwise(runs)
+            if before.opname == "POP_BLOCK" and ins.starts_line is not None
+        )
+    if not entries:
+        return frozenset()
+
+    def covering(offset: int) -> int | None:
+        """The handler of ``offset`` (entries of one handler differ by stack depth)."""
+        return next((e.target for e in entries if e.start <= offset < e.end), None)
+
+    runs = [ins for _, ins in _lined(code) if ins.opname != "CACHE"]
+    sources: dict[int, list[int]] = {}  # offset -> the offsets that run on into it
+    for index, ins in enumerate(runs):
+        if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+            sources.setdefault(int(ins.argval), []).append(ins.offset)
+        if index + 1 < len(runs) and ins.opname not in _NO_FALL:
+            sources.setdefault(runs[index + 1].offset, []).append(ins.offset)
+    lined = _lined(code)
+    starts = {
+        ins.offset for (before, _), (line, ins) in itertools.pairwise(lined) if line != before
+    }
+    outs = set()
+    for offset in starts:
+        target = covering(offset)
+        froms = sources.get(offset, [])
+        if froms and all(covering(f) not in (None, target) for f in froms):
+            outs.add(offset)
+    return frozenset(outs)
+
+
 def signal_cannot_land(code: CodeType, line: int, lasti: int) -> bool:
     """Is a line event at ``line`` (instruction ``lasti``) one where no real signal can be
-    raised, but a tracer's exception would skip handlers: a ``with``'s exit, or a NOP line.
+    raised, but a tracer's exception would skip handlers: a ``with``'s exit, a NOP line, or
+    the first line of a ``finally`` body fallen into from its ``try`` body (_fall_outs).
     (An exit: a line event of a ``with`` line that does not run on into an entry.)"""
     entries = _with_entries(code).get(line)
-    return (entries is not None and lasti not in entries) or line in nop_lines(code)
+    return (
+        (entries is not None and lasti not in entries)
+        or line in nop_lines(code)
+        or lasti in _fall_outs(code)
+    )
