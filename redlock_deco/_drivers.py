@@ -206,7 +206,7 @@ MIGRATION_PATIENCE = 2.0
 MIGRATION_RETRY = 0.05
 
 
-# Not for the renewer's rounds: renewals run one at a time per target, and a round that waited
+# Not for the renewer's rounds: renewals of a target share a few threads, and a round that waited
 # out a migration held up every other lease of the target behind it -- a lock on another node,
 # nothing to do with the move, was lost (review 34, 03). A renewal refused so is tried again
 # at its next round, and a lease whose slot stays refused past its ttl is reported lost.

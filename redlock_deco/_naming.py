@@ -198,9 +198,9 @@ def _getter(params: list[inspect.Parameter], name: str) -> _Getter:
 
 def check_name(name: object) -> None:
     if name is not None and not isinstance(name, str) and not callable(name):
-        raise TypeError(f"lock name must be a str template, a callable or None, got {name!r}")
+        raise TypeError(f"a name must be a str template, a callable or None, got {name!r}")
     if name == "":  # (one key, ``lock:``, for every function so decorated: review 61, F3)
-        raise ValueError("lock name must not be empty: pass None (one per function) or a template")
+        raise ValueError("a name must not be empty: pass None (one per function) or a template")
 
 
 def compile_name(name: str | Callable[..., Any] | None, func: Callable[..., Any]) -> Renderer:

@@ -80,7 +80,7 @@ class Base:
                 "on_lost='cancel' needs the asyncio primitive: only a task can be "
                 "cancelled; pass a callback instead"
             )
-        self.name: str = stable_name(name, "lock name", "it would exclude nobody")
+        self.name: str = stable_name(name, f"{self.noun} name", "it would exclude nobody")
         self.key: str = options.prefix + self.name
         self.options: LeaseOptions = options
         self.limit: int = options.limit

@@ -238,9 +238,11 @@ class _Jobs:
 class Renewer:
     """The renewer of sync leases: one scheduler thread per process.
 
-    It only decides what is due; each round runs on one serial worker per Redis target, so
-    a paused or unreachable server delays the renewals of its own leases, never those on
-    other servers. No exception of a round can stop it.
+    It only decides what is due; each round runs on the renewal worker of its Redis target
+    (_worker.Lanes: one thread while rounds are quick, up to RENEWAL_LANES while they are
+    slow), so a paused or unreachable server delays the renewals of its own leases, never
+    those on other servers. No exception of a round can stop it, nor a thread that cannot
+    start (the round runs on this thread then).
     """
 
     def __init__(self) -> None:
@@ -394,8 +396,15 @@ class Renewer:
             for job in ready:
                 try:
                     _worker(job.target).submit(self._run_safely, job)
-                except RuntimeError:  # the interpreter is exiting: no new work, end quietly
-                    return
+                except RuntimeError:
+                    if sys.is_finalizing():  # the interpreter is exiting: end quietly
+                        return
+                    # No worker thread could start (a limit on threads or processes): run
+                    # here, one at a time. Ended instead, as before, the renewer left the
+                    # rest of the batch marked as renewing for good and renewed nothing more:
+                    # every lease expired under its holder with no on_lost, and another
+                    # caller took it (review 62, F1).
+                    self._run_safely(job)
 
     def _run_safely(self, job: Job) -> None:
         try:

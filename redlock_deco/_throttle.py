@@ -348,10 +348,10 @@ class Throttle(_ThrottleOptions):
 
     ``acquire(cost=1, wait=...)`` returns True once the call may start -- at once, or after
     sleeping until the slot it reserved -- and False, taking nothing, when no slot comes
-    within ``wait`` (the object's ``wait`` when not given; ``None`` or ``-1``: any slot,
-    however far; ``0``: only at once). ``with throttle:`` acquires a cost of 1 and raises
-    ``Throttled`` instead of returning False; leaving the block gives nothing back (a call
-    that started has started).
+    within ``wait`` (the object's ``wait`` when not given; ``None``: any slot, however far;
+    ``0``: only at once; a negative one is a ValueError). ``with throttle:`` acquires a cost
+    of 1 and raises ``Throttled`` instead of returning False; leaving the block gives nothing
+    back (a call that started has started).
     """
 
     api_name = "redlock_deco.Throttle"
@@ -359,7 +359,7 @@ class Throttle(_ThrottleOptions):
     def acquire(self, cost: float = 1, wait: float | None = DEFAULT) -> bool:
         """Let one call of ``cost`` (above 0, at most ``burst``) start: True at once or after
         sleeping until its reserved slot; False, taking nothing, if no slot comes within
-        ``wait`` (not given: the object's; None or -1: however far; 0: only at once)."""
+        ``wait`` (not given: the object's; None: however far; 0: only at once)."""
         answer = admit(self.options, self.name, self.key, check_cost(cost, self.options),
                        self._wait(wait))  # fmt: skip
         return answer.admitted

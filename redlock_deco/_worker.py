@@ -16,6 +16,7 @@ import collections
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Coroutine
 from typing import Any, Generic, TypeVar
 
@@ -150,7 +151,15 @@ class SerialWorker:
                 # (Not alive: an interrupt before start() left a thread that never ran, and
                 # nothing submitted here ran again -- see the renewer's twin.)
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                if not start(self._thread):
+                try:
+                    started = start(self._thread)
+                except BaseException:
+                    # No thread (RuntimeError: a limit on threads or processes): the call is
+                    # not queued for a thread that will never run it; the caller is told.
+                    self._queue.pop()
+                    self._thread = None
+                    raise
+                if not started:
                     self._queue.pop()
                     self._thread = None
                     future.set_exception(RuntimeError("the interpreter is shutting down"))
@@ -169,12 +178,8 @@ class SerialWorker:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    @property
-    def backlog(self) -> int:
-        """Calls submitted and not finished (read without the lock: a hint, see Lanes)."""
-        return len(self._queue) + self._busy
-
     _busy = 0  # 1 while a call runs
+    _last = 0.0  # how long the last call took
 
     def _run(self) -> None:
         while True:
@@ -187,45 +192,109 @@ class SerialWorker:
                     return
                 future, fn, args = self._queue.popleft()
                 self._busy = 1
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # handed to whoever waits for the outcome
-                future.set_exception(exc)
+                self._began()
+            _settle(future, fn, args, self)
+            self._ran()
+
+    def _began(self) -> None:
+        """Under the lock, as a call begins on the worker's thread (see Lanes)."""
+
+    def _ran(self) -> None:
+        """After each call, on the worker's thread (see Lanes)."""
 
 
-class Lanes:
-    """Up to ``width`` serial workers side by side: a call goes to an idle one, else to a new
-    one while there are fewer than ``width``, else to the least busy. One thread while calls
-    are quick; more only while they are slow (each new one ends when idle, as any worker).
+class Lanes(SerialWorker):
+    """A worker whose queue more threads help drain while its calls are slow: once a call has
+    taken longer than SLOW, each call submitted behind one under way -- and, as a slow call
+    ends, those waiting -- gets a helper thread, up to ``width`` threads in all. Helpers end
+    as soon as the queue is empty. Calls are started in order, but may then run side by side.
 
     For the sync renewer's rounds on one target: one worker ran them one at a time, and a
     round waits for its server -- a quorum's round for a stopped master's node timeout, 0.25 s
     -- so a process renewed at most four leases a second there, and of 12 leases of 2 s, 7
     were lost while a minority of the masters was stopped (review 61, F1); a server 100 ms
-    away lost 18 of 30 so. Calls of one lane run in order; calls of two lanes may not."""
+    away lost 18 of 30 so. While rounds are quick it is one thread, as before (a thread per
+    call of a batch started 8 per provider for nothing: review 62, F2). A helper that cannot
+    start (a limit on threads) is done without: the calls wait for the threads there are."""
 
     def __init__(self, name: str, width: int) -> None:
-        self.name = name
+        super().__init__(name)
         self.width = width
-        self._workers: list[SerialWorker] = []
+        self._helpers = 0  # helper threads
+        self._helping = 0  # of them, those running a call
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Outcome[T]:
-        return self._lane().submit(fn, *args)
+        future = super().submit(fn, *args)
+        with self._lock:
+            self._help()
+        return future
 
-    def _lane(self) -> SerialWorker:
-        workers = self._workers  # (appended to by the renewer's one thread only)
-        for worker in workers:
-            if worker.backlog == 0:
-                return worker
-        if len(workers) < self.width:
-            worker = SerialWorker(self.name)
-            workers.append(worker)
-            return worker
-        return min(workers, key=lambda worker: worker.backlog)
+    def _help(self) -> None:
+        """Under the lock: a helper thread for the calls waiting, if calls are slow."""
+        while (
+            self._queue
+            and self._busy
+            and self._last > SLOW
+            and self._helpers < self.width - 1
+            and len(self._queue) > self._helpers - self._helping  # (more than will take them)
+        ):
+            helper = threading.Thread(target=self._drain, name=self.name, daemon=True)
+            self._helpers += 1
+            try:
+                started = start(helper)
+            except RuntimeError:
+                started = False
+            if not started:
+                self._helpers -= 1
+                return
 
-    def retire(self) -> None:
-        for worker in list(self._workers):
-            worker.retire()
+    def _began(self) -> None:
+        self._help()  # (the calls queued behind the one beginning, if calls are slow)
+
+    def _ran(self) -> None:
+        with self._lock:
+            self._help()  # (a slow call ended: the calls behind it get helpers)
+
+    def _drain(self) -> None:
+        ran = False
+        try:
+            while True:
+                with self._lock:
+                    if ran:
+                        self._helping -= 1
+                        ran = False
+                    if not self._queue:
+                        return
+                    future, fn, args = self._queue.popleft()
+                    self._helping += 1
+                    ran = True
+                _settle(future, fn, args, self)
+        finally:
+            with self._lock:
+                self._helpers -= 1
+                if ran:  # (ended otherwise: what a helper runs is caught, but)
+                    self._helping -= 1
+
+
+def _settle(
+    future: Outcome[Any], fn: Callable[..., Any], args: tuple[Any, ...], worker: SerialWorker
+) -> None:
+    """Run ``fn(*args)`` into ``future``, the time it took noted on ``worker`` first (read by
+    Lanes: whoever waits for the outcome may submit the next call at once)."""
+    began = time.monotonic()
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # handed to whoever waits for the outcome
+        worker._last = time.monotonic() - began
+        future.set_exception(exc)
+        return
+    worker._last = time.monotonic() - began
+    future.set_result(result)
+
+
+# A call that takes longer than this is slow (see Lanes): a local server's round takes well
+# under a millisecond; a stopped quorum master's, the node timeout (0.25 s).
+SLOW = 0.02
 
 
 _running: set[asyncio.Task[Any]] = set()

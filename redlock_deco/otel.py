@@ -111,9 +111,20 @@ def _version() -> str:
     return __version__
 
 
-def _unheld(listener: OpenTelemetryListener | None) -> None:
-    if listener is not None:
+# Every listener, for one fork hook (a hook per listener cannot be removed: each listener
+# made cost every later fork, review 62, F4).
+_LISTENERS: weakref.WeakSet[OpenTelemetryListener] = weakref.WeakSet()
+
+
+def _unheld() -> None:
+    """A new lock for each listener in a forked child, where listeners go on: a parent's
+    thread may have held one as it forked, and the child's first loss would have waited for
+    it for good (tests/integration/test_fork_locks.py)."""
+    for listener in list(_LISTENERS):
         listener._losses_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unheld)
 
 
 class OpenTelemetryListener:
@@ -163,11 +174,7 @@ class OpenTelemetryListener:
         # (provider, key) -> monotonic times of losses not yet matched with their release.
         self._losses: dict[tuple[str, str], list[float]] = {}
         self._losses_lock = threading.Lock()
-        # A new lock in a forked child, where this listener goes on: a parent's thread may
-        # have held this one as it forked, and the child's first loss would have waited
-        # for it for good (tests/integration/test_fork_locks.py).
-        mine = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _unheld(mine()))
+        _LISTENERS.add(self)  # (its lock a new one in a forked child: see _unheld)
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__}>"

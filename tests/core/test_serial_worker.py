@@ -136,31 +136,34 @@ def test_a_submit_interrupted_as_it_starts_the_thread_leaves_the_next_one_to_sta
     work.retire()
 
 
-def test_lanes_run_slow_calls_side_by_side_up_to_their_width() -> None:
+def test_lanes_run_calls_side_by_side_up_to_their_width_once_calls_are_slow() -> None:
     """Review 61, F1: the sync renewer's rounds of one target ran one at a time, and slow
-    ones (a stopped quorum master's node timeout) starved the rest. Lanes run a call on an
-    idle worker, a new one while there are fewer than ``width``, else the least busy."""
+    ones (a stopped quorum master's node timeout) starved the rest. Once a call has been
+    slow, calls waiting behind one under way get helper threads, up to ``width`` in all."""
     lanes = Lanes("test-lanes", width=3)
+    lanes.submit(time.sleep, 0.05).result(timeout=5)  # (slow: the next ones get helpers)
     release = threading.Event()
     inside: list[int] = []
 
-    def slow(n: int) -> int:
+    def blocked(n: int) -> int:
         inside.append(n)
         release.wait(10)
         return n
 
-    futures = [lanes.submit(slow, n) for n in range(5)]
+    futures = [lanes.submit(blocked, n) for n in range(5)]
     assert wait_until(lambda: len(inside) == 3, timeout=5)  # three at once, the width
     time.sleep(0.05)
     assert len(inside) == 3
     release.set()
     assert [f.result(timeout=10) for f in futures] == list(range(5))
+    assert wait_until(lambda: lanes._helpers == 0, timeout=5)  # (helpers end when idle)
     lanes.retire()
 
 
-def test_lanes_keep_one_worker_while_calls_are_quick() -> None:
+def test_lanes_keep_one_thread_while_calls_are_quick() -> None:
+    """Review 62, F2: a lane per call of a batch started up to 8 threads per provider for
+    rounds of a fraction of a millisecond."""
     lanes = Lanes("test-lanes-quick", width=4)
-    for n in range(50):
-        assert lanes.submit(lambda n=n: n).result(timeout=5) == n
-    assert len(lanes._workers) == 1
+    futures = [lanes.submit(threading.get_ident) for _ in range(500)]
+    assert len({f.result(timeout=5) for f in futures}) == 1  # (one thread ran them all)
     lanes.retire()

@@ -182,3 +182,43 @@ def test_a_lease_whose_renewal_rounds_are_all_cancelled_is_reported_lost(
         contender.join(5)
     assert lost, "never reported lost"
     assert not got_in or lost[0] <= got_in[0], (lost, got_in)
+
+
+def test_renewals_go_on_when_no_renewal_thread_can_start(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 62, F1 (a lease lost, no signal): a renewal worker whose thread could not start
+    (a limit on threads: RuntimeError) ended the renewer for good, the rest of its batch
+    marked as renewing: no lease of the process was renewed again, none was reported lost,
+    and another caller took them. The round runs on the renewer's own thread instead."""
+    from redlock_deco import _worker
+
+    plain = _worker.start
+
+    def refused(thread: threading.Thread) -> bool:
+        if thread.name == "redlock-deco-renewal":
+            raise RuntimeError("can't start new thread")
+        return plain(thread)
+
+    register_provider("no-threads", server.url)  # (a target of its own: no worker yet)
+    lost: list[str] = []
+    monkeypatch.setattr(_worker, "start", refused)
+    locks = [
+        Lock(
+            f"starved:{n}",
+            provider="no-threads",
+            ttl=0.5,
+            on_lost=lambda lease: lost.append(lease.name),
+        )
+        for n in range(3)
+    ]
+    try:
+        for lock in locks:
+            assert lock.acquire()
+        time.sleep(1.5)  # three ttls
+        assert lost == []
+        assert all(lock.owned() for lock in locks)
+        assert not Lock("starved:0", provider="no-threads", wait=0).acquire()
+    finally:
+        for lock in locks:
+            lock.release()

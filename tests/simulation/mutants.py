@@ -557,6 +557,13 @@ MUTANTS: tuple[Mutant, ...] = (
     py("renewal-one-lane", "the sync renewer's rounds of one target run one at a time (a "
        "stopped quorum master's node timeout each)", "_renewal",
        "RENEWAL_LANES = 8", "RENEWAL_LANES = 1", "tests/integration/test_quorum.py"),
+    py("renewer-ends-without-threads", "the sync renewer ends when a renewal worker's thread "
+       "cannot start (a limit on threads), its batch marked as renewing for good", "_renewal",
+       "                    self._run_safely(job)\n", "                    return\n",
+       "tests/integration/test_renewal.py"),
+    py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
+       "take", "_worker", "            and self._last > SLOW\n", "",
+       "tests/core/test_serial_worker.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
