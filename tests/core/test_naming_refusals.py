@@ -97,7 +97,7 @@ def test_a_primitive_name_holding_a_default_repr_is_refused() -> None:
 def test_name_given_twice_or_of_the_wrong_type() -> None:
     with pytest.raises(TypeError, match="once"):
         locked("a", name="b")
-    with pytest.raises(TypeError, match="lock name"):
+    with pytest.raises(TypeError, match="a name must be a str template"):
         locked(42)  # type: ignore[call-overload]
 
 
