@@ -113,6 +113,21 @@ class Cut(Lines):
         return self.fired
 
 
+def single_lock_given_back(client: Any) -> None:
+    """After a cut step: a single-connection client's lock (redis-py's, around each command)
+    given back if the cut left it with this thread. Only a trace function's cut can do that:
+    in a ``finally`` body before its release (redis-py's ``_execute_command``), where no real
+    signal lands -- the last check point before it is a call inside the ``try``, or the
+    release's own return (support.interrupts excludes the body's first line; a later one
+    before the release it cannot tell). Kept, it hung every other thread sharing the client
+    (the threaded search); in one thread, it re-entered unseen. (A real signal as its
+    ``acquire()`` returns, before the ``try``, does leave it held: redis-py's, upstream.)"""
+    lock = getattr(client, "single_connection_lock", None)
+    owned = getattr(lock, "_is_owned", None)
+    while owned is not None and owned():
+        lock.release()  # type: ignore[union-attr]
+
+
 def untraced(call: Callable[[], T]) -> T:
     """``call()`` outside the tracer: the probe is never cut short (its pool is not guarded,
     and its replies are the truth)."""
@@ -421,6 +436,7 @@ class Run:
             if cut.run(lambda: kind(written)):
                 self.cuts += 1
                 self.log[-1] += f" (cut in {cut.where})"
+                single_lock_given_back(self.client)
                 self.may_hold = before
                 for key, values in written.items():
                     self.may_hold[key] |= values
