@@ -53,6 +53,9 @@ IDLE = 5.0
 # announced -- a finalizer's job left in the orphans' queue, an add an interrupt cut short --
 # waits that long at most.
 ORPHAN_POLL = 0.2
+# While renewal rounds wait behind a running one, the renewer looks this often whether that one
+# has become slow (see _worker.Lanes.nudge).
+NUDGE = 0.03
 # At the interpreter's exit, how long the renewer's lock is waited for (see Renewer._at_exit).
 EXIT_LOCK_WAIT = 0.1
 # Seconds after which the asyncio renewer looks again when an exception cut its look short.
@@ -355,6 +358,8 @@ class Renewer:
     def _loop(self) -> None:
         idle_since: float | None = None
         while True:
+            # (rounds queued behind a slow one get helpers, looked at every NUDGE meanwhile)
+            waiting = _nudged()
             with self._lock:
                 # (Loops under a C lock are calls here: on Python 3.13 an interrupt at a
                 # loop's back edge written inside the `with` skipped its exit, and the lock
@@ -386,6 +391,8 @@ class Renewer:
                         self._wake.wait(ORPHAN_POLL)
                         continue
                     timeout = max(0.0, min(ORPHAN_POLL, self._next_wake - now))
+                    if waiting:
+                        timeout = min(timeout, NUDGE)
                     self._next_wake = now + timeout
                     self._wake.wait(timeout)
                     continue
@@ -459,7 +466,20 @@ def _worker(target: Any) -> Lanes:
     lanes: Lanes | None = target.renewal_worker
     if lanes is None:
         lanes = target.renewal_worker = Lanes("redlock-deco-renewal", RENEWAL_LANES)
+        _LANES.add(lanes)
     return lanes
+
+
+_LANES: weakref.WeakSet[Lanes] = weakref.WeakSet()  # every target's (see Renewer._loop)
+
+
+def _nudged() -> bool:
+    """Each target's lanes nudged (see Lanes.nudge); whether calls still wait in one."""
+    waiting = False
+    for lanes in list(_LANES):
+        lanes.nudge()
+        waiting = waiting or lanes.waiting
+    return waiting
 
 
 class AsyncRenewer:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support.samples import thread_of, wait_until
 
-from redlock_deco._worker import Lanes, SerialWorker
+from redlock_deco._worker import SLOW, Lanes, SerialWorker
 
 
 def test_serial_worker_runs_calls_one_at_a_time_in_order() -> None:
@@ -166,4 +166,28 @@ def test_lanes_keep_one_thread_while_calls_are_quick() -> None:
     lanes = Lanes("test-lanes-quick", width=4)
     futures = [lanes.submit(threading.get_ident) for _ in range(500)]
     assert len({f.result(timeout=5) for f in futures}) == 1  # (one thread ran them all)
+    lanes.retire()
+
+
+def test_lanes_help_the_calls_behind_one_that_becomes_slow_while_it_runs() -> None:
+    """Review 63, F3: a call counted as quick until it had ended held up every call behind
+    it -- with a quorum master stopped, the first round of a batch (0.25 s) made the rest
+    wait, and a lease of 1 s was lost. A nudge (the renewer's, as it goes round) gives them
+    helpers once the running call has taken longer than SLOW."""
+    lanes = Lanes("test-lanes-nudged", width=3)
+    release = threading.Event()
+    inside: list[int] = []
+
+    def blocked(n: int) -> int:
+        inside.append(n)
+        release.wait(10)
+        return n
+
+    futures = [lanes.submit(blocked, n) for n in range(4)]
+    assert wait_until(lambda: inside == [0], timeout=5)
+    time.sleep(2 * SLOW)
+    lanes.nudge()
+    assert wait_until(lambda: len(inside) == 3, timeout=5)  # (the width)
+    release.set()
+    assert [f.result(timeout=10) for f in futures] == list(range(4))
     lanes.retire()

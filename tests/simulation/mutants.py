@@ -562,7 +562,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "                    self._run_safely(job)\n", "                    return\n",
        "tests/integration/test_renewal.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
-       "take", "_worker", "            and self._last > SLOW\n", "",
+       "take", "_worker",
+       "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
        "tests/core/test_serial_worker.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
