@@ -163,6 +163,32 @@ def test_a_minority_down_still_locks(masters: list[RedisServer], fault: str) -> 
     assert on_masters(masters[:2], "lock:minority") == [False, False]
 
 
+def test_leases_held_through_a_quorum_provider_registered_again_are_renewed_and_released(
+    masters: list[RedisServer],
+) -> None:
+    """Review 63, F1: the leases keep the target they were taken through; registered again,
+    that target's masters are retired, and a retired master handed back at once the
+    connection made for the round waiting for it. No round got one: every lease was reported
+    lost (a block whose body ended normally raised LockLost), and a release left its keys on
+    every master until their ttl."""
+    lost: list[str] = []
+    locks = [
+        Lock(f"kept:{n}", provider="q", ttl=0.6, on_lost=lambda lease: lost.append(lease.name))
+        for n in range(3)
+    ]
+    for lock in locks:
+        assert lock.acquire()
+    register_provider("q", [s.url for s in masters])  # (the same masters, again)
+    time.sleep(1.5)  # (renewed through the retired target, past two ttls)
+    try:
+        assert lost == []
+        assert all(lock.owned() for lock in locks)
+    finally:
+        for lock in locks:
+            lock.release()
+    assert [on_masters(masters, f"lock:kept:{n}") for n in range(3)] == [[False] * 3] * 3
+
+
 @pytest.mark.slow
 def test_many_leases_are_renewed_while_a_minority_of_masters_is_stopped(
     masters: list[RedisServer],

@@ -565,6 +565,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "take", "_worker",
        "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
        "tests/core/test_serial_worker.py"),
+    py("retired-master-starves-rounds", "a retired quorum master hands back at once the "
+       "connection made for the round waiting for it", "_fanout",
+       "            self.ready.append(checkout(self.pool, []))\n",
+       "            self.give(checkout(self.pool, []))\n", "tests/integration/test_quorum.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
