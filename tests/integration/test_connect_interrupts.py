@@ -1652,6 +1652,69 @@ def test_a_single_connection_whose_read_was_cut_connects_again_for_the_next_comm
     client.close()
 
 
+@pytest.mark.parametrize("single", [False, True])
+def test_an_invalidation_received_by_a_cut_drain_is_never_lost_by_the_cache(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, single: bool
+) -> None:
+    """redis-py's client-side cache drains the invalidations waiting on a connection before
+    each command (``can_read``); cut between the socket's ``recv`` and the buffer's write --
+    where a real signal lands, as the C call returns -- what was received was lost, the
+    invalidation with it, and the cache served an overwritten value for good (the reply
+    search's cached-single kind, CI: a GET three writes old). The cache is emptied."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(
+        server.url, protocol=3, cache_config=CacheConfig(), single_connection_client=single
+    )
+    wrap_execute_command(client)  # (the library's commands through the client too)
+    with providing(server, client), server.client() as other:
+        with Lock("guarded", ttl=5):  # (the library's first call: its connections made whole)
+            pass
+        other.set("cached", "old")
+        assert client.get("cached") == b"old"  # (cached; tracked on its connection)
+        other.set("cached", "new")  # (an invalidation waits on that connection)
+        other.ping()
+        other.ping()
+        cut_after_a_recv(lambda: client.get("cached"))
+        assert client.get("cached") == b"new"
+        with Lock("guarded", ttl=5):
+            pass
+    client.close()
+
+
+def cut_after_a_recv(call: Callable[[], object]) -> None:
+    """``call()``, cut by a KeyboardInterrupt in redis-py's socket read just after ``recv``
+    returned, before what it returned is written to the buffer (a real signal is raised
+    there, as the C call returns)."""
+    from redis._parsers.socket import SocketBuffer
+
+    read = SocketBuffer._read_from_socket.__code__
+    lines = inspect.getsource(SocketBuffer._read_from_socket).splitlines()
+    recv = next(n for n, text in enumerate(lines) if ".recv(" in text)
+    after = read.co_firstlineno + next(  # (the next line run: not a comment)
+        n
+        for n in range(recv + 1, len(lines))
+        if lines[n].strip() and not lines[n].strip().startswith("#")
+    )
+    fired: list[bool] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == after and not fired:
+            fired.append(True)
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is read else None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+    finally:
+        sys.settrace(None)
+    assert fired
+
+
 def cut_in_a_purge(call: Callable[[], object], of: Any = None) -> None:
     """``call()``, cut by a KeyboardInterrupt inside redis-py's purge of a read buffer (of
     the connection ``of``, or any), between its truncate and its seek: after a message was

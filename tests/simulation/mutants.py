@@ -517,8 +517,9 @@ MUTANTS: tuple[Mutant, ...] = (
     py("single-drained-unclosed", "a sync single-connection client's connection owing a cut "
        "command's reply is read by redis-py's client-side cache before the next command "
        "(not closed first): an error reply is raised by that command", "_pools",
-       "        self._before_use()\n        return bool(",
-       "        self._close_if_stale()\n        self._refuse_if_unfit()\n        return bool(",
+       "        self._before_use()\n        try:\n            return bool(",
+       "        self._close_if_stale()\n        self._refuse_if_unfit()\n"
+       "        try:\n            return bool(",
        "tests/integration/test_connect_interrupts.py"),
     py("single-unfit-refused", "a sync single-connection client's connection whose read a "
        "cut left unfit refuses the next command with a ConnectionError (nothing sends it "
@@ -569,6 +570,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "connection made for the round waiting for it", "_fanout",
        "            self.ready.append(checkout(self.pool, []))\n",
        "            self.give(checkout(self.pool, []))\n", "tests/integration/test_quorum.py"),
+    py("cut-drain-keeps-cache", "a cache drain cut between the socket's recv and the "
+       "buffer's write leaves the cache as it is (the invalidation received is lost)", "_pools",
+       "            cache = _cache_around(self)\n            if cache is not None:\n"
+       "                cache.flush()\n            raise\n\n    def _before_use",
+       "            raise\n\n    def _before_use", "tests/integration/test_connect_interrupts.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
@@ -641,10 +647,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("stale-read-before-close", "a stale connection is read (redis-py's cache drains it for "
        "invalidations) before it is closed", "_pools",
-       "        self._before_use()\n        return bool(",
+       "        self._before_use()\n        try:\n            return bool(",
        "        self._refuse_if_unfit()\n"
        "        if self._single and self._owed and not self._connecting:\n"
-       "            self.disconnect()\n        return bool(",
+       "            self.disconnect()\n        try:\n            return bool(",
        "tests/integration/test_reply_search.py"),
     py("cache-not-sent-around", "the library's commands and subscription on a client-side "
        "caching client go through the cache's proxies", "_pools",
