@@ -51,8 +51,10 @@ import contextlib
 import functools
 import io
 import os
+import sys
 import threading
 import weakref
+from types import FrameType
 from typing import Any
 
 import redis
@@ -136,12 +138,29 @@ class WholeConnect(Counting):
             self.pid = os.getpid()
         self._close_if_stale()
         self._refuse_if_unfit()
-        if self._single and self._owed and not self._connecting:
+        if self._single and self._owed and not self._handshaking():
             # (a single-connection client's commands each write and then read, one at a
             # time under its lock: a reply owed as one begins is a cut one's, whose
             # command -- the application's too -- left it to the next: see SyncTarget's
             # _send_single, and mark_single for asyncio's)
             self.disconnect()
+
+    def _handshaking(self) -> bool:
+        """Inside this connection's own connect (whose handshake writes several commands
+        before it reads)? The flag says so, and a frame of that connect still running
+        confirms it: a cut as the connect's ``finally`` began skipped the flag's reset,
+        and it said so for good -- the close above never fired again, and every command
+        on that single connection read the reply before its own (the reply search, CI:
+        seed 561861202, a SET answered by a cut GET's nil). A flag found stale is reset."""
+        if not self._connecting:
+            return False
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code in _CONNECTS and frame.f_locals.get("self") is self:
+                return True
+            frame = frame.f_back
+        self._connecting = False
+        return False
 
     def _refuse_if_unfit(self) -> None:
         """Closed, and a ConnectionError raised, as if the server had closed it: whatever
@@ -271,6 +290,9 @@ class WholeConnect(Counting):
             raise
         finally:
             self._connecting = connecting
+
+
+_CONNECTS = (WholeConnect.connect.__code__, WholeConnect.connect_check_health.__code__)
 
 
 class WholeAsyncConnect(Counting):

@@ -897,6 +897,66 @@ def test_an_asyncio_single_connection_the_pools_guard_never_saw_is_made_whole(
 
 
 @pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
+def test_a_connect_cut_as_its_finally_begins_never_stops_a_single_connection_closing(
+    server: RedisServer,
+) -> None:
+    """The reply search, CI (seed 561861202): a connect cut as its ``finally`` began skipped
+    the reset of the flag that holds back the close of a single connection owing a reply
+    (its handshake writes before it reads). Set for good, the close never fired again: an
+    application command cut between its write and its read left its reply, and the
+    application's next command read it (the library's own path closes it by its own check)."""
+    client = SubclassedRedis.from_url(server.url, single_connection_client=True)
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("warm", ttl=5):  # (the library's first call: the connection is marked)
+            pass
+        client.connection.disconnect()
+        cut_as_the_connect_ends(lambda: client.ping())
+        assert _pools.counting(client.connection)._connecting  # type: ignore[union-attr]
+        cut_between_write_and_read(client, server)
+        assert client.get("never-written") is None  # (not b"OK": the cut SET's reply)
+        cut_between_write_and_read(client, server)
+        with pytest.raises(redlock_deco.LockNotAcquired), Lock("held", ttl=5, wait=0.5):
+            pass  # (not inside on the OK)
+        assert client.get("lock:held") == b"someone-else"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def cut_as_the_connect_ends(call: Callable[[], object]) -> None:
+    """``call()``, cut by a KeyboardInterrupt at the first line of the ``finally`` of the
+    library's ``connect_check_health`` (or ``connect`` on redis-py before 6): connected, the
+    flag it set left as it was."""
+    method = getattr(WholeConnect, "connect_check_health", None)
+    if "connect_check_health" not in vars(redis.connection.AbstractConnection):
+        method = WholeConnect.connect
+    code = method.__code__
+    lines = inspect.getsource(method).splitlines()
+    target = code.co_firstlineno + next(
+        n for n, text in enumerate(lines) if "self._connecting = connecting" in text
+    )
+    fired: list[bool] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == target and not fired:
+            fired.append(True)
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+    finally:
+        sys.settrace(None)
+    assert fired
+
+
+@pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
 def test_a_single_connection_clients_handshake_may_write_several_commands_before_it_reads(
     server: RedisServer,
 ) -> None:

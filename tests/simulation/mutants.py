@@ -575,6 +575,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "            cache = _cache_around(self)\n            if cache is not None:\n"
        "                cache.flush()\n            raise\n\n    def _before_use",
        "            raise\n\n    def _before_use", "tests/integration/test_connect_interrupts.py"),
+    py("stale-handshake-flag-trusted", "a single connection's handshake flag left set by a "
+       "connect cut as its finally began is trusted: the close of a connection owing a reply "
+       "never fires again", "_pools",
+       "        self._connecting = False\n        return False\n", "        return True\n",
+       "tests/integration/test_connect_interrupts.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
@@ -612,7 +617,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_topologies.py"),
     py("sync-single-closed-in-handshake", "a sync single-connection client's connection "
        "written on owing a reply inside its own handshake is closed", "_pools",
-       "        if self._single and self._owed and not self._connecting:",
+       "        if self._single and self._owed and not self._handshaking():",
        "        if self._single and self._owed:",
        "tests/integration/test_connect_interrupts.py"),
     py("async-single-trusts-unknown", "an asyncio single-connection client's connection made "
