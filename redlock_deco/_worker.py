@@ -196,19 +196,16 @@ class SerialWorker:
                 self._since = time.monotonic()
                 self._began()
             _settle(future, fn, args, self)
-            self._ran()
 
     def _began(self) -> None:
         """Under the lock, as a call begins on the worker's thread (see Lanes)."""
 
-    def _ran(self) -> None:
-        """After each call, on the worker's thread (see Lanes)."""
-
 
 class Lanes(SerialWorker):
     """A worker whose queue more threads help drain while its calls are slow: once a call has
-    taken longer than SLOW, each call submitted behind one under way -- and, as a slow call
-    ends, those waiting -- gets a helper thread, up to ``width`` threads in all. Helpers end
+    taken longer than SLOW (or the one running has), each call waiting behind it gets a
+    helper thread -- as it is submitted, as the next call begins, or at a nudge -- up to
+    ``width`` threads in all. Helpers end
     as soon as the queue is empty. Calls are started in order, but may then run side by side.
 
     For the sync renewer's rounds on one target: one worker ran them one at a time, and a
@@ -264,10 +261,6 @@ class Lanes(SerialWorker):
     @property
     def waiting(self) -> bool:
         return bool(self._queue)
-
-    def _ran(self) -> None:
-        with self._lock:
-            self._help()  # (a slow call ended: the calls behind it get helpers)
 
     def _drain(self) -> None:
         ran = False

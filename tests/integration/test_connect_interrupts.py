@@ -930,30 +930,10 @@ def cut_as_the_connect_ends(call: Callable[[], object]) -> None:
     """``call()``, cut by a KeyboardInterrupt at the first line of the ``finally`` of the
     library's ``connect_check_health`` (or ``connect`` on redis-py before 6): connected, the
     flag it set left as it was."""
-    method = getattr(WholeConnect, "connect_check_health", None)
+    method: Any = WholeConnect.connect_check_health
     if "connect_check_health" not in vars(redis.connection.AbstractConnection):
         method = WholeConnect.connect
-    code = method.__code__
-    lines = inspect.getsource(method).splitlines()
-    target = code.co_firstlineno + next(
-        n for n, text in enumerate(lines) if "self._connecting = connecting" in text
-    )
-    fired: list[bool] = []
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line" and frame.f_lineno == target and not fired:
-            fired.append(True)
-            sys.settrace(None)
-            raise KeyboardInterrupt
-        return local
-
-    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            call()
-    finally:
-        sys.settrace(None)
-    assert fired
+    cut_at(method.__code__, source_line(method, "self._connecting = connecting"), call)
 
 
 @pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
@@ -1749,58 +1729,26 @@ def cut_after_a_recv(call: Callable[[], object]) -> None:
     there, as the C call returns)."""
     from redis._parsers.socket import SocketBuffer
 
-    read = SocketBuffer._read_from_socket.__code__
-    lines = inspect.getsource(SocketBuffer._read_from_socket).splitlines()
-    recv = next(n for n, text in enumerate(lines) if ".recv(" in text)
-    after = read.co_firstlineno + next(  # (the next line run: not a comment)
-        n
-        for n in range(recv + 1, len(lines))
-        if lines[n].strip() and not lines[n].strip().startswith("#")
-    )
+    read = SocketBuffer._read_from_socket
+    cut_at(read.__code__, source_line(read, ".recv(", after=True), call)
+
+
+def cut_at(code: Any, line: int, call: Callable[[], object], of: Any = None) -> None:
+    """``call()``, cut by a KeyboardInterrupt at the first line event of ``line`` in a frame
+    running ``code`` (whose ``self`` is ``of``, if given); the cut must have happened."""
     fired: list[bool] = []
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line" and frame.f_lineno == after and not fired:
-            fired.append(True)
-            sys.settrace(None)
-            raise KeyboardInterrupt
-        return local
-
-    sys.settrace(lambda frame, event, arg: local if frame.f_code is read else None)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            call()
-    finally:
-        sys.settrace(None)
-    assert fired
-
-
-def cut_in_a_purge(call: Callable[[], object], of: Any = None) -> None:
-    """``call()``, cut by a KeyboardInterrupt inside redis-py's purge of a read buffer (of
-    the connection ``of``, or any), between its truncate and its seek: after a message was
-    read, where the cut leaves the buffer's position past its end."""
-    from redis._parsers.socket import SocketBuffer
-
-    purge = SocketBuffer.purge.__code__
-    seek = next(
-        purge.co_firstlineno + n
-        for n, text in enumerate(inspect.getsource(SocketBuffer.purge).splitlines())
-        if "seek(0)" in text
-    )
-    mine = None if of is None else _wrapped(of)._parser._buffer
-    fired: list[bool] = []
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line" and frame.f_lineno == seek:
+        if event == "line" and frame.f_lineno == line and not fired:
             fired.append(True)
             sys.settrace(None)
             raise KeyboardInterrupt
         return local
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code is not purge or fired:
+        if frame.f_code is not code or fired:
             return None
-        return local if mine is None or frame.f_locals.get("self") is mine else None
+        return local if of is None or frame.f_locals.get("self") is of else None
 
     sys.settrace(tracer)
     try:
@@ -1809,6 +1757,30 @@ def cut_in_a_purge(call: Callable[[], object], of: Any = None) -> None:
     finally:
         sys.settrace(None)
     assert fired
+
+
+def source_line(function: Any, text: str, after: bool = False) -> int:
+    """The line of ``function`` holding ``text`` (``after``: the next line run, not blank
+    or a comment)."""
+    lines = inspect.getsource(function).splitlines()
+    found = next(n for n, source in enumerate(lines) if text in source)
+    if after:
+        found = next(
+            n
+            for n in range(found + 1, len(lines))
+            if lines[n].strip() and not lines[n].strip().startswith("#")
+        )
+    return int(function.__code__.co_firstlineno) + found
+
+
+def cut_in_a_purge(call: Callable[[], object], of: Any = None) -> None:
+    """``call()``, cut by a KeyboardInterrupt inside redis-py's purge of a read buffer (of
+    the connection ``of``, or any), between its truncate and its seek: after a message was
+    read, where the cut leaves the buffer's position past its end."""
+    from redis._parsers.socket import SocketBuffer
+
+    mine = None if of is None else _wrapped(of)._parser._buffer
+    cut_at(SocketBuffer.purge.__code__, source_line(SocketBuffer.purge, "seek(0)"), call, mine)
 
 
 def cut_in_a_drain_of(connection: Any, read: Callable[[], object]) -> None:
