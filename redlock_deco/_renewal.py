@@ -245,7 +245,12 @@ class Renewer:
     (_worker.Lanes: one thread while rounds are quick, up to RENEWAL_LANES while they are
     slow), so a paused or unreachable server delays the renewals of its own leases, never
     those on other servers. No exception of a round can stop it, nor a thread that cannot
-    start (the round runs on this thread then).
+    start: the round waits for one (tried again every NUDGE), and a lease whose round has not
+    started by the time it runs out is reported lost then (on_lost, then LockLost), as one
+    whose round never came back. This thread never runs a round itself: a round waits for
+    its server (a stalled one: the socket timeout, or for good without one), and while it
+    did, no lease of the process was renewed or reported lost -- a lease on a healthy server
+    expired in silence and another caller took it before its holder heard (review 63, F2).
     """
 
     def __init__(self) -> None:
@@ -357,6 +362,8 @@ class Renewer:
 
     def _loop(self) -> None:
         idle_since: float | None = None
+        unsent: list[Job] = []  # rounds no thread could take yet (marked renewing meanwhile)
+        retry_at = 0.0
         while True:
             # (rounds queued behind a slow one get helpers, looked at every NUDGE meanwhile)
             waiting = _nudged()
@@ -368,9 +375,10 @@ class Renewer:
                 now = time.monotonic()
                 ready, self._next_wake = due(self._table.jobs.values(), now)
                 lost = list(job for job in overdue(self._table.jobs.values(), now) if job._lose())
+                unsent = _still_listed(unsent, self._table.jobs)
                 if self._table.jobs:
                     idle_since = None
-                if not ready and not lost:
+                if not ready and not lost and not (unsent and now >= retry_at):
                     # _next_wake is when this thread wakes up (an add due earlier notifies),
                     # set right before it waits. It never sleeps longer than ORPHAN_POLL: a
                     # finalizer's job left in the orphans' queue, or one whose add an
@@ -393,6 +401,8 @@ class Renewer:
                     timeout = max(0.0, min(ORPHAN_POLL, self._next_wake - now))
                     if waiting:
                         timeout = min(timeout, NUDGE)
+                    if unsent:
+                        timeout = min(timeout, max(0.0, retry_at - now))
                     self._next_wake = now + timeout
                     self._wake.wait(timeout)
                     continue
@@ -400,18 +410,24 @@ class Renewer:
                     job.renewing = True
             for job in lost:  # on_lost is the user's code: never under our lock
                 notify_lost(job)
-            for job in ready:
+            stuck, sending, unsent = bool(unsent), unsent + ready, []
+            for job in sending:
                 try:
                     _worker(job.target).submit(self._run_safely, job)
                 except RuntimeError:
                     if sys.is_finalizing():  # the interpreter is exiting: end quietly
                         return
-                    # No worker thread could start (a limit on threads or processes): run
-                    # here, one at a time. Ended instead, as before, the renewer left the
-                    # rest of the batch marked as renewing for good and renewed nothing more:
-                    # every lease expired under its holder with no on_lost, and another
-                    # caller took it (review 62, F1).
-                    self._run_safely(job)
+                    # No worker thread could start (a limit on threads or processes): kept
+                    # for the next try, still marked as renewing, so overdue() reports its
+                    # lease lost if no thread takes it in time. (Ended instead, the renewer
+                    # left the batch marked for good and renewed nothing more: leases expired
+                    # with no on_lost, review 62, F1; run here instead, a stalled server's
+                    # round held up every lease's, review 63, F2.)
+                    unsent.append(job)
+            if unsent:
+                if not stuck:  # (say so once per spell)
+                    log.warning("no renewal thread could start; %d rounds wait", len(unsent))
+                retry_at = time.monotonic() + NUDGE
 
     def _run_safely(self, job: Job) -> None:
         try:
@@ -458,6 +474,12 @@ class Renewer:
 # master stopped, each costs the node timeout, so a process keeps up to about
 # RENEWAL_LANES / 0.25 s renewals a second there -- 3 per lease per ttl: 10 * ttl leases.
 RENEWAL_LANES = 8
+
+
+def _still_listed(jobs: list[Job], table: dict[Hashable, Job]) -> list[Job]:
+    """Those of ``jobs`` still in the renewer's ``table`` (a released lease, a clean-up
+    dropped: nothing to send any more)."""
+    return [job for job in jobs if table.get(job_key(job)) is job] if jobs else jobs
 
 
 def _worker(target: Any) -> Lanes:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
 
-from redlock_deco import Lock, LockLost, locked, register_provider
+from redlock_deco import Lock, LockLost, LockNotOwned, locked, register_provider
 from redlock_deco._renewal import renewer
 from redlock_deco.testing import RedisServer
 
 
-def renewer_threads() -> int:
-    return sum(t.name == "redlock-deco-renewer" for t in threading.enumerate())
+def renewer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "redlock-deco-renewer"}
 
 
 def test_without_auto_renew_the_lease_ends_and_the_call_learns_it() -> None:
@@ -28,11 +29,14 @@ def test_without_auto_renew_the_lease_ends_and_the_call_learns_it() -> None:
 
 
 def test_one_renewer_thread_for_many_leases(r: redis.Redis) -> None:
+    # (other tests' own Renewer instances may still have a thread, ending once idle)
+    before = renewer_threads()
     locks = [Lock(f"many:{i}", ttl=0.3) for i in range(25)]
     for lock in locks:
         lock.acquire()
     time.sleep(0.8)
-    assert renewer_threads() == 1
+    assert renewer_threads() - before <= {renewer()._thread}
+    assert renewer()._thread in renewer_threads()
     assert len(renewer()) == 25
     assert all(r.pttl(f"lock:many:{i}") > 0 for i in range(25))
     for lock in locks:
@@ -184,41 +188,88 @@ def test_a_lease_whose_renewal_rounds_are_all_cancelled_is_reported_lost(
     assert not got_in or lost[0] <= got_in[0], (lost, got_in)
 
 
-def test_renewals_go_on_when_no_renewal_thread_can_start(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Review 62, F1 (a lease lost, no signal): a renewal worker whose thread could not start
-    (a limit on threads: RuntimeError) ended the renewer for good, the rest of its batch
-    marked as renewing: no lease of the process was renewed again, none was reported lost,
-    and another caller took them. The round runs on the renewer's own thread instead."""
+def _renewal_threads_refused(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Renewal threads refused to start (a limit on threads: RuntimeError) until the
+    returned function is called."""
     from redlock_deco import _worker
 
     plain = _worker.start
+    allowed = threading.Event()
 
     def refused(thread: threading.Thread) -> bool:
-        if thread.name == "redlock-deco-renewal":
+        if thread.name == "redlock-deco-renewal" and not allowed.is_set():
             raise RuntimeError("can't start new thread")
         return plain(thread)
 
+    monkeypatch.setattr(_worker, "start", refused)
+    return allowed.set
+
+
+def test_renewals_go_on_once_a_renewal_thread_can_start_again(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 62, F1 (a lease lost, no signal): a renewal worker whose thread could not start
+    ended the renewer for good, the rest of its batch marked as renewing: no lease of the
+    process was renewed again, none was reported lost, and another caller took them. The
+    rounds wait for a thread, and run as soon as one starts."""
     register_provider("no-threads", server.url)  # (a target of its own: no worker yet)
     lost: list[str] = []
-    monkeypatch.setattr(_worker, "start", refused)
+    allow = _renewal_threads_refused(monkeypatch)
     locks = [
-        Lock(
-            f"starved:{n}",
-            provider="no-threads",
-            ttl=0.5,
-            on_lost=lambda lease: lost.append(lease.name),
-        )
-        for n in range(3)
+        Lock(f"starved:{n}", provider="no-threads", ttl=1.5, on_lost=lost.append) for n in range(3)
     ]
     try:
         for lock in locks:
             assert lock.acquire()
-        time.sleep(1.5)  # three ttls
+        time.sleep(0.8)  # past the first renewal (0.5 s), which found no thread
+        allow()
+        time.sleep(2.5)  # past the ttl
         assert lost == []
         assert all(lock.owned() for lock in locks)
         assert not Lock("starved:0", provider="no-threads", wait=0).acquire()
     finally:
         for lock in locks:
             lock.release()
+
+
+def test_without_renewal_threads_a_lease_is_reported_lost_before_another_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review 63, F2 (a second holder before on_lost): with no renewal thread able to start,
+    the renewer ran each round on its own thread, and a stalled server's round (the socket
+    timeout) held it up: a lease on a healthy server expired unrenewed, another caller took
+    it, and on_lost came a second later. The renewer never runs a round itself: a lease
+    whose round found no thread is reported lost as it runs out."""
+    with RedisServer() as stalled, RedisServer() as healthy:
+        register_provider("stalled", redis.Redis.from_url(stalled.url, socket_timeout=2))
+        register_provider("healthy", healthy.url)
+        allow = _renewal_threads_refused(monkeypatch)
+        events: list[tuple[str, float]] = []
+        stalled_locks = [Lock(f"stalled:{n}", provider="stalled", ttl=0.3) for n in range(3)]
+        for lock in stalled_locks:
+            assert lock.acquire()
+        stalled.pause()
+        try:
+            began = time.monotonic()
+            held = Lock(
+                "healthy", provider="healthy", ttl=1.0,
+                on_lost=lambda lease: events.append(("on_lost", time.monotonic() - began)),
+            )  # fmt: skip
+            assert held.acquire()
+            contender = Lock("healthy", provider="healthy", ttl=5, wait=0)
+            while time.monotonic() - began < 3:
+                if not contender.owned() and contender.acquire():
+                    events.append(("got in", time.monotonic() - began))
+                time.sleep(0.01)
+        finally:
+            stalled.resume()
+            allow()
+        # (told as its lease ran out by its own clock, a little before the server's: the
+        # renewer's wake-up may still come a moment late on a busy machine)
+        times = dict(events)
+        assert "on_lost" in times and "got in" in times, events
+        assert times["on_lost"] < times["got in"] + 0.2, events
+        for lost_lock in (held, *stalled_locks):  # (each was told, not renewed since)
+            with pytest.raises(LockNotOwned):
+                lost_lock.release()
+        contender.release()

@@ -560,7 +560,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "RENEWAL_LANES = 8", "RENEWAL_LANES = 1", "tests/integration/test_quorum.py"),
     py("renewer-ends-without-threads", "the sync renewer ends when a renewal worker's thread "
        "cannot start (a limit on threads), its batch marked as renewing for good", "_renewal",
-       "                    self._run_safely(job)\n", "                    return\n",
+       "                    unsent.append(job)\n", "                    return\n",
+       "tests/integration/test_renewal.py"),
+    py("renewer-runs-rounds-itself", "the sync renewer runs a round on its own thread when no "
+       "renewal thread can start (a stalled server's round holds up every lease's)", "_renewal",
+       "                    unsent.append(job)\n", "                    self._run_safely(job)\n",
+       "tests/integration/test_renewal.py"),
+    py("unsent-rounds-forgotten", "rounds no renewal thread could take are not tried again",
+       "_renewal", "            stuck, sending, unsent = bool(unsent), unsent + ready, []\n",
+       "            stuck, sending, unsent = bool(unsent), ready, []\n",
        "tests/integration/test_renewal.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
