@@ -91,6 +91,26 @@ class Counting:
         if self._owed > 0:
             self._owed -= 1
 
+    def _handshaking(self) -> bool:
+        """Inside this connection's own connect (whose handshake writes several commands
+        before it reads)? The flag says so, and a frame of that connect still running
+        confirms it: a cut as the connect's ``finally`` began skipped the flag's reset,
+        and it said so for good -- the close of a single connection owing a reply never
+        fired again (WholeConnect._before_use, WholeAsyncConnect's write), and every command
+        on that single connection read the reply before its own (the reply search, CI:
+        seed 561861202, a SET answered by a cut GET's nil). A flag found stale is reset.
+        The same for an asyncio connection, whose connect a signal handler's exception
+        cuts the same way."""
+        if not self._connecting:
+            return False
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:  # (an awaiting coroutine's frame is its awaited one's f_back)
+            if frame.f_code in _CONNECTS and frame.f_locals.get("self") is self:
+                return True
+            frame = frame.f_back
+        self._connecting = False
+        return False
+
 
 class WholeConnect(Counting):
     """A mixin for a sync connection: a connect cut short by an interrupt closes what it
@@ -144,23 +164,6 @@ class WholeConnect(Counting):
             # command -- the application's too -- left it to the next: see SyncTarget's
             # _send_single, and mark_single for asyncio's)
             self.disconnect()
-
-    def _handshaking(self) -> bool:
-        """Inside this connection's own connect (whose handshake writes several commands
-        before it reads)? The flag says so, and a frame of that connect still running
-        confirms it: a cut as the connect's ``finally`` began skipped the flag's reset,
-        and it said so for good -- the close above never fired again, and every command
-        on that single connection read the reply before its own (the reply search, CI:
-        seed 561861202, a SET answered by a cut GET's nil). A flag found stale is reset."""
-        if not self._connecting:
-            return False
-        frame: FrameType | None = sys._getframe(2)
-        while frame is not None:
-            if frame.f_code in _CONNECTS and frame.f_locals.get("self") is self:
-                return True
-            frame = frame.f_back
-        self._connecting = False
-        return False
 
     def _refuse_if_unfit(self) -> None:
         """Closed, and a ConnectionError raised, as if the server had closed it: whatever
@@ -292,9 +295,6 @@ class WholeConnect(Counting):
             self._connecting = connecting
 
 
-_CONNECTS = (WholeConnect.connect.__code__, WholeConnect.connect_check_health.__code__)
-
-
 class WholeAsyncConnect(Counting):
     """:class:`WholeConnect` for a redis.asyncio connection: a cancelled connect closes what
     it opened (a cancellation in the handshake is an ordinary event there: any timeout); and
@@ -308,7 +308,7 @@ class WholeAsyncConnect(Counting):
     stale one is closed as its next write starts."""
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if self._stale or (self._single and self._owed and not self._connecting):
+        if self._stale or (self._single and self._owed and not self._handshaking()):
             # (a single-connection client's commands each write and then read, one at a
             # time under its lock: a reply owed as one is written is an interrupted one's)
             await self.disconnect()
@@ -367,6 +367,13 @@ class WholeAsyncConnect(Counting):
         finally:
             self._connecting = connecting
 
+
+# The connects whose frames confirm a connection's handshake flag (see _handshaking).
+_CONNECTS = tuple(
+    method.__code__
+    for kind in (WholeConnect, WholeAsyncConnect)
+    for method in (kind.connect, kind.connect_check_health)
+)
 
 _WHOLE: dict[tuple[type, type], type] = {}  # (a connection class, mixin) -> the two
 

@@ -55,7 +55,7 @@ import redlock_deco
 from redlock_deco import Lock, _pools
 from redlock_deco import _providers as providers
 from redlock_deco import _waiting as waiting
-from redlock_deco._pools import WholeConnect, _wrapped
+from redlock_deco._pools import WholeAsyncConnect, WholeConnect, _wrapped
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
@@ -936,6 +936,37 @@ def cut_as_the_connect_ends(call: Callable[[], object]) -> None:
     cut_at(method.__code__, source_line(method, "self._connecting = connecting"), call)
 
 
+def test_an_asyncio_connect_cut_as_its_finally_begins_never_stops_a_single_connection_closing(
+    server: RedisServer,
+) -> None:
+    """The asyncio twin of the test above: its connect's flag is left set by the same cut (a
+    signal handler's exception), and the close of its single connection owing a reply never
+    fired again -- the application's next command read the cut one's ``OK``."""
+    method: Any = WholeAsyncConnect.connect_check_health
+    if "connect_check_health" not in vars(redis.asyncio.connection.AbstractConnection):
+        method = WholeAsyncConnect.connect
+    line = source_line(method, "self._connecting = connecting")
+    with server.client() as other:
+        other.set("lock:held", "someone-else")
+
+    async def scenario() -> None:
+        async with providing_async(server, "single") as client:
+            await client.connection.disconnect()  # type: ignore[union-attr]
+            with cutting_at(method.__code__, line), pytest.raises(KeyboardInterrupt):
+                await client.ping()
+            assert isinstance(client.connection, WholeAsyncConnect)
+            assert client.connection._connecting
+            await cut_between_write_and_read_async(client, server)
+            assert await client.get("never-written") is None  # (not b"OK": the cut SET's)
+            await cut_between_write_and_read_async(client, server)
+            with pytest.raises(redlock_deco.LockNotAcquired):
+                async with AsyncLock("held", ttl=5, wait=0.5):
+                    pass  # (not inside on the OK)
+            assert await client.get("lock:held") == b"someone-else"
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.skipif(not HAS_SINGLE_LOCK, reason="redis-py < 5.1: such a client is refused")
 def test_a_single_connection_clients_handshake_may_write_several_commands_before_it_reads(
     server: RedisServer,
@@ -1736,6 +1767,14 @@ def cut_after_a_recv(call: Callable[[], object]) -> None:
 def cut_at(code: Any, line: int, call: Callable[[], object], of: Any = None) -> None:
     """``call()``, cut by a KeyboardInterrupt at the first line event of ``line`` in a frame
     running ``code`` (whose ``self`` is ``of``, if given); the cut must have happened."""
+    with cutting_at(code, line, of), pytest.raises(KeyboardInterrupt):
+        call()
+
+
+@contextmanager
+def cutting_at(code: Any, line: int, of: Any = None) -> Iterator[None]:
+    """Inside, a KeyboardInterrupt at the first line event of ``line`` in a frame running
+    ``code`` (see cut_at; for a coroutine, awaited inside); the cut must have happened."""
     fired: list[bool] = []
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
@@ -1752,8 +1791,7 @@ def cut_at(code: Any, line: int, call: Callable[[], object], of: Any = None) -> 
 
     sys.settrace(tracer)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            call()
+        yield
     finally:
         sys.settrace(None)
     assert fired

@@ -468,7 +468,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("async-single-closed-in-handshake", "an asyncio single-connection client's connection "
        "written on owing a reply inside its own handshake is closed", "_pools",
-       "(self._single and self._owed and not self._connecting)",
+       "(self._single and self._owed and not self._handshaking())",
        "(self._single and self._owed)",
        "tests/integration/test_connect_interrupts.py"),
     py("async-stale-written-on", "a stale asyncio connection is written on (closed only by a "
@@ -588,6 +588,16 @@ MUTANTS: tuple[Mutant, ...] = (
        "never fires again", "_pools",
        "        self._connecting = False\n        return False\n", "        return True\n",
        "tests/integration/test_connect_interrupts.py"),
+    py("async-handshake-flag-trusted", "an asyncio single connection's handshake flag is "
+       "trusted unconfirmed (left set by a cut connect: never closed owing a reply again)",
+       "_pools",
+       "        if self._stale or (self._single and self._owed and not self._handshaking()):",
+       "        if self._stale or (self._single and self._owed and not self._connecting):",
+       "tests/integration/test_connect_interrupts.py"),
+    py("async-handshake-unconfirmed", "an asyncio connect's frame does not confirm its "
+       "handshake flag (a single connection closed amid its own handshake)", "_pools",
+       "    for kind in (WholeConnect, WholeAsyncConnect)\n", "    for kind in (WholeConnect,)\n",
+       "tests/integration/test_connect_interrupts.py", "tests/integration/test_reply_search.py"),
     py("missed-unmade-at-checkout", "a connection the guard's look missed (made from the "
        "class before its, or moving between the pool's lists) is handed out as it is",
        "_pools", "            counted = made_whole(connection, WholeConnect, idle=True)\n",
