@@ -209,16 +209,18 @@ def test_semaphore_is_not_reentrant(api: Api) -> None:
 
 
 def test_renewal_keeps_leases_past_their_ttl(api: Api, r: redis.Redis) -> None:
+    # (ttl 0.6, renewed every 0.2 s: with 0.3 a renewal thread kept 0.2 s from the CPU on a
+    # loaded machine lost the lease now and then)
     async def lock_body() -> int:
-        await api.sleep(1.0)
+        await api.sleep(1.4)
         return int(r.pttl("lock:long"))
 
     async def sem_body() -> int:
-        await api.sleep(1.0)
+        await api.sleep(1.4)
         return int(r.zcard("sem:long"))
 
-    with_lock = api.decorate(locked("long", ttl=0.3), lock_body)
-    with_slot = api.decorate(limited("long", limit=1, ttl=0.3), sem_body)
+    with_lock = api.decorate(locked("long", ttl=0.6), lock_body)
+    with_slot = api.decorate(limited("long", limit=1, ttl=0.6), sem_body)
 
     async def scenario(api: Api) -> tuple[int, int]:
         return await api.call(with_lock), await api.call(with_slot)
