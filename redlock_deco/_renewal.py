@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import queue
 import sys
 import threading
@@ -38,7 +39,7 @@ from . import _process as process
 from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
-from ._worker import Lanes, background, start
+from ._worker import Lanes, SerialWorker, background, start
 
 log = logging.getLogger("redlock_deco")
 
@@ -409,7 +410,7 @@ class Renewer:
                 for job in ready:
                     job.renewing = True
             for job in lost:  # on_lost is the user's code: never under our lock
-                notify_lost(job)
+                _tell_lost(job)
             stuck, sending, unsent = bool(unsent), unsent + ready, []
             for job in sending:
                 try:
@@ -484,15 +485,45 @@ def _still_listed(jobs: list[Job], table: dict[Hashable, Job]) -> list[Job]:
 
 def _worker(target: Any) -> Lanes:
     """The renewal lanes of ``target``: kept on the target, so they go with it (a replaced
-    provider's worker threads end once idle instead of piling up)."""
+    provider's worker threads end once idle instead of piling up). A parent's are never
+    used in a forked child (see _forked)."""
     lanes: Lanes | None = target.renewal_worker
-    if lanes is None:
+    if lanes is None or lanes.pid != os.getpid():
         lanes = target.renewal_worker = Lanes("redlock-deco-renewal", RENEWAL_LANES)
         _LANES.add(lanes)
     return lanes
 
 
 _LANES: weakref.WeakSet[Lanes] = weakref.WeakSet()  # every target's (see Renewer._loop)
+_NOTIFIER: list[SerialWorker] = []  # the process's (see _tell_lost)
+
+
+def _tell_lost(lease: Lease) -> None:
+    """``notify_lost(lease)`` on a thread of its own, for a lease the renewer found overdue:
+    run on the renewer's thread, a slow on_lost (an alert over HTTP) held up every
+    provider's renewals, and a lease on a healthy server expired unrenewed and was taken
+    before its holder heard (review 64, F3: three callbacks of 0.6 s). Those of a round
+    that came back run on that round's lane (see conclude). No thread can start: here."""
+    if not _NOTIFIER:
+        _NOTIFIER.append(SerialWorker("redlock-deco-on-lost"))
+    try:
+        _NOTIFIER[0].submit(notify_lost, lease)
+    except RuntimeError:
+        notify_lost(lease)
+
+
+def _forked() -> None:
+    """A forked child never touches its parent's renewal workers: the renewer took each
+    one's lock as it went round, and one held by a parent's thread at the fork stopped the
+    child's renewer for good -- its leases expired with no on_lost, and another caller took
+    them (review 64, F1); their queues held the parent's rounds, which the child ran,
+    calling the parent's on_lost (F2)."""
+    global _LANES
+    _LANES = weakref.WeakSet()
+    _NOTIFIER.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _nudged() -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -126,6 +127,7 @@ class SerialWorker:
     def __init__(self, name: str, idle: float = IDLE) -> None:
         self.name = name
         self.idle = idle
+        self.pid = os.getpid()  # (a forked child makes its own: see _renewal._forked)
         self._queue: collections.deque[tuple[Outcome[Any], Callable[..., Any], tuple[Any, ...]]]
         self._queue = collections.deque()
         # Taken with `with self._lock:` (the C lock's own enter and exit), never `with

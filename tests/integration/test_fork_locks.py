@@ -18,11 +18,14 @@ import multiprocessing
 import os
 import pkgutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 import redlock_deco
+from redlock_deco import Lock
+from redlock_deco.testing import RedisServer
 
 LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
@@ -52,15 +55,14 @@ def test_a_module_lock_held_by_another_thread_at_a_fork_is_free_in_the_child(
 ) -> None:
     found = importlib.import_module(module)
     assert held_across_a_fork(
-        lambda: getattr(found, name), lambda: getattr(importlib.import_module(module), name)
+        lambda: getattr(found, name),
+        lambda: taken_in_child(getattr(importlib.import_module(module), name)),
     ), f"{module}.{name}, held at the fork, could not be taken in the child"
 
 
-def held_across_a_fork(
-    parents: Callable[[], threading.Lock], childs: Callable[[], threading.Lock]
-) -> bool:
-    """Whether the child could take ``childs()`` while a thread of the parent held
-    ``parents()`` across the fork (within 10 s)."""
+def held_across_a_fork(parents: Callable[[], threading.Lock], child: Callable[[], None]) -> bool:
+    """Whether ``child()`` ran well in a child forked while a thread of the parent held
+    ``parents()`` (within 10 s; it exits non-zero when it did not)."""
     lock = parents()
     holding, done = threading.Event(), threading.Event()
 
@@ -73,9 +75,7 @@ def held_across_a_fork(
     holder.start()
     try:
         assert holding.wait(5)
-        process = multiprocessing.get_context("fork").Process(
-            target=lambda: taken_in_child(childs())
-        )
+        process = multiprocessing.get_context("fork").Process(target=child)
         process.start()
         process.join(10)
         if process.exitcode is None:
@@ -108,4 +108,38 @@ def test_an_opentelemetry_listeners_lock_held_at_a_fork_is_free_in_the_child() -
     from redlock_deco.otel import OpenTelemetryListener
 
     listener = OpenTelemetryListener(TracerProvider(), MeterProvider())
-    assert held_across_a_fork(lambda: listener._losses_lock, lambda: listener._losses_lock)
+    assert held_across_a_fork(
+        lambda: listener._losses_lock, lambda: taken_in_child(listener._losses_lock)
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.timeout(30)
+def test_a_renewal_workers_lock_held_at_a_fork_leaves_the_childs_renewals_going(
+    server: RedisServer,
+) -> None:
+    """Review 64, F1 (a lease lost, no signal): the child's renewer took every renewal
+    worker's lock as it went round, the parent's too (kept in a module-level set): one held
+    by a parent's thread at the fork stopped it at its first look, and the child's leases
+    expired under their holders with no on_lost while another caller took them. F2: the
+    parent's queued rounds ran in the child. A child never touches a parent's workers."""
+    from redlock_deco import _renewal
+
+    with Lock("parent", ttl=0.3):
+        time.sleep(0.2)  # (renewed once: its target has its renewal worker)
+        parents = list(_renewal._LANES)
+    assert parents
+
+    def child() -> None:
+        lost: list[object] = []
+        lock = Lock("child", ttl=0.6, on_lost=lost.append)
+        if not lock.acquire():
+            os._exit(4)
+        time.sleep(1.5)
+        if lost or not lock.owned() or Lock("child", wait=0).acquire():
+            os._exit(3)
+        if set(_renewal._LANES) & set(parents):
+            os._exit(5)
+        lock.release()
+
+    assert held_across_a_fork(lambda: parents[0]._lock, child)

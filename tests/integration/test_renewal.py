@@ -273,3 +273,38 @@ def test_without_renewal_threads_a_lease_is_reported_lost_before_another_takes_i
             with pytest.raises(LockNotOwned):
                 lost_lock.release()
         contender.release()
+
+
+def test_a_slow_on_lost_of_a_stalled_servers_lease_holds_up_no_other_servers_renewals() -> None:
+    """Review 64, F3 (a second holder before on_lost): the renewer ran the on_lost of a lease
+    whose round never came back on its own thread; three of 0.6 s (an alert over HTTP) on a
+    paused server's leases held up every provider's renewals, and a lease on a healthy
+    server expired unrenewed and was taken before its holder heard."""
+    with RedisServer() as stalled, RedisServer() as healthy:
+        register_provider("stalled", redis.Redis.from_url(stalled.url, socket_timeout=2))
+        register_provider("healthy", healthy.url)
+        alerted: list[str] = []
+
+        def slow_alert(lease: object) -> None:
+            time.sleep(0.6)
+            alerted.append("stalled")
+
+        stalled_locks = [
+            Lock(f"stalled:{n}", provider="stalled", ttl=1.0, on_lost=slow_alert) for n in range(3)
+        ]
+        for lock in stalled_locks:
+            assert lock.acquire()
+        held = Lock("healthy", provider="healthy", ttl=1.5, on_lost=alerted.append)
+        assert held.acquire()
+        stalled.pause()
+        try:
+            began = time.monotonic()
+            contender = Lock("healthy", provider="healthy", wait=0)
+            while time.monotonic() - began < 3.2:
+                assert not contender.acquire(), alerted
+                time.sleep(0.02)
+        finally:
+            stalled.resume()
+        assert held.owned() and held not in alerted
+        held.release()
+        assert alerted.count("stalled") == 3

@@ -570,6 +570,14 @@ MUTANTS: tuple[Mutant, ...] = (
        "_renewal", "            stuck, sending, unsent = bool(unsent), unsent + ready, []\n",
        "            stuck, sending, unsent = bool(unsent), ready, []\n",
        "tests/integration/test_renewal.py"),
+    py("lanes-inherited-in-child", "a forked child's renewer goes round its parent's renewal "
+       "workers (their locks maybe held at the fork, their queues the parent's rounds)",
+       "_renewal", "    global _LANES\n    _LANES = weakref.WeakSet()\n", "    global _LANES\n",
+       "tests/integration/test_fork_locks.py"),
+    py("overdue-on-lost-on-renewer", "the sync renewer runs an overdue lease's on_lost on its "
+       "own thread (a slow one holds up every provider's renewals)", "_renewal",
+       "                _tell_lost(job)\n", "                notify_lost(job)\n",
+       "tests/integration/test_renewal.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
        "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
