@@ -18,6 +18,10 @@ after its ttl, its connections are dropped unclosed (a ResourceWarning under ``-
 as for any client nobody closed), and its idle grant subscriber is destroyed without the
 "Task was destroyed but it is pending" report (it holds nothing, see ``_waiting``); a renewal
 round in flight as such a loop closed is reported so (its lease lapses within its ttl).
+
+Why one module: the fork hook must reset every table here, and a loop's clean-up reads all
+of its state at once (targets current and retired, clients, leases, renewer); split, a table
+added on one side was missed by the other's reset or clean-up.
 """
 
 from __future__ import annotations
@@ -66,12 +70,16 @@ class LoopState:
         "leases",
         "loop",
         "renewer",
+        "retired",
         "targets",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)  # a strong one would keep a closed loop alive
         self.targets: dict[str, Any] = {}  # provider name -> AsyncTarget | QuorumAsyncTarget
+        # Replaced by a provider registered again, with commands in flight or leases on them
+        # still (see retire): waited for and stopped at aclose() as the current ones are.
+        self.retired: list[Any] = []
         self.clients: list[Any] = []  # clients built here from URLs: ours to close
         self.renewer: Any = None  # the loop's AsyncRenewer, once needed
         self.leases: set[Lease] = set()  # acquired in this loop and not yet released
@@ -107,12 +115,29 @@ class LoopState:
             self.renewer.resume()  # stopped by asyncio.run with every other task
         await _while(beside, time.monotonic() + SHUTDOWN_TIMEOUT / 2)
 
+    def retire(self, name: str) -> None:
+        """Forget the target of provider ``name`` (registered again, or unregistered), but
+        keep it for aclose() while it is in use: a quorum's, replaced while a stalled
+        master still owed an acquire and the releases queued behind it, was closed at
+        once under them at the loop's end, and they never went out (review 64, F5: keys
+        left on every master until their ttl)."""
+        target = self.targets.pop(name, None)
+        held = {id(lease.target) for lease in self.leases if lease.held}
+        self.retired = [
+            old
+            for old in (*self.retired, *([target] if target is not None else []))
+            if old.busy or old.sending or getattr(old, "owed", 0) or id(old) in held
+        ]
+
+    def _all_targets(self) -> list[Any]:
+        return [*self.targets.values(), *self.retired]
+
     def _in_use(self) -> bool:
         """Whether an acquire, a round trip or a wait is in flight on the loop's clients."""
-        return any(target.busy or target.sending for target in self.targets.values())
+        return any(target.busy or target.sending for target in self._all_targets())
 
     def _sending(self) -> bool:
-        return any(target.sending for target in self.targets.values())
+        return any(target.sending for target in self._all_targets())
 
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it
@@ -176,7 +201,7 @@ class LoopState:
             stopping = self.renewer.stop()
             if stopping:  # let the cancelled tasks end while the loop still runs
                 await asyncio.wait(stopping, timeout=SHUTDOWN_TIMEOUT)
-        for target in self.targets.values():
+        for target in self._all_targets():
             stop = getattr(target, "stop", None)  # its subscriber; and it sends no more
             if stop is not None:
                 stop()
@@ -186,7 +211,7 @@ class LoopState:
         # of the shutdown's time: closed after a second, the release never went out, and the
         # acquire, run once the master came back, left a lease of a finished call (review 41).
         grace = time.monotonic() + SENDING_GRACE
-        if any(getattr(target, "owed", 0) for target in self.targets.values()):
+        if any(getattr(target, "owed", 0) for target in self._all_targets()):
             grace = max(grace, started + SHUTDOWN_TIMEOUT)
         await _while(self._sending, grace)
         for client in self.clients:
@@ -194,6 +219,7 @@ class LoopState:
                 await client.aclose()
         self.clients.clear()
         self.targets.clear()
+        self.retired.clear()
 
 
 async def release_at_shutdown(lease: Lease) -> None:

@@ -152,7 +152,7 @@ def _forget(name: str) -> None:
     if target is not None:
         target.retire()  # its worker threads end once their queued work is done
     for state in process.loop_states():
-        state.targets.pop(name, None)
+        state.retire(name)
 
 
 def _source(name: str) -> object:

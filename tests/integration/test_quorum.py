@@ -300,11 +300,16 @@ def test_a_master_that_refused_the_acquire_does_not_make_its_release_lost(
         masters[0].resume()
 
 
-def test_aclose_waits_for_what_a_stalled_master_still_owes(masters: list[RedisServer]) -> None:
+@pytest.mark.parametrize("again", [False, True], ids=["registered", "registered-again"])
+def test_aclose_waits_for_what_a_stalled_master_still_owes(
+    masters: list[RedisServer], again: bool
+) -> None:
     """Review 41, F3: asyncio, one master paused while calls run, then aclose(): it closed the
     clients after a second, dropping the releases queued behind acquires the master still
     owed; on resume the master ran those acquires, and each left a lease of a finished call
-    for its ttl. aclose() now waits for what is owed, up to its SHUTDOWN_TIMEOUT."""
+    for its ttl. aclose() now waits for what is owed, up to its SHUTDOWN_TIMEOUT. Review 64,
+    F5: so also for the target of a provider registered again meanwhile (forgotten, it was
+    closed at once under what it owed)."""
     import asyncio
     import threading
 
@@ -317,6 +322,8 @@ def test_aclose_waits_for_what_a_stalled_master_still_owes(masters: list[RedisSe
         for n in range(3):
             async with aio.Lock(f"owed:{n}", provider="q", ttl=30):
                 pass
+        if again:
+            register_provider("q", [s.url for s in masters])
         threading.Timer(1.5, masters[0].resume).start()
         await redlock_deco.aclose()
 

@@ -578,6 +578,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "own thread (a slow one holds up every provider's renewals)", "_renewal",
        "                _tell_lost(job)\n", "                notify_lost(job)\n",
        "tests/integration/test_renewal.py"),
+    py("retired-async-target-forgotten", "aclose() looks only at the loop's current targets "
+       "(one replaced by a provider registered again is closed under what it owes)",
+       "_process", "        return [*self.targets.values(), *self.retired]\n",
+       "        return [*self.targets.values()]\n", "tests/integration/test_quorum.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
        "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
