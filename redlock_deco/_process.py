@@ -122,7 +122,11 @@ class LoopState:
         once under them at the loop's end, and they never went out (review 64, F5: keys
         left on every master until their ttl)."""
         target = self.targets.pop(name, None)
-        held = {id(lease.target) for lease in self.leases if lease.held}
+        # (Called from the registering thread while the loop's own thread changes its leases:
+        # a set iterated in Python raised "Set changed size during iteration" out of
+        # register_provider, which left the later loops' targets on the old server -- two
+        # holders of one name, review 65, F1. list() of a set is one C call.)
+        held = {id(lease.target) for lease in list(self.leases) if lease.held}
         self.retired = [
             old
             for old in (*self.retired, *([target] if target is not None else []))

@@ -39,7 +39,7 @@ from . import _process as process
 from . import _waiting as waiting
 from ._lifecycle import Cleanup, Lease, notify_lost
 from ._protocol import Claim, Steps
-from ._worker import Lanes, SerialWorker, background, start
+from ._worker import Lanes, background, start
 
 log = logging.getLogger("redlock_deco")
 
@@ -495,17 +495,21 @@ def _worker(target: Any) -> Lanes:
 
 
 _LANES: weakref.WeakSet[Lanes] = weakref.WeakSet()  # every target's (see Renewer._loop)
-_NOTIFIER: list[SerialWorker] = []  # the process's (see _tell_lost)
+_NOTIFIER: list[Lanes] = []  # the process's (see _tell_lost)
 
 
 def _tell_lost(lease: Lease) -> None:
-    """``notify_lost(lease)`` on a thread of its own, for a lease the renewer found overdue:
-    run on the renewer's thread, a slow on_lost (an alert over HTTP) held up every
-    provider's renewals, and a lease on a healthy server expired unrenewed and was taken
-    before its holder heard (review 64, F3: three callbacks of 0.6 s). Those of a round
-    that came back run on that round's lane (see conclude). No thread can start: here."""
+    """``notify_lost(lease)`` off the renewer's thread, for a lease the renewer found overdue:
+    run there, a slow on_lost (an alert over HTTP) held up every provider's renewals, and
+    a lease on a healthy server expired unrenewed and was taken before its holder heard
+    (review 64, F3: three callbacks of 0.6 s). On lanes, not one thread: one after another,
+    a slow callback of one server's lease held up the loss signal of another's, taken
+    meanwhile (review 65, F2); a callback running past SLOW gets the next one a helper, up
+    to RENEWAL_LANES at once. Those of a round that came back run on that round's lane (see
+    conclude). No thread can start: here."""
     if not _NOTIFIER:
-        _NOTIFIER.append(SerialWorker("redlock-deco-on-lost"))
+        _NOTIFIER.append(Lanes("redlock-deco-on-lost", RENEWAL_LANES))
+        _LANES.add(_NOTIFIER[0])  # (nudged by the renewer as it goes round)
     try:
         _NOTIFIER[0].submit(notify_lost, lease)
     except RuntimeError:

@@ -159,3 +159,55 @@ def test_forked_child_builds_its_own_client_and_holds_nothing(
     assert result == b"\x00", result
     assert lock.owned()  # the child did not release or disturb the parent's lease
     lock.release()
+
+
+def test_registering_a_provider_while_another_threads_loop_churns_leases_is_safe(
+    server: RedisServer,
+) -> None:
+    """Review 65, F1 (two holders of one name): registering a provider again walked each
+    loop's set of leases from the registering thread while that loop's thread changed it;
+    "Set changed size during iteration" escaped register_provider and left the later loops
+    on the old server's target. No error, and every loop follows the new source."""
+    import asyncio
+    import threading
+
+    from redlock_deco import _process
+    from redlock_deco.asyncio import Lock as AsyncLock
+
+    with RedisServer() as other:
+        register_provider("churned", server.url)
+        stop, ready = threading.Event(), threading.Event()
+        loops: list[asyncio.AbstractEventLoop] = []
+
+        async def churn(n: int) -> None:
+            while not stop.is_set():
+                async with AsyncLock(f"churn:{n}", provider="churned", ttl=5):
+                    await asyncio.sleep(0)
+
+        async def main() -> None:
+            loops.append(asyncio.get_running_loop())
+            ready.set()
+            await asyncio.gather(*(churn(n) for n in range(50)))
+
+        thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+        thread.start()
+        assert ready.wait(10)
+        switching = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # (the loop's thread runs between any two bytecodes)
+        try:
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                register_provider("churned", other.url)
+                register_provider("churned", server.url)
+        finally:
+            sys.setswitchinterval(switching)
+            stop.set()
+            thread.join(10)
+        register_provider("churned", other.url)
+
+        async def where() -> str:
+            async with AsyncLock("where", provider="churned", ttl=5):
+                return "other" if other.client().exists("lock:where") else "server"
+
+        assert asyncio.run(where()) == "other"
+        assert not [state for state in _process.loop_states() if state.loop() in loops]

@@ -3,6 +3,7 @@ detected, transient server trouble survived, nothing renewed that is not ours.""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -308,3 +309,36 @@ def test_a_slow_on_lost_of_a_stalled_servers_lease_holds_up_no_other_servers_ren
         assert held.owned() and held not in alerted
         held.release()
         assert alerted.count("stalled") == 3
+
+
+def test_a_slow_on_lost_holds_up_no_other_leases_loss_signal() -> None:
+    """Review 65, F2 (a second holder before on_lost): overdue leases' on_lost ran one after
+    another on one thread, so a lease's signal waited behind every slow callback of others
+    before it (three of 0.6 s: told at 2.8 s of a lease that ran out at 1.2 s, after another
+    caller had taken it). A slow callback gets the next one a thread of its own."""
+    with RedisServer() as stalled:
+        register_provider("stalled", redis.Redis.from_url(stalled.url, socket_timeout=3))
+        told: dict[str, float] = {}
+
+        def slow_alert(lease: object) -> None:
+            time.sleep(0.6)
+
+        slow = [
+            Lock(f"slow:{n}", provider="stalled", ttl=1.0, on_lost=slow_alert) for n in range(3)
+        ]
+        for lock in slow:
+            assert lock.acquire()
+        began = time.monotonic()
+        quick = Lock(
+            "quick", provider="stalled", ttl=1.2,
+            on_lost=lambda lease: told.setdefault("quick", time.monotonic() - began),
+        )  # fmt: skip
+        assert quick.acquire()
+        stalled.pause()
+        try:
+            deadline = time.monotonic() + 3
+            while "quick" not in told and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            stalled.resume()
+        assert told.get("quick", math.inf) < 1.2 + 0.4, told

@@ -582,6 +582,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "(one replaced by a provider registered again is closed under what it owes)",
        "_process", "        return [*self.targets.values(), *self.retired]\n",
        "        return [*self.targets.values()]\n", "tests/integration/test_quorum.py"),
+    py("on-lost-one-thread", "overdue leases' on_lost run one after another on one thread "
+       "(a slow one holds up the others' loss signals)", "_renewal",
+       '        _NOTIFIER.append(Lanes("redlock-deco-on-lost", RENEWAL_LANES))\n',
+       '        _NOTIFIER.append(Lanes("redlock-deco-on-lost", 1))\n',
+       "tests/integration/test_renewal.py"),
+    py("retire-iterates-live-set", "registering a provider walks a loop's live set of leases "
+       "from the registering thread", "_process",
+       "for lease in list(self.leases) if lease.held}", "for lease in self.leases if lease.held}",
+       "tests/integration/test_providers.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
        "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
