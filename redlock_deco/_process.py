@@ -65,6 +65,7 @@ class LoopState:
     __slots__ = (
         "__weakref__",
         "_closer",
+        "built",
         "clients",
         "closed",
         "leases",
@@ -77,6 +78,7 @@ class LoopState:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = weakref.ref(loop)  # a strong one would keep a closed loop alive
         self.targets: dict[str, Any] = {}  # provider name -> AsyncTarget | QuorumAsyncTarget
+        self.built: dict[str, object] = {}  # provider name -> the registration it was built from
         # Replaced by a provider registered again, with commands in flight or leases on them
         # still (see retire): waited for and stopped at aclose() as the current ones are.
         self.retired: list[Any] = []
@@ -406,6 +408,8 @@ def task_tables(task: asyncio.Task[Any] | None = None) -> Tables:
 
 #: Sync targets built from providers in this process (name -> SyncTarget | QuorumSyncTarget).
 sync_targets: dict[str, Any] = {}
+#: name -> the registration each of them was built from (see _providers._registered).
+sync_built: dict[str, object] = {}
 #: Guards building targets and the loop tables' registry (not the lock-free cached reads).
 registry_lock = threading.Lock()
 #: The sync renewer, created on first use (see renewal.renewer()).
@@ -422,6 +426,7 @@ def _after_fork_in_child() -> None:
     _tasks.clear()
     registry_lock = threading.Lock()
     sync_targets.clear()
+    sync_built.clear()
     sync_renewer.clear()
     _loops.clear()
     worker.forget_tasks()

@@ -52,8 +52,13 @@ Servers: TypeAlias = "Server | list[Server] | tuple[Server, ...]"
 #: (called once per process, and per event loop for asyncio).
 Provider: TypeAlias = "Servers | Callable[[], Servers]"
 
-_sources: dict[str, object] = {}  # name -> what was registered
-_async_sources: dict[str, object] = {}  # name -> what async code runs on, if registered apart
+# name -> (what was registered, what async code runs on if registered apart): one store per
+# registration, and each target built is stamped with the very tuple it was built from (see
+# sync_target): an interrupt inside register_provider, after the new source was stored and
+# before a loop's target was dropped, left that loop locking on the old server while the
+# rest of the process locked on the new one -- two holders of one name (review 66, F1).
+_registered: dict[str, tuple[object, object | None]] = {}
+_UNBUILT = object()  # (no stamp: never matches a registration, nor its absence)
 
 # Clients built from URLs: a stalled server must not make a call with wait=W last as long as
 # the stall (redis-py 5 sets no socket timeout at all; 8 sets 5 s and retries 3 times). A
@@ -131,19 +136,14 @@ def register_provider(name: str, provider: Provider, *, asyncio: Provider | None
     for client in provider if isinstance(provider, (list, tuple)) else (provider,):
         remember_single(client)  # (a forked child's: see there)
     with process.registry_lock:
-        _sources[name] = provider
-        if asyncio is None:
-            _async_sources.pop(name, None)
-        else:
-            _async_sources[name] = asyncio
-        _forget(name)
+        _registered[name] = (provider, asyncio)
+        _forget(name)  # (early: what was built from the old one is rebuilt anyway)
 
 
 def unregister_provider(name: str) -> None:
     """Forget the provider ``name`` (no error if it was not registered)."""
     with process.registry_lock:
-        _sources.pop(name, None)
-        _async_sources.pop(name, None)
+        _registered.pop(name, None)
         _forget(name)
 
 
@@ -155,15 +155,23 @@ def _forget(name: str) -> None:
         state.retire(name)
 
 
-def _source(name: str) -> object:
-    try:
-        return _sources[name]
-    except KeyError:
-        url = os.environ.get("REDIS_URL") if name == "default" else None
-        if url:
-            _check_source(name, url)
-            return url
-        raise ProviderNotFound(name) from None
+def registered(name: str) -> object:
+    """What was registered under ``name`` (for code that registers it again elsewhere)."""
+    return _registered[name][0]
+
+
+def registered_names() -> list[str]:
+    return list(_registered)
+
+
+def _source(name: str, registration: tuple[object, object | None] | None) -> object:
+    if registration is not None:
+        return registration[0]
+    url = os.environ.get("REDIS_URL") if name == "default" else None
+    if url:
+        _check_source(name, url)
+        return url
+    raise ProviderNotFound(name)
 
 
 def _wrong_kind(name: str, value: object, needed: str) -> ProviderError:
@@ -390,36 +398,50 @@ def _async_target(name: str, source: object) -> AsyncTarget | QuorumAsyncTarget:
 
 
 def sync_target(name: str) -> SyncTarget | QuorumSyncTarget:
-    """The sync target of provider ``name``, built on first use in this process."""
+    """The sync target of provider ``name``, built on first use in this process, and again
+    once the provider is registered anew (its stamp: see _registered)."""
     target: SyncTarget | QuorumSyncTarget | None = process.sync_targets.get(name)
-    if target is not None:
+    if target is not None and process.sync_built.get(name, _UNBUILT) is _registered.get(name):
         return target
     with process.registry_lock:
+        registration = _registered.get(name)
         target = process.sync_targets.get(name)
-        if target is None:
-            target = process.sync_targets[name] = _sync_target(name, _source(name))
+        if target is None or process.sync_built.get(name, _UNBUILT) is not registration:
+            if target is not None:  # (a registration cut short before it dropped it)
+                del process.sync_targets[name]
+                target.retire()
+            target = _sync_target(name, _source(name, registration))
+            process.sync_built[name] = registration
+            process.sync_targets[name] = target
         return target
 
 
 def async_target(name: str) -> AsyncTarget | QuorumAsyncTarget:
-    """The asyncio target of provider ``name`` for the running event loop.
+    """The asyncio target of provider ``name`` for the running event loop (built again once
+    the provider is registered anew, as sync_target's).
 
     URLs and factories are resolved once per loop (a client belongs to the loop that made
     it); a registered asyncio client instance is used as given.
     """
     state = process.loop_state()
+    registration = _registered.get(name)
     target: AsyncTarget | QuorumAsyncTarget | None = state.targets.get(name)
-    if target is None:
-        source = _async_sources.get(name)
-        if source is None:
-            target = state.targets[name] = _async_target(name, _source(name))
-            return target
+    if target is not None and state.built.get(name, _UNBUILT) is registration:
+        return target
+    if target is not None:  # (a registration cut short before it dropped it)
+        state.retire(name)
+    source = None if registration is None else registration[1]
+    if source is None:
+        target = _async_target(name, _source(name, registration))
+    else:
         try:
-            target = state.targets[name] = _async_target(name, source)
+            target = _async_target(name, source)
         except ProviderError as exc:
             raise ProviderError(
                 f"provider {name!r}: its asyncio= side must give asyncio clients "
                 f"(redis.asyncio.Redis, fakeredis.FakeAsyncRedis...): {exc}",
                 provider=name,
             ) from exc
+    state.built[name] = registration
+    state.targets[name] = target
     return target

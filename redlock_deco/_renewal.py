@@ -353,13 +353,27 @@ class Renewer:
 
     def _serve(self) -> None:
         try:
-            self._loop()
+            self._go_on()
         except BaseException:
             # Whatever ended it, the next add starts a thread again: with _thread left set,
             # none ever did, and no lease of the process was renewed again.
             with self._lock:
                 self._thread = None
             raise
+
+    def _go_on(self) -> None:
+        """:meth:`_loop`, run again after an exception of its own (a bug, a MemoryError's
+        kin): ended, no lease of the process was renewed or reported lost until the next
+        acquire started a thread again (review 66, F2). The rounds it had in hand stay
+        marked as renewing: overdue() reports their leases lost if they run out. (A function
+        of its own: see test_back_edges.)"""
+        while True:
+            try:
+                self._loop()
+                return
+            except Exception:
+                log.exception("the lease renewer failed; it goes on")
+            time.sleep(ORPHAN_POLL)
 
     def _loop(self) -> None:
         idle_since: float | None = None

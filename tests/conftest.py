@@ -129,7 +129,7 @@ def _clean_state(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
     client.close()
     redlock_deco.register_provider("default", server.url)
     yield
-    for name in list(providers._sources):
+    for name in providers.registered_names():
         redlock_deco.unregister_provider(name)
 
 

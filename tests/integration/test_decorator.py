@@ -119,7 +119,7 @@ def test_provider_is_resolved_lazily_at_call_time() -> None:
         f()
     import redlock_deco._providers as providers
 
-    register_provider("later", providers._sources["default"])
+    register_provider("later", providers.registered("default"))  # type: ignore[arg-type]
     assert f() == "ok"
 
 

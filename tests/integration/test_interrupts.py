@@ -435,7 +435,7 @@ def _nothing_left(
         # safety, and a lane waits PLACE_WAIT at most. One as a call returns, before the
         # caller stored what it got, is ours to prevent (review 4, r03). The next run starts
         # with a client of its own, so what this one lost is not charged to it.
-        providers.register_provider("default", providers._sources["default"])  # type: ignore[arg-type]
+        providers.register_provider("default", providers.registered("default"))  # type: ignore[arg-type]
         return
     for lane in target.lanes or ():  # no connection place taken for good (a background
         # clean-up may hold one for a moment)

@@ -7,11 +7,17 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
+from contextlib import suppress
+from types import FrameType
+from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
+from support.interrupts import signal_cannot_land
 
+import redlock_deco
 from redlock_deco import (
     Lock,
     ProviderError,
@@ -211,3 +217,98 @@ def test_registering_a_provider_while_another_threads_loop_churns_leases_is_safe
 
         assert asyncio.run(where()) == "other"
         assert not [state for state in _process.loop_states() if state.loop() in loops]
+
+
+def _line_events(codes: set[Any], call: Callable[[], object], cut: int | None = None) -> int:
+    """How many line events ``call()`` runs in frames of ``codes`` where a real signal can
+    land; with ``cut``, a KeyboardInterrupt raised at that one (by index) instead."""
+    seen = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal seen
+        if event == "line" and not signal_cannot_land(frame.f_code, frame.f_lineno, frame.f_lasti):
+            seen += 1
+            if seen - 1 == cut:
+                sys.settrace(None)
+                raise KeyboardInterrupt
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code in codes else None)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+def _with_inner(*functions: Any) -> set[Any]:
+    """The code objects of ``functions`` and of what they define (comprehensions)."""
+    codes: set[Any] = set()
+    pending = [function.__code__ for function in functions]
+    while pending:
+        code = pending.pop()
+        codes.add(code)
+        pending.extend(const for const in code.co_consts if isinstance(const, type(code)))
+    return codes
+
+
+def test_a_registration_cut_at_any_line_leaves_every_loop_and_thread_on_one_server(
+    server: RedisServer,
+) -> None:
+    """Review 66, F1 (two holders of one name): an interrupt inside register_provider, after
+    it stored the new source and before it dropped another thread's loop's target, left
+    that loop locking on the old server while the rest of the process locked on the new
+    one. Cut at each line of it in turn: whatever the registration came to, sync code and
+    the loop take the name on the one server the registry names."""
+    import asyncio
+    import threading
+
+    from redlock_deco import _process, _providers
+    from redlock_deco.asyncio import Lock as AsyncLock
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def in_loop(coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(10)
+
+    async def warm() -> None:
+        async with AsyncLock("warm", provider="cut", ttl=5):
+            pass
+
+    with RedisServer() as other:
+        urls = {server.url: server, other.url: other}
+
+        def holding(key: str) -> list[str]:
+            return [url for url, each in urls.items() if each.client().exists(key)]
+
+        async def loop_takes() -> list[str]:
+            async with AsyncLock("probe", provider="cut", ttl=5):
+                return holding("lock:probe")
+
+        def sync_takes() -> list[str]:
+            with Lock("probe", provider="cut", ttl=5):
+                return holding("lock:probe")
+
+        codes = _with_inner(register_provider, _providers._forget, _process.LoopState.retire)
+        register_provider("cut", server.url)
+        in_loop(warm())
+        sync_takes()
+        lines = _line_events(codes, lambda: register_provider("cut", other.url))
+        assert lines > 10
+        try:
+            for cut in range(lines):
+                register_provider("cut", server.url)
+                in_loop(warm())  # (the loop, and the process, have targets built from the
+                sync_takes()  # old source)
+                with suppress(KeyboardInterrupt):
+                    _line_events(codes, lambda: register_provider("cut", other.url), cut)
+                named = [_providers.registered("cut")]
+                assert in_loop(loop_takes()) == named, cut
+                assert sync_takes() == named, cut
+        finally:
+            in_loop(redlock_deco.aclose())
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()

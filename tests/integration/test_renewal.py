@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -342,3 +343,34 @@ def test_a_slow_on_lost_holds_up_no_other_leases_loss_signal() -> None:
         finally:
             stalled.resume()
         assert told.get("quick", math.inf) < 1.2 + 0.4, told
+
+
+def test_the_renewer_goes_on_after_an_exception_of_its_own(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review 66, F2 (a lease lost, no signal): an exception out of the renewer's own loop
+    (a bug, a MemoryError) ended its thread, and no lease of the process was renewed or
+    reported lost until the next acquire started one again. It is logged, and it goes on."""
+    from redlock_deco import _renewal
+
+    plain = _renewal.due
+    failed: list[bool] = []
+
+    def failing(jobs: Any, now: float) -> Any:
+        jobs = list(jobs)
+        if jobs and not failed:
+            failed.append(True)
+            raise RuntimeError("a bug in the renewer")
+        return plain(jobs, now)
+
+    monkeypatch.setattr(_renewal, "due", failing)
+    lost: list[object] = []
+    lock = Lock("goes-on", ttl=0.5, on_lost=lost.append)
+    assert lock.acquire()
+    try:
+        time.sleep(1.5)  # three ttls
+        assert failed and lost == [] and lock.owned()
+        assert r.pttl("lock:goes-on") > 0
+        assert "the lease renewer failed" in caplog.text
+    finally:
+        lock.release()

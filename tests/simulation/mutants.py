@@ -591,6 +591,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "from the registering thread", "_process",
        "for lease in list(self.leases) if lease.held}", "for lease in self.leases if lease.held}",
        "tests/integration/test_providers.py"),
+    py("async-target-unstamped", "a loop's target is used whatever registration it was built "
+       "from (a registration cut short leaves the loop on the old server)", "_providers",
+       "    if target is not None and state.built.get(name, _UNBUILT) is registration:\n",
+       "    if target is not None:\n", "tests/integration/test_providers.py"),
+    py("sync-target-unstamped", "the process's sync target is used whatever registration it "
+       "was built from", "_providers",
+       "    if target is not None and process.sync_built.get(name, _UNBUILT) is "
+       "_registered.get(name):\n",
+       "    if target is not None:\n", "tests/integration/test_providers.py"),
+    py("renewer-ends-on-its-own-error", "an exception out of the sync renewer's loop ends its "
+       "thread (nothing renewed or reported lost until the next acquire)", "_renewal",
+       "            except Exception:\n                log.exception(\"the lease renewer",
+       "            except ZeroDivisionError:\n                log.exception(\"the lease renewer",
+       "tests/integration/test_renewal.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
        "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
