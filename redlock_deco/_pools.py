@@ -54,6 +54,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -493,6 +494,7 @@ def guard(pool: Any, asynchronous: bool) -> None:
         else:
             _mark_owing_on_release(pool)
             _whole_on_checkout(pool)
+            _SYNC_POOLS.add(pool)
         _make_all_whole(pool, mixin)  # (a function: its loops' back edges -- test_back_edges)
 
 
@@ -721,9 +723,31 @@ def remember_single(client: Any) -> None:
         _SINGLE_CLIENTS.add(client)
 
 
+# The sync pools the library has guarded (see _forked).
+_SYNC_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _forked() -> None:
+    """In a forked child, every lock of the sync clients and pools the library has used is a
+    new one. A parent's thread inside a pool's checkout or release at the fork held its lock
+    for good in the child, and redis-py (6 and later) keeps that lock when its pid check
+    resets the pool: the first use of the pool in the child waited for it for good -- the
+    child's own at-fork clean-up too, which drops the parent's subscriptions and clients and
+    so gives their connections back (test_fork_locks' search over every lock in reach)."""
     for client in list(_SINGLE_CLIENTS):
         client.single_connection_lock = threading.RLock()
+    for pool in list(_SYNC_POOLS):
+        for name in ("_lock", "_fork_lock"):
+            made = _MADE_LIKE.get(type(getattr(pool, name, None)))
+            if made is not None:
+                setattr(pool, name, made())
+
+
+# A new lock of the same kind (a lock's type cannot be called on Python 3.10).
+_MADE_LIKE: dict[type, Callable[[], Any]] = {
+    type(threading.Lock()): threading.Lock,
+    type(threading.RLock()): threading.RLock,
+}
 
 
 os.register_at_fork(after_in_child=_forked)

@@ -605,6 +605,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "            except Exception:\n                log.exception(\"the lease renewer",
        "            except ZeroDivisionError:\n                log.exception(\"the lease renewer",
        "tests/integration/test_renewal.py"),
+    py("inherited-pool-locks-kept", "a forked child keeps the locks of its parent's pools "
+       "(one a parent's thread held at the fork hangs the child's clean-up)", "_pools",
+       "                setattr(pool, name, type(inherited)())\n",
+       "                pass\n", "tests/integration/test_fork_locks.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
        "            and (self._last > SLOW or time.monotonic() - self._since > SLOW)\n", "",
