@@ -127,6 +127,17 @@ def emit(kind: EventKind, name: str, key: str, seconds: float | None, source: So
             log.exception("redlock_deco event listener %r failed on %s", listener, kind)
 
 
+def emit_renewing(kind: EventKind, name: str, key: str, source: Source) -> None:
+    """``emit`` from a renewal round ("renewed", "lost"): no listener may stop it -- not even
+    with SystemExit or KeyboardInterrupt (a listener calling sys.exit(), or a Ctrl-C landing
+    in one on the loop's thread), which skipped the lease's on_lost, and out of an asyncio
+    renewal task, ended asyncio.run (review 67, F2). Logged, as on_lost's are."""
+    try:
+        emit(kind, name, key, None, source)
+    except BaseException:
+        log.exception("redlock_deco event listener failed on %s (renewals go on)", kind)
+
+
 class LoggingListener:
     """Log every event through :mod:`logging` (``redlock_deco._events`` logger by default)."""
 

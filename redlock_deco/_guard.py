@@ -1134,13 +1134,22 @@ def close_sections(sections: Sections | None, error: BaseException | None) -> No
                 close_section(section, error)
             except BaseException as exc:
                 first = first or exc
+                if section.open:
+                    # Cut short before close_section's own handling began (an interrupt on
+                    # the call, or as its frame starts): that section stayed open, held and
+                    # renewed after the call raised, until a collection found it (review 67,
+                    # F1).
+                    abort(section, exc)
     except BaseException as exc:  # interrupted between two of them
         for section in sections or ():
             if section.open:
                 abort(section, exc)
         raise
     if first is not None:
-        raise first
+        try:
+            raise first
+        finally:  # (its traceback holds this frame: no cycle through it)
+            first = None
 
 
 def _close_quietly(sections: list[ownership.Section | None]) -> None:
@@ -1180,13 +1189,18 @@ async def close_sections_async(sections: Sections | None, error: BaseException |
                 await close_section_async(section, error)
             except BaseException as exc:
                 first = first or exc
+                if section.open:  # (see close_sections)
+                    await abort_async(section, exc)
     except BaseException as exc:
         for section in sections or ():
             if section.open:
                 await abort_async(section, exc)
         raise
     if first is not None:
-        raise first
+        try:
+            raise first
+        finally:  # (see close_sections)
+            first = None
 
 
 async def _close_quietly_async(sections: list[ownership.Section | None]) -> None:

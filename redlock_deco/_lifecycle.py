@@ -332,7 +332,7 @@ def notify_lost(lease: Lease) -> None:
     process: every later lease of the process then went unrenewed and expired under its
     holder with no on_lost (review 16, 02: an on_lost calling sys.exit())."""
     if events.listeners:
-        events.emit("lost", lease.name, lease.key, None, lease.source)
+        events.emit_renewing("lost", lease.name, lease.key, lease.source)
     if lease.on_lost is not None:
         try:
             lease.on_lost(lease)

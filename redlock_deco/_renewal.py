@@ -167,7 +167,7 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
     elif outcome:
         job._renewed(started, ttl_ms)
         if events.listeners and job.held:
-            events.emit("renewed", job.name, job.key, None, job.source)
+            events.emit_renewing("renewed", job.name, job.key, job.source)
         return not job.held
     else:
         lost = job._lose()

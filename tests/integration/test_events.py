@@ -13,6 +13,7 @@ import redis
 from support.flavours import Api
 
 from redlock_deco import (
+    Lock,
     LockEvent,
     LockLost,
     LoggingListener,
@@ -245,6 +246,50 @@ def test_a_lost_lease_reports_lost_before_released(recorded: list[LockEvent]) ->
         overruns()
     assert [e.kind for e in recorded] == ["acquired", "lost", "released"]
     assert {(e.template, e.function) for e in recorded} == {("expires", qualified(overruns))}
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt])
+def test_a_listener_raising_anything_on_a_renewal_neither_skips_on_lost_nor_ends_the_loop(
+    r: redis.Redis, raised: type[BaseException]
+) -> None:
+    """Review 67, F2: a listener raising SystemExit (or a KeyboardInterrupt landing in it)
+    on "lost" skipped the lease's on_lost, and out of the asyncio renewer ended asyncio.run;
+    on "renewed" it ended that renewal round's task. The renewer logs it and goes on."""
+    import asyncio
+    import time
+
+    import redlock_deco.asyncio
+
+    def broken(event: LockEvent) -> None:
+        if event.kind in ("lost", "renewed"):
+            raise raised("listener bug")
+
+    told: list[str] = []
+
+    def lost_sync() -> None:
+        with Lock("gone", ttl=0.3, on_lost=lambda lease: told.append("sync")):
+            r.delete("lock:gone")
+            time.sleep(0.6)
+
+    async def lost_async() -> None:
+        async with redlock_deco.asyncio.Lock("kept", ttl=0.3):
+            await asyncio.sleep(0.5)  # renewed, past its ttl
+        async with redlock_deco.asyncio.Lock(
+            "gone", ttl=0.3, on_lost=lambda lease: told.append("async")
+        ):
+            await asyncio.to_thread(r.delete, "lock:gone")
+            await asyncio.sleep(0.6)
+
+    add_listener(broken)
+    try:
+        with pytest.raises(LockLost):
+            lost_sync()
+        with pytest.raises(LockLost):
+            asyncio.run(lost_async())
+    finally:
+        remove_listener(broken)
+    assert told == ["sync", "async"]
+    assert r.dbsize() == 0
 
 
 def test_events_built_the_0_1_way_still_construct() -> None:

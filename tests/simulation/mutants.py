@@ -605,9 +605,29 @@ MUTANTS: tuple[Mutant, ...] = (
        "            except Exception:\n                log.exception(\"the lease renewer",
        "            except ZeroDivisionError:\n                log.exception(\"the lease renewer",
        "tests/integration/test_renewal.py"),
+    py("several-names-cut-close-left-open", "a multi-name call whose closing of one section "
+       "is cut short before close_section's own handling leaves that section to the collector "
+       "(held and renewed after the call raised, until a collection)", "_guard",
+       "                    abort(section, exc)\n    except BaseException as exc:  # interrupted "
+       "between two of them\n        for section in sections or ():\n            if section.open:"
+       "\n                abort(section, exc)\n        raise\n    if first is not None:\n"
+       "        try:\n            raise first\n        finally:  # (its traceback holds this "
+       "frame: no cycle through it)\n            first = None\n",
+       "                    pass\n    except BaseException as exc:  # interrupted "
+       "between two of them\n        for section in sections or ():\n            if section.open:"
+       "\n                abort(section, exc)\n        raise\n    if first is not None:\n"
+       "        raise first\n",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[several-names]"),
+    py("renewal-listener-exit-escapes", "a listener's SystemExit on a renewal's event escapes "
+       "(on_lost skipped; asyncio.run ended)", "_events",
+       "    except BaseException:\n        log.exception(\"redlock_deco event listener failed on "
+       "%s (renewals go on)\"",
+       "    except Exception:\n        log.exception(\"redlock_deco event listener failed on "
+       "%s (renewals go on)\"", "tests/integration/test_events.py"),
     py("inherited-pool-locks-kept", "a forked child keeps the locks of its parent's pools "
        "(one a parent's thread held at the fork hangs the child's clean-up)", "_pools",
-       "                setattr(pool, name, type(inherited)())\n",
+       "                setattr(pool, name, made())\n",
        "                pass\n", "tests/integration/test_fork_locks.py"),
     py("lanes-help-quick-calls", "renewal lanes start helper threads whatever the time calls "
        "take", "_worker",
