@@ -167,9 +167,14 @@ def _decorate(
         except BaseException as exc:
             error = exc
             raise
-        finally:  # one statement: no line can come before the exit begins
-            guard.close_section(section, error)
-            error = None  # the exception's traceback holds this frame: no cycle through it
+        finally:  # no line can come before the exit begins
+            try:
+                guard.close_section(section, error)
+            except BaseException as exc:  # (cut short as it began: see guard.abort_open)
+                guard.abort_open(section, exc)
+                raise
+            finally:
+                error = None  # the exception's traceback holds this frame: no cycle through it
         return result
 
     async def call_locked_async(
@@ -190,8 +195,13 @@ def _decorate(
             error = exc
             raise
         finally:
-            await guard.close_section_async(section, error)
-            error = None
+            try:
+                await guard.close_section_async(section, error)
+            except BaseException as exc:  # (see call_locked)
+                await guard.abort_open_async(section, exc)
+                raise
+            finally:
+                error = None
         return result
 
     def rendered(instance: Any, args: tuple[Any, ...], kwargs: Any) -> dict[str, str]:
@@ -218,8 +228,13 @@ def _decorate(
             error = exc
             raise
         finally:
-            guard.close_sections(sections, error)
-            error = None
+            try:
+                guard.close_sections(sections, error)
+            except BaseException as exc:  # (see call_locked)
+                guard.abort_open(sections, exc)
+                raise
+            finally:
+                error = None
         return result
 
     async def call_all_async(
@@ -241,8 +256,13 @@ def _decorate(
             error = exc
             raise
         finally:
-            await guard.close_sections_async(sections, error)
-            error = None
+            try:
+                await guard.close_sections_async(sections, error)
+            except BaseException as exc:  # (see call_locked)
+                await guard.abort_open_async(sections, exc)
+                raise
+            finally:
+                error = None
         return result
 
     # The flavour (and single or several names) is chosen once, here, not per call.

@@ -418,6 +418,25 @@ def close_section(section: ownership.Section | None, error: BaseException | None
         raise lost
 
 
+def abort_open(sections: Sections | ownership.Section | None, exc: BaseException) -> None:
+    """Abort those of ``sections`` (one, a list, or None) still open, as a caller does when
+    its call that closes them raised: cut short as that call began, before its own handling
+    (an interrupt as its frame starts), it closed nothing, and the caller's frame -- kept by
+    the exception's traceback, in a caller that keeps the exception -- kept the section
+    open, held and renewed (review 68, F1-F3). One its call closed is not open."""
+    for section in sections if isinstance(sections, list) else (sections,):
+        if section is not None and section.open:
+            abort(section, exc)
+
+
+async def abort_open_async(
+    sections: Sections | ownership.Section | None, exc: BaseException
+) -> None:
+    for section in sections if isinstance(sections, list) else (sections,):
+        if section is not None and section.open:
+            await abort_async(section, exc)
+
+
 def abort(section: ownership.Section, exc: BaseException) -> None:
     """Finish leaving ``section`` after its opening or exit was interrupted (by ``exc``):
     forget it, and give its lease back if no other section is open on it."""
@@ -473,10 +492,16 @@ def _unmatched_exit(blocks: ownership.Blocks, where: ownership.Place) -> LockErr
     )
 
 
-def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
-    """The exit of a ``with`` block on an object whose open blocks are ``blocks``."""
+def close_block(
+    blocks: ownership.Blocks, error: BaseException | None, began: list[bool] | None = None
+) -> None:
+    """The exit of a ``with`` block on an object whose open blocks are ``blocks``. Marks
+    ``began`` first: a caller whose call raised with it unmarked was cut short as this
+    began, and gives the block up itself (see close_block_cut)."""
     section = _UNSET
     try:
+        if began is not None:
+            began.append(True)
         where = ownership.place()
         section = ownership.exiting(blocks, where)
         if section is None and blocks:
@@ -490,6 +515,16 @@ def close_block(blocks: ownership.Blocks, error: BaseException | None) -> None:
         if section is not None and section.open:
             abort(section, exc)
         raise
+
+
+def close_block_cut(blocks: ownership.Blocks, exc: BaseException) -> None:
+    """Give up the block an exit was leaving when its close_block was cut short as it
+    began (an interrupt as its frame started): the block stayed open, held and renewed,
+    for as long as a caller kept the exception -- whose traceback keeps the frames that
+    would otherwise have dropped it (review 68, F3)."""
+    section = ownership.exiting(blocks, ownership.place())
+    if section is not None and section.open:
+        abort(section, exc)
 
 
 def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, key: str,
@@ -965,10 +1000,14 @@ async def abort_async(section: ownership.Section, exc: BaseException) -> None:
         await _abandon_async(section.lease, exc)
 
 
-async def close_block_async(blocks: ownership.Blocks, error: BaseException | None) -> None:
+async def close_block_async(
+    blocks: ownership.Blocks, error: BaseException | None, began: list[bool] | None = None
+) -> None:
     """:func:`close_block` for asyncio."""
     section = _UNSET
     try:
+        if began is not None:
+            began.append(True)
         where = ownership.place()
         section = ownership.exiting(blocks, where)
         if section is None and blocks:
@@ -980,6 +1019,13 @@ async def close_block_async(blocks: ownership.Blocks, error: BaseException | Non
         if section is not None and section.open:
             await abort_async(section, exc)
         raise
+
+
+async def close_block_cut_async(blocks: ownership.Blocks, exc: BaseException) -> None:
+    """:func:`close_block_cut` for asyncio."""
+    section = ownership.exiting(blocks, ownership.place())
+    if section is not None and section.open:
+        await abort_async(section, exc)
 
 
 async def acquire_held_async(

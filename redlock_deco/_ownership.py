@@ -393,6 +393,18 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     return over
 
 
+def entered_at(blocks: Blocks, where: Place) -> Section | None:
+    """The open block of ``blocks`` that the ``with`` statement at ``where`` entered, if
+    any: one statement cannot be open twice (see unexited)."""
+    owner = current_owner()
+    for section in list(blocks):
+        if (section.open and section.at >= 0 and section.through is None
+                and section.owner() is owner and section.frame == where.frame
+                and section.body is where.body and section.at == where.at):  # fmt: skip
+            return section
+    return None
+
+
 def exiting(blocks: Blocks, where: Place) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
     ``where`` is.

@@ -287,6 +287,7 @@ class Primitive(Base):
     def __enter__(self: P) -> P:
         started = time.monotonic()
         section: ownership.Section | None = None
+        where: ownership.Place | None = None
         try:
             where = ownership.place()
             if self._blocks:
@@ -298,6 +299,12 @@ class Primitive(Base):
                 raise self._not_acquired(started)
             return self
         except BaseException as exc:  # interrupted before the block began: no __exit__
+            if section is None and where is not None:
+                # Cut as open_section returned, before the section was stored (Python 3.10
+                # looks for signals there): it is in the object's blocks all the same, and
+                # stayed open, held and renewed, until this thread entered again (review 68,
+                # F4).
+                section = ownership.entered_at(self._blocks, where)
             if section is not None:
                 guard.abort(section, exc)
             raise
@@ -308,7 +315,13 @@ class Primitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        guard.close_block(self._blocks, exc)
+        began: list[bool] = []
+        try:
+            guard.close_block(self._blocks, exc, began)
+        except BaseException as error:
+            if not began:  # (cut short as it began: see guard.close_block_cut)
+                guard.close_block_cut(self._blocks, error)
+            raise
 
 
 class AsyncPrimitive(Base):
@@ -410,4 +423,10 @@ class AsyncPrimitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await guard.close_block_async(self._blocks, exc)
+        began: list[bool] = []
+        try:
+            await guard.close_block_async(self._blocks, exc, began)
+        except BaseException as error:
+            if not began:  # (see Primitive.__exit__)
+                await guard.close_block_cut_async(self._blocks, error)
+            raise

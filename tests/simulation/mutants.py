@@ -625,6 +625,21 @@ MUTANTS: tuple[Mutant, ...] = (
        "%s (renewals go on)\"",
        "    except Exception:\n        log.exception(\"redlock_deco event listener failed on "
        "%s (renewals go on)\"", "tests/integration/test_events.py"),
+    py("decorated-close-cut-left-to-collector", "a decorated call whose close_section was "
+       "cut as it started leaves the section to the collector (held while the exception is "
+       "kept)", "_decorators", "                guard.abort_open(section, exc)\n",
+       "                pass\n", "tests/integration/test_kept_interrupts.py"),
+    py("multi-close-cut-left-to-collector", "the same for a multi-name call's close_sections",
+       "_decorators", "                guard.abort_open(sections, exc)\n", "                pass\n",
+       "tests/integration/test_kept_interrupts.py"),
+    py("block-exit-cut-left-to-collector", "a with block's exit whose close_block was cut as "
+       "it started leaves the block open (held while the exception is kept)", "_primitive",
+       "                guard.close_block_cut(self._blocks, error)\n", "                pass\n",
+       "tests/integration/test_kept_interrupts.py"),
+    py("enter-cut-block-kept-open", "a long-lived object's block cut as open_section returned "
+       "into __enter__ stays open on the object", "_primitive",
+       "                section = ownership.entered_at(self._blocks, where)\n",
+       "                pass\n", "tests/integration/test_kept_interrupts.py"),
     py("inherited-pool-locks-kept", "a forked child keeps the locks of its parent's pools "
        "(one a parent's thread held at the fork hangs the child's clean-up)", "_pools",
        "                setattr(pool, name, made())\n",

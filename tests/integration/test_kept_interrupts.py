@@ -1,0 +1,149 @@
+"""An interrupt as a closing call begins, with the exception kept (review 68, F1-F4).
+
+A signal is looked for as a function's frame starts, before the first line of its own
+``try``: an interrupt there leaves the call that closes a section without having closed
+anything. The section's finalizer gave the lease back once the frames that held it were
+collected -- but a caller that keeps the exception (a retry's last error, a logged record,
+``sys.last_value``) keeps those frames through its traceback, and the name stayed held and
+renewed, refused to every other thread and process, for as long as it kept it. Here each
+such start is interrupted (``sys.settrace`` raising at its 'call' event), the exception is
+kept, and nothing may stay held. And one cut the object itself keeps: a long-lived object's
+block, cut as ``open_section`` returned into ``__enter__`` (where Python 3.10 looks for a
+signal), stayed open on the object until the thread's next ``with`` on it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import pytest
+import redis
+
+from redlock_deco import Lock, Semaphore, current_lease, locked
+from redlock_deco import _guard as guard
+from redlock_deco import _primitive as primitive
+from redlock_deco import _renewal as renewal
+from redlock_deco.testing import RedisServer
+
+NAME = "kept"
+
+
+def _decorated() -> None:
+    @locked(NAME, ttl=5)
+    def protected() -> None:
+        pass
+
+    protected()
+
+
+def _several_names() -> None:
+    @locked(NAME, NAME + "-2", ttl=5)
+    def protected() -> None:
+        pass
+
+    protected()
+
+
+def _with_block() -> None:
+    with Lock(NAME, ttl=5):
+        pass
+
+
+def _semaphore_block() -> None:
+    with Semaphore(NAME, limit=1, ttl=5):
+        pass
+
+
+LONG_LIVED = Lock(NAME, ttl=5)
+
+
+def _long_lived_block() -> None:
+    with LONG_LIVED:
+        pass
+
+
+def _starts(code: Any) -> Callable[[FrameType, str], bool]:
+    """The start of a call of ``code`` (its 'call' event)."""
+    return lambda frame, event: event == "call" and frame.f_code is code
+
+
+def _returns_into_enter(frame: FrameType, event: str) -> bool:
+    """``open_section`` returning a section into ``Primitive.__enter__``."""
+    caller = frame.f_back
+    return (
+        event == "return"
+        and frame.f_code is guard.open_section.__code__
+        and caller is not None
+        and caller.f_code is primitive.Primitive.__enter__.__code__
+    )
+
+
+CUTS: dict[str, tuple[Callable[[], None], Callable[[FrameType, str], bool]]] = {
+    "decorated, as close_section starts": (_decorated, _starts(guard.close_section.__code__)),
+    "several names, as close_sections starts": (
+        _several_names,
+        _starts(guard.close_sections.__code__),
+    ),
+    "several names, as close_section starts": (
+        _several_names,
+        _starts(guard.close_section.__code__),
+    ),
+    "with-block, as close_block starts": (_with_block, _starts(guard.close_block.__code__)),
+    "semaphore block, as close_block starts": (
+        _semaphore_block,
+        _starts(guard.close_block.__code__),
+    ),
+    "long-lived block, as open_section returns into __enter__": (
+        _long_lived_block,
+        _returns_into_enter,
+    ),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cut", list(CUTS))
+def test_an_interrupt_as_a_closing_call_starts_leaves_nothing_held_while_it_is_kept(
+    server: RedisServer, r: redis.Redis, cut: str
+) -> None:
+    run, where = CUTS[cut]
+    fired: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if not fired and where(frame, event):
+            fired.append(True)
+            raise KeyboardInterrupt
+        return tracer if not fired else None
+
+    kept: list[BaseException] = []  # (the caller keeps it: so do its frames)
+    sys.settrace(tracer)
+    try:
+        run()
+    except KeyboardInterrupt as exc:
+        kept.append(exc)
+    finally:
+        sys.settrace(None)
+    assert fired and kept, "the cut was not reached"
+    assert current_lease(None) is None, f"a section left open: {cut}"
+    deadline = time.monotonic() + 2
+    while r.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.02)  # (a give-back handed to the background: within a moment)
+    assert r.dbsize() == 0, f"held after {cut}: {r.keys('*')}"
+    assert len(renewal.renewer()) == 0, f"still renewed after {cut}"
+    taken: list[bool] = []
+
+    def other() -> None:
+        lock = Lock(NAME, wait=0)
+        taken.append(lock.acquire())
+        if taken[-1]:
+            lock.release()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(10)
+    assert taken == [True], f"another thread could not take {NAME!r} after {cut}"
+    kept.clear()
