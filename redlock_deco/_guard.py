@@ -493,21 +493,24 @@ def _unmatched_exit(blocks: ownership.Blocks, where: ownership.Place) -> LockErr
 
 
 def close_block(
-    blocks: ownership.Blocks, error: BaseException | None, began: list[bool] | None = None
+    blocks: ownership.Blocks, error: BaseException | None, handled: list[bool] | None = None
 ) -> None:
     """The exit of a ``with`` block on an object whose open blocks are ``blocks``. Marks
-    ``began`` first: a caller whose call raised with it unmarked was cut short as this
-    began, and gives the block up itself (see close_block_cut)."""
+    ``handled`` as its own handler begins: a caller whose call raised with it unmarked was
+    cut short as this began, before its ``try``, and gives the block up itself (see
+    close_block_cut). (Marked in the handler, not as the ``try`` begins: a cut between the
+    two had both give a block up -- the second one the outer block of the same object,
+    whose body then ran on unprotected: review 69, F3.)"""
     section = _UNSET
     try:
-        if began is not None:
-            began.append(True)
         where = ownership.place()
         section = ownership.exiting(blocks, where)
         if section is None and blocks:
             raise _unmatched_exit(blocks, where)
         close_section(section, error)
     except BaseException as exc:
+        if handled is not None:
+            handled.append(True)
         # Interrupted before its exit began (finding it, or entering close_section): give
         # it up now. (One close_section closed, or that raised LockLost, is not open.)
         if section is _UNSET:
@@ -1001,19 +1004,19 @@ async def abort_async(section: ownership.Section, exc: BaseException) -> None:
 
 
 async def close_block_async(
-    blocks: ownership.Blocks, error: BaseException | None, began: list[bool] | None = None
+    blocks: ownership.Blocks, error: BaseException | None, handled: list[bool] | None = None
 ) -> None:
     """:func:`close_block` for asyncio."""
     section = _UNSET
     try:
-        if began is not None:
-            began.append(True)
         where = ownership.place()
         section = ownership.exiting(blocks, where)
         if section is None and blocks:
             raise _unmatched_exit(blocks, where)
         await close_section_async(section, error)
     except BaseException as exc:
+        if handled is not None:
+            handled.append(True)
         if section is _UNSET:
             section = ownership.exiting(blocks, ownership.place())
         if section is not None and section.open:

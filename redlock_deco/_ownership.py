@@ -176,7 +176,7 @@ def open_section(
         section.body, section.at = where.body, where.at
         hk = (lease.provider, lease.key)
         if through is not None:
-            section.through = weakref.ref(through)
+            section.through = weakref.ref(through, _stack_gone(section))
         if code is not None:
             section.generator = True
             if lease.claim.kind.reentrant:  # (what a step elsewhere could wait for itself on)
@@ -199,6 +199,20 @@ def open_section(
     except BaseException:
         close(section)
         raise
+
+
+def _stack_gone(section: Section) -> Callable[[Any], None]:
+    """What a block entered through an ExitStack does as that stack is collected with the
+    block still open: its exit will never run -- an interrupt in contextlib's own window
+    (after __enter__ returned, before the exit was pushed; or as the stack's exit began)
+    left it held and renewed for good, a limit-1 semaphore object refusing every later entry
+    (review 69, F1). As a section dropped open does (see _Open)."""
+
+    def gone(_: Any) -> None:
+        if section.open and close(section):
+            section.dropped(section.lease)
+
+    return gone
 
 
 def close(section: Section) -> bool:
@@ -374,7 +388,15 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
         if not section.open:  # its close was itself interrupted: finish it (close repeats)
             over.append(section)
             continue
-        if section.at < 0 or section.through is not None:
+        if section.through is not None:
+            if section.through() is None:
+                # Its stack is gone, and its exit with it: an interrupt in contextlib's own
+                # window (after __enter__ returned, before the exit was pushed; or as the
+                # stack's exit began) left the block open for good, a limit-1 semaphore
+                # object refusing every later entry (review 69, F1).
+                over.append(section)
+            continue
+        if section.at < 0:
             continue
         if section.frame == where.frame and section.body is where.body and section.at == where.at:
             over.append(section)
@@ -393,14 +415,17 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     return over
 
 
-def entered_at(blocks: Blocks, where: Place) -> Section | None:
-    """The open block of ``blocks`` that the ``with`` statement at ``where`` entered, if
-    any: one statement cannot be open twice (see unexited)."""
+def mark() -> int:
+    """A number below the entry of every section opened from now on (see entered_since)."""
+    return next(_sequence)
+
+
+def entered_since(blocks: Blocks, since: int) -> Section | None:
+    """The open block of ``blocks`` the current owner entered after :func:`mark` gave
+    ``since``, if any."""
     owner = current_owner()
     for section in list(blocks):
-        if (section.open and section.at >= 0 and section.through is None
-                and section.owner() is owner and section.frame == where.frame
-                and section.body is where.body and section.at == where.at):  # fmt: skip
+        if section.open and section.owner() is owner and section.entry[0] > since:
             return section
     return None
 

@@ -287,7 +287,7 @@ class Primitive(Base):
     def __enter__(self: P) -> P:
         started = time.monotonic()
         section: ownership.Section | None = None
-        where: ownership.Place | None = None
+        since = ownership.mark()
         try:
             where = ownership.place()
             if self._blocks:
@@ -299,12 +299,12 @@ class Primitive(Base):
                 raise self._not_acquired(started)
             return self
         except BaseException as exc:  # interrupted before the block began: no __exit__
-            if section is None and where is not None:
+            if section is None:
                 # Cut as open_section returned, before the section was stored (Python 3.10
                 # looks for signals there): it is in the object's blocks all the same, and
                 # stayed open, held and renewed, until this thread entered again (review 68,
-                # F4).
-                section = ownership.entered_at(self._blocks, where)
+                # F4) -- for good, entered through an ExitStack or by hand (review 69, F2).
+                section = ownership.entered_since(self._blocks, since)
             if section is not None:
                 guard.abort(section, exc)
             raise
@@ -315,11 +315,11 @@ class Primitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        began: list[bool] = []
+        handled: list[bool] = []
         try:
-            guard.close_block(self._blocks, exc, began)
+            guard.close_block(self._blocks, exc, handled)
         except BaseException as error:
-            if not began:  # (cut short as it began: see guard.close_block_cut)
+            if not handled:  # (cut short as it began: see guard.close_block_cut)
                 guard.close_block_cut(self._blocks, error)
             raise
 
@@ -423,10 +423,10 @@ class AsyncPrimitive(Base):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        began: list[bool] = []
+        handled: list[bool] = []
         try:
-            await guard.close_block_async(self._blocks, exc, began)
+            await guard.close_block_async(self._blocks, exc, handled)
         except BaseException as error:
-            if not began:  # (see Primitive.__exit__)
+            if not handled:  # (see Primitive.__exit__)
                 await guard.close_block_cut_async(self._blocks, error)
             raise

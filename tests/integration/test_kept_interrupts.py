@@ -14,6 +14,9 @@ signal), stayed open on the object until the thread's next ``with`` on it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import inspect
 import sys
 import threading
 import time
@@ -67,9 +70,26 @@ def _long_lived_block() -> None:
         pass
 
 
+STACKED = Lock(NAME, ttl=5)
+
+
+def _stack_block() -> None:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(STACKED)
+
+
+def _by_hand_block() -> None:
+    LONG_LIVED.__enter__()
+    LONG_LIVED.__exit__(None, None, None)
+
+
 def _starts(code: Any) -> Callable[[FrameType, str], bool]:
     """The start of a call of ``code`` (its 'call' event)."""
     return lambda frame, event: event == "call" and frame.f_code is code
+
+
+def _stack_exit_starts(frame: FrameType, event: str) -> bool:
+    return event == "call" and frame.f_code is contextlib.ExitStack.__exit__.__code__
 
 
 def _returns_into_enter(frame: FrameType, event: str) -> bool:
@@ -102,15 +122,29 @@ CUTS: dict[str, tuple[Callable[[], None], Callable[[FrameType, str], bool]]] = {
         _long_lived_block,
         _returns_into_enter,
     ),
+    "block entered by hand, as open_section returns into __enter__": (
+        _by_hand_block,
+        _returns_into_enter,
+    ),
+    "block entered through an ExitStack, as open_section returns into __enter__": (
+        _stack_block,
+        _returns_into_enter,
+    ),
+}
+# Cut where only the exception's going lets the block go: contextlib's own exit, whose
+# first instruction is as a with statement's (GUARANTEES); but once the stack is gone, the
+# block goes with it (review 69, F1: it stayed held and renewed for good).
+DROPPED: dict[str, tuple[Callable[[], None], Callable[[FrameType, str], bool]]] = {
+    "ExitStack, as its exit starts": (_stack_block, _stack_exit_starts),
 }
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("cut", list(CUTS))
+@pytest.mark.parametrize("cut", [*CUTS, *DROPPED])
 def test_an_interrupt_as_a_closing_call_starts_leaves_nothing_held_while_it_is_kept(
     server: RedisServer, r: redis.Redis, cut: str
 ) -> None:
-    run, where = CUTS[cut]
+    run, where = CUTS.get(cut) or DROPPED[cut]
     fired: list[bool] = []
 
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
@@ -128,6 +162,9 @@ def test_an_interrupt_as_a_closing_call_starts_leaves_nothing_held_while_it_is_k
     finally:
         sys.settrace(None)
     assert fired and kept, "the cut was not reached"
+    if cut in DROPPED:
+        kept.clear()
+        gc.collect()
     assert current_lease(None) is None, f"a section left open: {cut}"
     deadline = time.monotonic() + 2
     while r.dbsize() and time.monotonic() < deadline:
@@ -147,3 +184,48 @@ def test_an_interrupt_as_a_closing_call_starts_leaves_nothing_held_while_it_is_k
     thread.join(10)
     assert taken == [True], f"another thread could not take {NAME!r} after {cut}"
     kept.clear()
+
+
+@pytest.mark.timeout(30)
+def test_an_inner_exit_cut_as_its_handling_begins_leaves_the_outer_block_held(
+    r: redis.Redis,
+) -> None:
+    """Review 69, F3: close_block marked that it had begun as its ``try`` began; a cut
+    there had its own handler give the inner block up, and then ``__exit__`` -- seeing it
+    unmarked -- gave up the block its exit was leaving, by then the outer one: the outer
+    body ran on unprotected while another thread took the name. Cut at the first line of
+    close_block's ``try``; the outer block must stay held, and end cleanly."""
+    first = guard.close_block.__code__.co_firstlineno
+    source = inspect.getsource(guard.close_block).splitlines()
+    line = first + next(n for n, text in enumerate(source) if text.strip() == "try:") + 1
+    fired: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if fired:
+            return None
+        if (
+            frame.f_code is guard.close_block.__code__
+            and event == "line"
+            and frame.f_lineno == line
+        ):
+            fired.append(True)
+            raise KeyboardInterrupt
+        return tracer
+
+    lock = Lock(NAME, ttl=5)
+    taken: list[bool] = []
+    with lock:
+        try:
+            with lock:
+                sys.settrace(tracer)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert fired, "the cut was not reached"
+        thread = threading.Thread(target=lambda: taken.append(Lock(NAME, wait=0).acquire()))
+        thread.start()
+        thread.join(10)
+        assert lock.owned(), "the outer block was given up by the inner exit"
+    assert taken == [False], "another thread got in while the outer block ran"
+    assert r.dbsize() == 0

@@ -638,8 +638,25 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_kept_interrupts.py"),
     py("enter-cut-block-kept-open", "a long-lived object's block cut as open_section returned "
        "into __enter__ stays open on the object", "_primitive",
-       "                section = ownership.entered_at(self._blocks, where)\n",
+       "                section = ownership.entered_since(self._blocks, since)\n",
        "                pass\n", "tests/integration/test_kept_interrupts.py"),
+    py("stack-gone-block-kept-open", "a block entered through an ExitStack that is collected "
+       "with the block open stays held and renewed (until the object's next entry)",
+       "_ownership", "            section.through = weakref.ref(through, _stack_gone(section))\n",
+       "            section.through = weakref.ref(through)\n",
+       "tests/integration/test_kept_interrupts.py"),
+    py("close-block-marked-as-try-begins", "close_block marks that it handled its exit as its "
+       "try begins (a cut between the two gives up the outer block of the same object too)",
+       "_guard",
+       "    try:\n        where = ownership.place()\n        section = ownership.exiting(blocks, "
+       "where)\n        if section is None and blocks:\n            raise _unmatched_exit(blocks,"
+       " where)\n        close_section(section, error)\n    except BaseException as exc:\n"
+       "        if handled is not None:\n            handled.append(True)\n",
+       "    try:\n        if handled is not None:\n            handled.append(True)\n"
+       "        where = ownership.place()\n        section = ownership.exiting(blocks, "
+       "where)\n        if section is None and blocks:\n            raise _unmatched_exit(blocks,"
+       " where)\n        close_section(section, error)\n    except BaseException as exc:\n",
+       "tests/integration/test_kept_interrupts.py"),
     py("inherited-pool-locks-kept", "a forked child keeps the locks of its parent's pools "
        "(one a parent's thread held at the fork hangs the child's clean-up)", "_pools",
        "                setattr(pool, name, made())\n",
