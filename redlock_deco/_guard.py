@@ -496,11 +496,12 @@ def close_block(
     blocks: ownership.Blocks, error: BaseException | None, handled: list[bool] | None = None
 ) -> None:
     """The exit of a ``with`` block on an object whose open blocks are ``blocks``. Marks
-    ``handled`` as its own handler begins: a caller whose call raised with it unmarked was
-    cut short as this began, before its ``try``, and gives the block up itself (see
-    close_block_cut). (Marked in the handler, not as the ``try`` begins: a cut between the
-    two had both give a block up -- the second one the outer block of the same object,
-    whose body then ran on unprotected: review 69, F3.)"""
+    ``handled`` once the block is closed, or as its own handler begins: a caller whose call
+    raised with it unmarked was cut short as this began, before its ``try``, and gives the
+    block up itself (see close_block_cut). Not as the ``try`` begins: a cut between the two
+    had both give a block up -- the second one the outer block of the same object, whose
+    body then ran on unprotected (review 69, F3); nor only in the handler: a cut as this
+    returned (Python 3.10 looks for a signal there) did the same (review 70, F1)."""
     section = _UNSET
     try:
         where = ownership.place()
@@ -508,6 +509,8 @@ def close_block(
         if section is None and blocks:
             raise _unmatched_exit(blocks, where)
         close_section(section, error)
+        if handled is not None:  # (closed: a cut as this returns must not give up another)
+            handled.append(True)
     except BaseException as exc:
         if handled is not None:
             handled.append(True)
@@ -1014,6 +1017,8 @@ async def close_block_async(
         if section is None and blocks:
             raise _unmatched_exit(blocks, where)
         await close_section_async(section, error)
+        if handled is not None:
+            handled.append(True)
     except BaseException as exc:
         if handled is not None:
             handled.append(True)

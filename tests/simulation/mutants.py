@@ -650,13 +650,22 @@ MUTANTS: tuple[Mutant, ...] = (
        "_guard",
        "    try:\n        where = ownership.place()\n        section = ownership.exiting(blocks, "
        "where)\n        if section is None and blocks:\n            raise _unmatched_exit(blocks,"
-       " where)\n        close_section(section, error)\n    except BaseException as exc:\n"
-       "        if handled is not None:\n            handled.append(True)\n",
+       " where)\n        close_section(section, error)\n        if handled is not None:  "
+       "# (closed: a cut as this returns must not give up another)\n"
+       "            handled.append(True)\n"
+       "    except BaseException as exc:\n        if handled is not None:\n"
+       "            handled.append(True)\n",
        "    try:\n        if handled is not None:\n            handled.append(True)\n"
        "        where = ownership.place()\n        section = ownership.exiting(blocks, "
        "where)\n        if section is None and blocks:\n            raise _unmatched_exit(blocks,"
        " where)\n        close_section(section, error)\n    except BaseException as exc:\n",
        "tests/integration/test_kept_interrupts.py"),
+    py("close-block-unmarked-on-return", "close_block marks that it handled its exit only in "
+       "its handler (a cut as it returns gives up the outer block of the same object too)",
+       "_guard",
+       "        close_section(section, error)\n        if handled is not None:  # (closed: a cut "
+       "as this returns must not give up another)\n            handled.append(True)\n",
+       "        close_section(section, error)\n", "tests/integration/test_kept_interrupts.py"),
     py("inherited-pool-locks-kept", "a forked child keeps the locks of its parent's pools "
        "(one a parent's thread held at the fork hangs the child's clean-up)", "_pools",
        "                setattr(pool, name, made())\n",
