@@ -92,15 +92,22 @@ def _stack_exit_starts(frame: FrameType, event: str) -> bool:
     return event == "call" and frame.f_code is contextlib.ExitStack.__exit__.__code__
 
 
-def _returns_into_enter(frame: FrameType, event: str) -> bool:
-    """``open_section`` returning a section into ``Primitive.__enter__``."""
-    caller = frame.f_back
-    return (
-        event == "return"
-        and frame.f_code is guard.open_section.__code__
-        and caller is not None
-        and caller.f_code is primitive.Primitive.__enter__.__code__
-    )
+def _returns(callee: Any, into: Any) -> Callable[[FrameType, str], bool]:
+    """``callee`` returning into ``into`` (where Python 3.10 looks for a signal)."""
+
+    def where(frame: FrameType, event: str) -> bool:
+        caller = frame.f_back
+        return (
+            event == "return"
+            and frame.f_code is callee.__code__
+            and caller is not None
+            and caller.f_code is into.__code__
+        )
+
+    return where
+
+
+_returns_into_enter = _returns(guard.open_section, primitive.Primitive.__enter__)
 
 
 CUTS: dict[str, tuple[Callable[[], None], Callable[[FrameType, str], bool]]] = {
@@ -194,15 +201,7 @@ def _at_the_try(frame: FrameType, event: str) -> bool:
     return frame.f_code is guard.close_block.__code__ and (event, frame.f_lineno) == ("line", line)
 
 
-def _returning_into_exit(frame: FrameType, event: str) -> bool:
-    """close_block returning into ``__exit__`` (where Python 3.10 looks for a signal)."""
-    caller = frame.f_back
-    return (
-        event == "return"
-        and frame.f_code is guard.close_block.__code__
-        and caller is not None
-        and caller.f_code is primitive.Primitive.__exit__.__code__
-    )
+_returning_into_exit = _returns(guard.close_block, primitive.Primitive.__exit__)
 
 
 @pytest.mark.timeout(30)
