@@ -1006,6 +1006,21 @@ async def abort_async(section: ownership.Section, exc: BaseException) -> None:
         await _abandon_async(section.lease, exc)
 
 
+async def close_unexited_async(blocks: ownership.Blocks, where: ownership.Place) -> None:
+    """:func:`close_unexited` for asyncio (an ``async with``'s own exit is left to its task's
+    end; what is found here is a block entered through an AsyncExitStack whose exit can
+    never come: see ownership.unexited)."""
+    for section in ownership.unexited(blocks, where):
+        try:
+            if ownership.close(section):
+                # (no _stop_async first: a lease marked released is not sent a release)
+                with contextlib.suppress(Exception):  # unreachable: given back later
+                    await _give_back_async(section.lease)
+        except BaseException as exc:
+            await abort_async(section, exc)  # (see close_unexited)
+            raise
+
+
 async def close_block_async(
     blocks: ownership.Blocks, error: BaseException | None, handled: list[bool] | None = None
 ) -> None:

@@ -376,12 +376,16 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     - for a thread's blocks, a frame not on this thread's stack: a frame that cannot be
       suspended runs on its thread's stack until it returns. (Not with greenlet imported:
       greenlets of one thread, unpatched, share an owner and switch stacks.)
+
+    Blocks entered through an ExitStack count whatever enters now (a statement, the stack,
+    by hand): one whose stack holds no exit for it any more (see _exits_missing).
     """
-    if where.at < 0 or not blocks:
+    if not blocks:
         return []
     owner = current_owner()
     over: list[Section] = []
     live: set[tuple[int, Any]] | None = None
+    missing = _exits_missing(blocks)
     for section in list(blocks):
         if section.owner() is not owner:
             continue
@@ -389,14 +393,10 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
             over.append(section)
             continue
         if section.through is not None:
-            if section.through() is None:
-                # Its stack is gone, and its exit with it: an interrupt in contextlib's own
-                # window (after __enter__ returned, before the exit was pushed; or as the
-                # stack's exit began) left the block open for good, a limit-1 semaphore
-                # object refusing every later entry (review 69, F1).
+            if section in missing:
                 over.append(section)
             continue
-        if section.at < 0:
+        if section.at < 0 or where.at < 0:
             continue
         if section.frame == where.frame and section.body is where.body and section.at == where.at:
             over.append(section)
@@ -413,6 +413,47 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
         if (section.frame, section.body) not in live:
             over.append(section)
     return over
+
+
+def _exits_missing(blocks: Blocks) -> list[Section]:
+    """The open blocks of an object entered through an ExitStack whose exit can never come:
+    the stack is gone, or it holds fewer exits bound to the object than it has open blocks
+    of it (the newest are the ones without: its exits pop newest first, and exiting() takes
+    the newest). An interrupt in contextlib's own window -- after __enter__ returned, before
+    the exit was pushed; or between the stack's pop of the exit and its call -- left the
+    block open, held and renewed, a limit-1 semaphore object refusing every later entry: for
+    good with a stack reused entry after entry, whose deque outlives every exit (review 70,
+    F2), as with one collected before its weakref callback existed (review 69, F1).
+
+    Never one still on its way: between __enter__'s return and the push, or the pop and the
+    exit's call, only contextlib's code runs, and the object's next entry comes after."""
+    missing: list[Section] = []
+    through: dict[int, tuple[Any, list[Section]]] = {}
+    for section in list(blocks):
+        if not section.open or section.through is None:
+            continue
+        stack = section.through()
+        if stack is None:
+            missing.append(section)
+        else:
+            through.setdefault(id(stack), (stack, []))[1].append(section)
+    for stack, sections in through.values():
+        pending = sum(1 for entry in list(stack) if _exit_of(entry, blocks))
+        if pending < len(sections):
+            missing.extend(sections[pending:])  # (in entry order: the newest last)
+    return missing
+
+
+def _exit_of(entry: Any, blocks: Blocks) -> bool:
+    """Whether an ExitStack's callback entry (``(is_sync, callback)``) is the exit of the
+    object whose open blocks are ``blocks``: contextlib binds it (``enter_context``, ``push``)
+    or wraps the bound method (``callback(obj.__exit__, ...)``)."""
+    callback = entry[1] if isinstance(entry, tuple) and len(entry) == 2 else entry
+    for candidate in (callback, getattr(callback, "__wrapped__", None)):
+        bound = getattr(candidate, "__self__", None)
+        if bound is not None and getattr(bound, "_blocks", None) is blocks:
+            return True
+    return False
 
 
 def mark() -> int:

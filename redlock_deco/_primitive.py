@@ -404,15 +404,20 @@ class AsyncPrimitive(Base):
     async def __aenter__(self: AP) -> AP:
         started = time.monotonic()
         section: ownership.Section | None = None
+        since = ownership.mark()
         try:
+            where = ownership.place()
+            if self._blocks:
+                await guard.close_unexited_async(self._blocks, where)
             section = await guard.open_section_async(self.kind, self.options, self.name,
                                                      self.key, self.options.wait,
-                                                     place=ownership.place(),
-                                                     keep=self._blocks)  # fmt: skip
+                                                     place=where, keep=self._blocks)  # fmt: skip
             if section is None:
                 raise self._not_acquired(started)
             return self
         except BaseException as exc:  # interrupted before the block began: no __aexit__
+            if section is None:  # (see Primitive.__enter__)
+                section = ownership.entered_since(self._blocks, since)
             if section is not None:
                 await guard.abort_async(section, exc)
             raise

@@ -14,6 +14,7 @@ signal), stayed open on the object until the thread's next ``with`` on it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import inspect
@@ -26,11 +27,15 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from redlock_deco import Lock, Semaphore, current_lease, locked
 from redlock_deco import _guard as guard
+from redlock_deco import _ownership as ownership
 from redlock_deco import _primitive as primitive
 from redlock_deco import _renewal as renewal
+from redlock_deco.asyncio import Lock as AsyncLock
+from redlock_deco.asyncio import Semaphore as AsyncSemaphore
 from redlock_deco.testing import RedisServer
 
 NAME = "kept"
@@ -243,4 +248,53 @@ def test_an_inner_exit_cut_leaves_the_outer_block_of_the_object_held(
         thread.join(10)
         assert lock.owned(), "the outer block was given up by the inner exit"
     assert taken == [False], "another thread got in while the outer block ran"
+    assert r.dbsize() == 0
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_an_async_block_cut_as_its_section_returns_into_aenter_is_given_back(
+    server: RedisServer, r: redis.Redis, kind: str
+) -> None:
+    """The asyncio twin of the "as open_section returns into __enter__" cuts above: a
+    long-lived object's block, cut as open_section_async returned its section into
+    ``__aenter__`` (a signal handler's exception; Python 3.10 looks for a signal there),
+    stayed open on the object, held and renewed, for as long as the exception was kept."""
+    obj = AsyncLock(NAME, ttl=5) if kind == "lock" else AsyncSemaphore(NAME, limit=1, ttl=5)
+    fired: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if fired:
+            return None
+        if (
+            event == "return"
+            and frame.f_code is guard.open_section_async.__code__
+            and isinstance(arg, ownership.Section)  # (its return, not a suspension)
+        ):
+            fired.append(True)
+            raise KeyboardInterrupt
+        return tracer
+
+    async def scenario(looking: redis.asyncio.Redis) -> None:
+        kept: list[BaseException] = []
+        sys.settrace(tracer)
+        try:
+            async with obj:
+                pass
+        except KeyboardInterrupt as exc:
+            kept.append(exc)
+        finally:
+            sys.settrace(None)
+        assert fired and kept, "the cut was not reached"
+        assert not obj._blocks, "the block stayed open on the object"
+        assert await looking.dbsize() == 0, "held while the exception is kept"
+        async with AsyncLock(NAME, wait=0):  # (anyone may take it)
+            pass
+        kept.clear()
+
+    async def run() -> None:
+        async with redis.asyncio.Redis.from_url(server.url) as looking:
+            await scenario(looking)
+
+    asyncio.run(run())
     assert r.dbsize() == 0

@@ -272,11 +272,11 @@ def test_a_master_paused_past_the_round_keeps_no_lease_of_a_finished_call(
             masters[0].resume()
 
     api.run(scenario)
-    a = masters[0].client()
-    deadline = time.monotonic() + 5
-    while a.keys("lock:job:*") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert a.keys("lock:job:*") == []
+    with masters[0].client() as a:
+        deadline = time.monotonic() + 5
+        while a.keys("lock:job:*") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a.keys("lock:job:*") == []
 
 
 def test_a_master_that_refused_the_acquire_does_not_make_its_release_lost(

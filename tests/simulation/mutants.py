@@ -638,8 +638,25 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_kept_interrupts.py"),
     py("enter-cut-block-kept-open", "a long-lived object's block cut as open_section returned "
        "into __enter__ stays open on the object", "_primitive",
+       "                section = ownership.entered_since(self._blocks, since)\n"
+       "            if section is not None:\n                guard.abort(section, exc)\n",
+       "                pass\n"
+       "            if section is not None:\n                guard.abort(section, exc)\n",
+       "tests/integration/test_kept_interrupts.py"),
+    py("async-enter-cut-block-kept-open", "an asyncio object's block cut as open_section_async "
+       "returned into __aenter__ stays open on the object", "_primitive",
+       "            if section is None:  # (see Primitive.__enter__)\n"
        "                section = ownership.entered_since(self._blocks, since)\n",
-       "                pass\n", "tests/integration/test_kept_interrupts.py"),
+       "            if section is None:  # (see Primitive.__enter__)\n                pass\n",
+       "tests/integration/test_kept_interrupts.py"),
+    py("stack-exit-missing-kept-open", "a block entered through a reused ExitStack whose exit "
+       "an interrupt took off it (or never put on) stays held and renewed for good",
+       "_ownership", "            missing.extend(sections[pending:])",
+       "            pass", "tests/integration/test_stack_windows.py"),
+    py("async-unexited-never-closed", "an asyncio object entered again never closes its "
+       "blocks whose AsyncExitStack exit can never come", "_primitive",
+       "                await guard.close_unexited_async(self._blocks, where)\n",
+       "                pass\n", "tests/integration/test_stack_windows.py"),
     py("stack-gone-block-kept-open", "a block entered through an ExitStack that is collected "
        "with the block open stays held and renewed (until the object's next entry)",
        "_ownership", "            section.through = weakref.ref(through, _stack_gone(section))\n",

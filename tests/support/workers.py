@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from redlock_deco import Lock, Semaphore, limited, locked, register_provider
+from redlock_deco import Lock, LockLost, Semaphore, limited, locked, register_provider
 
 
 def increment_many(
@@ -151,7 +151,13 @@ def soak_worker(url: str, limit: int, ttl: float, stop_key: str, out: Any) -> No
     started, early_rss = time.monotonic(), 0
     calls = 0
     while not client.exists(stop_key):
-        bump() if random.random() < 0.5 else section()
+        try:
+            bump() if random.random() < 0.5 else section()
+        except LockLost:
+            # A renewal starved past the ttl (1 s, 16 processes on 2 busy cores): the body
+            # ran on without its lease, and said so, as promised. Counted, as what may explain
+            # a duplicate or an over-limit entry (test_soak); the worker goes on.
+            client.incr("soak-data:lost")
         calls += 1
         if not early_rss and time.monotonic() - started > 5:
             early_rss = rss()
