@@ -272,11 +272,12 @@ def _use_the_package() -> Callable[[], None]:
     (Names of this process's own: children run side by side.)"""
     me = os.getpid()
 
-    @locked("fork:{n}", ttl=0.3)
+    # (ttl 0.6, renewed at 0.2: 0.3 lost a lease on a machine busy with a review beside CI)
+    @locked("fork:{n}", ttl=0.6)
     def hold(n: int) -> None:
         time.sleep(0.25)  # (renewed: the renewer and its workers exist)
 
-    @limited("fork:slots:{n}", limit=2, ttl=0.3)
+    @limited("fork:slots:{n}", limit=2, ttl=0.6)
     def slot(n: int) -> None:
         time.sleep(0.1)
 
@@ -288,7 +289,7 @@ def _use_the_package() -> Callable[[], None]:
 
     def slot_and_single() -> None:
         slot(me)
-        with Lock(f"fork:single:{me}", provider="fork:single", ttl=0.3):
+        with Lock(f"fork:single:{me}", provider="fork:single", ttl=0.6):
             time.sleep(0.25)
         done.append("slot")
 
@@ -309,7 +310,7 @@ def _use_the_package() -> Callable[[], None]:
     running, stopping = threading.Event(), threading.Event()
 
     async def loop_use() -> None:
-        async with rasync.Lock(f"fork:async:{me}", ttl=0.3):
+        async with rasync.Lock(f"fork:async:{me}", ttl=0.6):
             await asyncio.sleep(0.25)
         running.set()
         while not stopping.is_set():
