@@ -30,6 +30,7 @@ flag decide both re-entry and which block an exit ends).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dis
 import functools
 import inspect
@@ -112,6 +113,7 @@ class Section:
         "lease",
         "open",
         "owner",
+        "slot",
         "stack",
         "through",
     )
@@ -129,8 +131,10 @@ class Section:
         self.at = -1  # the offset of its `with` statement in that code (-1: not one)
         self.generator = False  # that frame is a generator's (see in_generators)
         # The callbacks of the ExitStack it was entered through, which only that stack's
-        # exit leaves (see Place.stack).
+        # exit leaves (see Place.stack), and the index there of the exit the stack pushes
+        # as the entry returns (see _exit_missing).
         self.through: weakref.ref[Any] | None = None
+        self.slot = -1
         self.entry = (next(_sequence), lease)
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
         self.open = True
@@ -173,9 +177,20 @@ def open_section(
     frame, code, through = where.frame, where.code, where.stack
     section: Section = _Open(lease, owner, frame, dropped)
     try:
+        # The lease counts the section before any table shows it: a signal handler entering
+        # the same name in between re-entered the lease through the table, and its exit --
+        # the lease's last known one -- gave back the lease this section was taking (review
+        # 71, F2: the body ran unprotected; LockLost only at its exit).
+        if fresh:
+            lease._enter(section.entry[0])
+        else:
+            lease._reenter(section.entry[0])
         section.body, section.at = where.body, where.at
         hk = (lease.provider, lease.key)
         if through is not None:
+            # (its length now: the stack pushes this block's exit as the entry returns, with
+            # no await or line of another caller between -- callbacks are last in, first out)
+            section.slot = len(through)
             section.through = weakref.ref(through, _stack_gone(section))
         if code is not None:
             section.generator = True
@@ -189,12 +204,8 @@ def open_section(
         if keep is not None:
             section.keep = weakref.ref(keep)
             keep.append(section)
-        # The lease knows its sections by number: a reference to the section itself would
-        # keep a section whose exit never ran alive, and its finalizer would never run.
-        if fresh:
-            lease._enter(section.entry[0])
-        else:
-            lease._reenter(section.entry[0])
+        # (The lease knows its sections by number: a reference to the section itself would
+        # keep a section whose exit never ran alive, and its finalizer would never run.)
         return section
     except BaseException:
         close(section)
@@ -219,28 +230,29 @@ def close(section: Section) -> bool:
     """Forget ``section`` wherever it was recorded; True if no section is left on its lease
     (which is then to be given back). Safe to repeat.
 
-    By identity, not by popping the top: sections can end out of order (a generator
+    By its own entry, not by popping the top: sections can end out of order (a generator
     suspended inside a ``with Lock`` outlives the call that started it), and popping would
-    drop the wrong entry and leave a stale one behind.
+    drop the wrong entry and leave a stale one behind. Each removal is one call, done or
+    not: code run between two lines of this one on the same thread (a signal handler, a
+    finalizer) that closes sections of its own changed the lists under a loop, and the exit
+    failed with an IndexError (review 71a's sweep).
     """
     section.open = False
     section.__class__ = Section  # no finalizer any more (the layouts are the same)
     if section.generator:
         _forget_generators_block(section)
-    stack, entry = section.stack, section.entry
-    for index in range(len(stack) - 1, -1, -1):
-        if stack[index] is entry:
-            del stack[index]
-            break
+    with contextlib.suppress(ValueError):  # (its number is its own: no other entry is equal)
+        section.stack.remove(section.entry)
     blocks = section.keep() if section.keep is not None else None
-    if blocks is not None and section in blocks:
-        blocks.remove(section)
+    if blocks is not None:
+        with contextlib.suppress(ValueError):
+            blocks.remove(section)
     lease = section.lease
     last = lease._exit(section.entry[0])
     if last:
         hk = (lease.provider, lease.key)
         if section.held.get(hk) is lease:
-            del section.held[hk]
+            section.held.pop(hk, None)
         section.here.pop(lease, None)
     return last
 
@@ -387,14 +399,18 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     live: set[tuple[int, Any]] | None = None
     missing = _exits_missing(blocks)
     for section in list(blocks):
+        if section.through is not None and section in missing:
+            # The caller's own, or one whose owner has ended (no window of its can still
+            # be under way: left open, it was kept in the object for good, review 71, L1).
+            if section.owner() is owner or _owner_ended(section):
+                over.append(section)
+            continue
         if section.owner() is not owner:
             continue
         if not section.open:  # its close was itself interrupted: finish it (close repeats)
             over.append(section)
             continue
         if section.through is not None:
-            if section in missing:
-                over.append(section)
             continue
         if section.at < 0 or where.at < 0:
             continue
@@ -417,31 +433,62 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
 
 def _exits_missing(blocks: Blocks) -> list[Section]:
     """The open blocks of an object entered through an ExitStack whose exit can never come:
-    the stack is gone, or it holds fewer exits bound to the object than it has open blocks
-    of it (the newest are the ones without: its exits pop newest first, and exiting() takes
-    the newest). An interrupt in contextlib's own window -- after __enter__ returned, before
+    the stack is gone, or the index its exit was to take (Section.slot) holds no exit of
+    the object. An interrupt in contextlib's own window -- after __enter__ returned, before
     the exit was pushed; or between the stack's pop of the exit and its call -- left the
-    block open, held and renewed, a limit-1 semaphore object refusing every later entry: for
-    good with a stack reused entry after entry, whose deque outlives every exit (review 70,
-    F2), as with one collected before its weakref callback existed (review 69, F1).
+    block open, held and renewed, a limit-1 semaphore object refusing every later entry:
+    for good with a stack reused entry after entry, whose deque outlives every exit (review
+    70, F2). Block by block: counting the object's exits on a stack shared by several
+    owners blamed the newest block, another owner's live one (review 71, F1).
 
-    Never one still on its way: between __enter__'s return and the push, or the pop and the
-    exit's call, only contextlib's code runs, and the object's next entry comes after."""
+    Never one still on its way: not another owner's (see unexited), and not one whose
+    stack's entry or exit is under way on the calling stack -- the owner's own next entry
+    made by a signal handler, a finalizer or a callback run in contextlib's window, between
+    __enter__'s return and the push or the pop and the exit's call: it gave back the block
+    whose body was about to run (review 71, F1)."""
     missing: list[Section] = []
-    through: dict[int, tuple[Any, list[Section]]] = {}
+    snapshots: dict[int, list[Any]] = {}
+    busy: set[int] | None = None
     for section in list(blocks):
         if not section.open or section.through is None:
             continue
         stack = section.through()
         if stack is None:
             missing.append(section)
-        else:
-            through.setdefault(id(stack), (stack, []))[1].append(section)
-    for stack, sections in through.values():
-        pending = sum(1 for entry in list(stack) if _exit_of(entry, blocks))
-        if pending < len(sections):
-            missing.extend(sections[pending:])  # (in entry order: the newest last)
+            continue
+        if busy is None:
+            busy = _stacks_at_work()
+        if id(stack) in busy:
+            continue
+        # (one copy per stack: a stack handed to another thread may change meanwhile, and
+        # list() of a deque is one C call)
+        exits = snapshots.get(id(stack))
+        if exits is None:
+            exits = snapshots[id(stack)] = list(stack)
+        if section.slot >= len(exits) or not _exit_of(exits[section.slot], blocks):
+            missing.append(section)
     return missing
+
+
+def _stacks_at_work() -> set[int]:
+    """The ids of the callbacks of every (Async)ExitStack whose entry or exit runs on the
+    calling stack (a frame of its enter_context, __exit__, close...) -- but the entry now
+    calling the library, if a stack makes it: that one is only beginning."""
+    at_work: set[int] = set()
+    frame: Any = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("redlock_deco"):
+        frame = frame.f_back
+    if (frame is not None and frame.f_globals.get("__name__") == "contextlib"
+            and frame.f_code.co_name in ("enter_context", "enter_async_context")):  # fmt: skip
+        frame = frame.f_back
+    while frame is not None:
+        if (frame.f_globals.get("__name__") == "contextlib"
+                and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, (ExitStack, AsyncExitStack)):
+                at_work.add(id(getattr(owner, "_exit_callbacks", None)))
+        frame = frame.f_back
+    return at_work
 
 
 def _exit_of(entry: Any, blocks: Blocks) -> bool:
@@ -475,22 +522,28 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
     ``where`` is.
 
-    Through an ExitStack: the newest entered through that very stack (whoever closes it,
-    wherever it was handed); else the object's only block not entered through a stack, if
-    its owner is the caller or has ended. Not through a stack, among the blocks not entered
-    through a stack that still exists: the newest its frame entered for the current owner;
-    else the newest its frame entered (a generator suspended in a block may be resumed by
-    another thread); else the current owner's newest; else the only block that can only
-    have been handed out. (The newest of all would be wrong when blocks on one object end
-    out of order -- a generator suspended inside one outlives a later block -- and the
-    ending block would give back the generator's slot while keeping its own; and it took
-    another owner's live semaphore block, whose body ran on without its slot: review 20,
-    04.)"""
+    Through an ExitStack: the block entered through that very stack whose exit the stack
+    has just popped (whoever closes it, wherever it was handed); else the object's only
+    block not entered through a stack, if its owner is the caller or has ended. Not through
+    a stack, among the blocks not entered through a stack that still exists: the newest its
+    frame entered for the current owner; else the newest its frame entered (a generator
+    suspended in a block may be resumed by another thread); else the current owner's
+    newest; else the only block that can only have been handed out. (The newest of all
+    would be wrong when blocks on one object end out of order -- a generator suspended
+    inside one outlives a later block -- and the ending block would give back the
+    generator's slot while keeping its own; and it took another owner's live semaphore
+    block, whose body ran on without its slot: review 20, 04.)"""
     stack = where.stack
     owner = current_owner()
     if stack is not None:
+        # The exit the stack has just popped was at the index its length is now: the block
+        # whose exit went there (the newest, if a block cut before its push left the index
+        # to a later one's). Not merely the newest through the stack: a block whose exit was
+        # never pushed took another's exit -- a by-hand block's, pushed with stack.push(),
+        # which then stayed held and renewed for good (review 71, F2).
+        at = len(stack)
         for section in reversed(blocks):
-            if section.through is not None and section.through() is stack:
+            if section.through is not None and section.through() is stack and section.slot == at:
                 return section
         # An exit pushed onto the stack by hand (stack.push(obj), stack.callback(obj.__exit__))
         # for a block entered by hand: nothing says which block it is, and the frame rules
@@ -530,8 +583,11 @@ def _handed_out(section: Section) -> bool:
     generator's (a generator resumes, and leaves its block itself: review 21, 01 -- an exit
     from elsewhere took a suspended generator's slot), and its owner has ended (a live one
     may still be inside: review 20, 04)."""
-    if section.generator:
-        return False
+    return not section.generator and _owner_ended(section)
+
+
+def _owner_ended(section: Section) -> bool:
+    """Whether the thread or task that entered ``section`` has ended."""
     owner = section.owner()
     return owner is None or (type(owner) is not ThreadOwner and owner.done())  # type: ignore[union-attr]
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import inspect
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -31,7 +32,7 @@ from typing import Any
 import pytest
 import redis
 
-from redlock_deco import Lock, Semaphore, current_lease
+from redlock_deco import Lock, LockError, LockLost, LockNotAcquired, Semaphore, current_lease
 from redlock_deco import _renewal as renewal
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.asyncio import Semaphore as AsyncSemaphore
@@ -185,3 +186,211 @@ def test_a_cut_in_contextlib_leaves_nothing_held_on_a_reused_async_stack(
         kept.clear()
 
     asyncio.run(scenario())
+
+
+def _cut_as(function: str) -> Callable[[FrameType, str, object], Any]:
+    """A tracer raising :class:`Cut` as contextlib's ``function`` is called, once."""
+    fired: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if fired:
+            return None
+        if (event, frame.f_code.co_name) == ("call", function) and frame.f_globals.get(
+            "__name__"
+        ) == "contextlib":
+            fired.append(True)
+            raise Cut
+        return tracer
+
+    return tracer
+
+
+def _left_on(stack: contextlib.ExitStack, obj: Lock | Semaphore, kept: list[BaseException]) -> None:
+    """Enter ``obj`` through ``stack``, cut before the stack pushes its exit; the exception
+    kept in ``kept``."""
+    sys.settrace(_cut_as("_push_cm_exit"))
+    try:
+        stack.enter_context(obj)
+    except Cut as exc:
+        kept.append(exc)
+    finally:
+        sys.settrace(None)
+    assert kept, "the cut was not reached"
+
+
+def _takes(obj: Callable[[], Lock | Semaphore]) -> bool:
+    """Whether another thread takes a fresh ``obj()`` at once (and lets it go)."""
+    taken: list[bool] = []
+
+    def other() -> None:
+        lock = obj()
+        taken.append(lock.acquire(blocking=False))
+        if taken[-1]:
+            lock.release()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(10)
+    return taken == [True]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("other_owner", ["alive", "ended"])
+def test_another_owners_block_left_on_a_shared_stack_leaves_this_owners_blocks_alone(
+    r: redis.Redis, other_owner: str
+) -> None:
+    """Review 71, F1 (a second holder): a thread's block left on a long-lived stack by a cut
+    before the push, then another thread's block entered through the same stack, and that
+    thread's next entry of the object: counting the object's exits on the stack blamed the
+    newest block -- the live one -- which was closed and given back while its body ran on;
+    the stack's close then ended the stale one with no LockLost. Each block is matched with
+    the index its own exit was to take. And a stale block of a thread that has ended goes at
+    the next entry of anyone (review 71, L1: kept in the object for good)."""
+    limit = 2 if other_owner == "alive" else 1
+    obj = Semaphore(NAME, limit=limit, ttl=5, wait=0)
+    stack = contextlib.ExitStack()
+    kept: list[BaseException] = []
+    go_on = threading.Event()
+
+    def a() -> None:
+        _left_on(stack, obj, kept)
+        if other_owner == "alive":
+            go_on.wait(30)  # (alive, and doing other work)
+
+    first = threading.Thread(target=a)
+    first.start()
+    if other_owner == "ended":
+        first.join(10)
+        kept.clear()
+    else:
+        while not kept:
+            time.sleep(0.01)
+    try:
+        stack.enter_context(obj)  # this thread's block, its exit on the stack
+        mine = obj._blocks[-1]
+        # (entered again; refused with limit 2 while the stale block holds a slot)
+        with contextlib.suppress(LockNotAcquired), obj:
+            pass
+        assert mine.open, "this thread's live block was given up by its next entry"
+        assert not _takes(lambda: Semaphore(NAME, limit=limit, ttl=5, wait=0)), (
+            "another thread got in while this thread's block ran"
+        )
+        if other_owner == "ended":
+            assert obj._blocks == [mine], "the ended thread's stale block is still kept"
+        stack.close()  # ends this thread's block: no LockLost
+        assert not mine.open
+    finally:
+        go_on.set()
+        first.join(10)
+    kept.clear()
+    with obj:  # (the other thread has ended now: its leftover goes at any next entry)
+        pass
+    assert not obj._blocks
+    _nothing_left(r, f"a stale block of a thread that is {other_owner}")
+
+
+@pytest.mark.timeout(30)
+def test_a_pushed_exit_of_a_block_entered_by_hand_ends_that_block(r: redis.Redis) -> None:
+    """Review 71, F2: a block entered by hand whose exit was pushed on a stack
+    (``stack.push(obj)``), then a block entered through that stack and cut before its own
+    exit was pushed: the stack's close ended the newest block through it -- the cut one --
+    with the by-hand block's exit, and the by-hand block stayed held and renewed for good,
+    past the thread's next ``with``. The exit the stack pops ends the block it belongs to."""
+    obj = Lock(NAME, ttl=5, wait=0)
+    stack = contextlib.ExitStack()
+    obj.__enter__()
+    stack.push(obj)
+    kept: list[BaseException] = []
+    _left_on(stack, obj, kept)
+    stack.close()
+    assert len(obj._blocks) == 1 and obj._blocks[0].through is not None, (
+        "the stack's close ended the wrong block"
+    )
+    with obj:  # the next entry ends the cut one (GUARANTEES)
+        pass
+    assert not obj._blocks
+    kept.clear()
+    _nothing_left(r, "a pushed by-hand exit")
+
+
+_WINDOWS = ("contextlib", "redlock_deco._ownership", "redlock_deco._primitive")
+
+
+class _Handler:
+    """A tracer that runs ``handler`` -- as a signal handler, a finalizer or a callback would
+    run -- at the ``at``-th trace event of contextlib's and the ownership code's frames, or
+    lists those events (``at`` None)."""
+
+    def __init__(self, handler: Callable[[], None], at: int | None = None) -> None:
+        self.handler, self.at = handler, at
+        self.seen: list[tuple[str, int, str]] = []
+
+    def __call__(self, frame: FrameType, event: str, arg: object) -> Any:
+        if self.at is not None and len(self.seen) > self.at:
+            return None
+        if frame.f_globals.get("__name__") in _WINDOWS:
+            self.seen.append((frame.f_code.co_name, frame.f_lineno, event))
+            if len(self.seen) - 1 == self.at:
+                self.handler()  # (tracing is off while a trace function runs)
+        return self
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+@pytest.mark.parametrize("same", [True, False], ids=["same-object", "same-name"])
+def test_an_entry_run_at_any_step_of_a_stacked_entry_leaves_that_block_held(
+    r: redis.Redis, kind: str, same: bool
+) -> None:
+    """Review 71a, F1 (a second holder): the same thread entering the object -- a signal
+    handler, a finalizer -- between ``__enter__``'s return and the stack's push of the exit
+    saw a block with no exit on its stack and gave it back: the body ran with nothing held.
+    F2: entering the same name while the section was in the thread's table but not yet
+    counted by its lease re-entered the lease, and that entry's exit gave it back. At every
+    step of the ownership code and contextlib's, such an entry runs here; the block entered
+    must be open and held once the entry returns, and nothing left after the stack closes."""
+
+    def make() -> Lock | Semaphore:
+        return (
+            Lock(NAME, ttl=5, wait=0) if kind == "lock" else Semaphore(NAME, limit=2, ttl=5, wait=0)
+        )
+
+    obj = make()
+    stack = contextlib.ExitStack()
+
+    def handler() -> None:
+        with contextlib.suppress(LockNotAcquired), obj if same else make():
+            pass
+
+    def cycle(tracer: _Handler | None) -> None:
+        sys.settrace(tracer)
+        try:
+            stack.enter_context(obj)
+        finally:
+            sys.settrace(None)
+        assert obj._blocks and all(block.open for block in obj._blocks), "the block was closed"
+        assert obj.owned(), "the block's lease was given back while it ran"
+        assert not _takes(make) or kind == "semaphore", "another thread got in"
+        sys.settrace(tracer)
+        try:
+            stack.close()
+        except LockLost:
+            # (an entry run inside the close itself may finish the close early: the close's
+            # own give-back then finds the lease ended -- loud, and after the body; a
+            # documented limit of the library used from a signal handler)
+            pass
+        finally:
+            sys.settrace(None)
+        assert not obj._blocks
+
+    cycle(None)  # (warm)
+    listing = _Handler(handler)
+    cycle(listing)
+    assert len(listing.seen) > 20, listing.seen
+    for index in range(len(listing.seen)):
+        try:
+            cycle(_Handler(handler, index))
+        except (AssertionError, LockError) as exc:
+            raise AssertionError(
+                f"an entry at {listing.seen[index]} (event {index}): {exc}"
+            ) from exc
+        _nothing_left(r, f"an entry at {listing.seen[index]} (event {index})")
