@@ -471,9 +471,10 @@ def _unmatched_exit(blocks: ownership.Blocks, where: ownership.Place) -> LockErr
     lease = blocks[-1].lease
     if where.stack is not None:
         return LockError(
-            f"this exit of a block on {lease.key!r}, pushed onto an ExitStack by hand "
-            "(stack.push(obj) or stack.callback(obj.__exit__, ...)), cannot tell which of the "
-            f"object's {len(blocks)} open blocks it ends (only the object's one block not "
+            f"this exit of a block on {lease.key!r}, run by an ExitStack, is none of the "
+            "blocks entered through that stack: an exit pushed onto it by hand "
+            "(stack.push(obj) or stack.callback(obj.__exit__, ...)), which cannot tell which "
+            f"of the object's {len(blocks)} open blocks it ends (only the object's one block not "
             "entered through a stack, entered by the closing thread or task or by one that "
             "has ended, can be), so nothing was released: enter the block through the stack "
             "instead (stack.enter_context(obj)), whose exit ends exactly that block wherever "

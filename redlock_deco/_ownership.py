@@ -433,13 +433,11 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
 
 def _exits_missing(blocks: Blocks) -> list[Section]:
     """The open blocks of an object entered through an ExitStack whose exit can never come:
-    the stack is gone, or the index its exit was to take (Section.slot) holds no exit of
-    the object. An interrupt in contextlib's own window -- after __enter__ returned, before
-    the exit was pushed; or between the stack's pop of the exit and its call -- left the
-    block open, held and renewed, a limit-1 semaphore object refusing every later entry:
-    for good with a stack reused entry after entry, whose deque outlives every exit (review
-    70, F2). Block by block: counting the object's exits on a stack shared by several
-    owners blamed the newest block, another owner's live one (review 71, F1).
+    the stack is gone, or no exit of the object on it can be theirs (see _matched). An
+    interrupt in contextlib's own window -- after __enter__ returned, before the exit was
+    pushed; or between the stack's pop of the exit and its call -- left the block open, held
+    and renewed, a limit-1 semaphore object refusing every later entry: for good with a
+    stack reused entry after entry, whose deque outlives every exit (review 70, F2).
 
     Never one still on its way: not another owner's (see unexited), and not one whose
     stack's entry or exit is under way on the calling stack -- the owner's own next entry
@@ -447,27 +445,54 @@ def _exits_missing(blocks: Blocks) -> list[Section]:
     __enter__'s return and the push or the pop and the exit's call: it gave back the block
     whose body was about to run (review 71, F1)."""
     missing: list[Section] = []
-    snapshots: dict[int, list[Any]] = {}
-    busy: set[int] | None = None
+    through: dict[int, tuple[Any, list[Section]]] = {}
     for section in list(blocks):
         if not section.open or section.through is None:
             continue
         stack = section.through()
         if stack is None:
             missing.append(section)
-            continue
-        if busy is None:
-            busy = _stacks_at_work()
+        else:
+            through.setdefault(id(stack), (stack, []))[1].append(section)
+    busy = _stacks_at_work() if through else set()
+    for stack, sections in through.values():
         if id(stack) in busy:
             continue
-        # (one copy per stack: a stack handed to another thread may change meanwhile, and
-        # list() of a deque is one C call)
-        exits = snapshots.get(id(stack))
-        if exits is None:
-            exits = snapshots[id(stack)] = list(stack)
-        if section.slot >= len(exits) or not _exit_of(exits[section.slot], blocks):
-            missing.append(section)
+        matched = _matched(sections, _exits_on(stack, blocks))
+        slots = [section.slot for section in sections]
+        missing.extend(
+            section
+            for section in sections
+            # (two blocks whose exits were to take one index -- entered at once by two
+            # threads, or by a handler in another's window: which exit is whose cannot be
+            # told, and neither is called missing)
+            if section not in matched.values() and slots.count(section.slot) == 1
+        )
     return missing
+
+
+def _exits_on(stack: Any, blocks: Blocks) -> list[int]:
+    """The indexes on ``stack`` (an ExitStack's callbacks) of the exits of the object whose
+    open blocks are ``blocks``. (list() of a deque is one C call: a stack handed to another
+    thread may change meanwhile.)"""
+    return [index for index, entry in enumerate(list(stack)) if _exit_of(entry, blocks)]
+
+
+def _matched(sections: list[Section], exits: list[int]) -> dict[int, Section]:
+    """Which of ``sections`` (blocks entered through one stack, in entry order) each exit
+    index on it is. A block's exit goes on top as its entry returns, at or above the index
+    it recorded (Section.slot: above it if something else was pushed between -- another
+    thread's, a signal handler's -- review 72, F1), and later blocks' exits above earlier
+    ones': the newest block takes the highest free index at or above its slot. One cut
+    before its push takes none, and its index goes to whichever block came after."""
+    free = sorted(exits)
+    matched: dict[int, Section] = {}
+    for section in reversed(sections):
+        index = next((at for at in reversed(free) if at >= section.slot), None)
+        if index is not None:
+            free.remove(index)
+            matched[index] = section
+    return matched
 
 
 def _stacks_at_work() -> set[int]:
@@ -536,15 +561,16 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
     stack = where.stack
     owner = current_owner()
     if stack is not None:
-        # The exit the stack has just popped was at the index its length is now: the block
-        # whose exit went there (the newest, if a block cut before its push left the index
-        # to a later one's). Not merely the newest through the stack: a block whose exit was
-        # never pushed took another's exit -- a by-hand block's, pushed with stack.push(),
-        # which then stayed held and renewed for good (review 71, F2).
+        # The exit the stack has just popped was on top, at the index its length is now (or
+        # below, if something was pushed since): the block it is, matched as _matched does.
+        # Not merely the newest through the stack: a block whose exit was never pushed took
+        # another's exit -- a by-hand block's, pushed with stack.push(), which then stayed
+        # held and renewed for good (review 71, F2).
         at = len(stack)
-        for section in reversed(blocks):
-            if section.through is not None and section.through() is stack and section.slot == at:
-                return section
+        on_it = [s for s in blocks if s.open and s.through is not None and s.through() is stack]
+        section = _matched(on_it, [*_exits_on(stack, blocks), at]).get(at)
+        if section is not None:
+            return section
         # An exit pushed onto the stack by hand (stack.push(obj), stack.callback(obj.__exit__))
         # for a block entered by hand: nothing says which block it is, and the frame rules
         # took the closer's own `with` block on the object, whose body ran on without its

@@ -337,29 +337,38 @@ class _Handler:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
-@pytest.mark.parametrize("same", [True, False], ids=["same-object", "same-name"])
+@pytest.mark.parametrize("run", ["same-object", "same-name", "push", "another-through-the-stack"])
 def test_an_entry_run_at_any_step_of_a_stacked_entry_leaves_that_block_held(
-    r: redis.Redis, kind: str, same: bool
+    r: redis.Redis, kind: str, run: str
 ) -> None:
     """Review 71a, F1 (a second holder): the same thread entering the object -- a signal
     handler, a finalizer -- between ``__enter__``'s return and the stack's push of the exit
     saw a block with no exit on its stack and gave it back: the body ran with nothing held.
     F2: entering the same name while the section was in the thread's table but not yet
-    counted by its lease re-entered the lease, and that entry's exit gave it back. At every
-    step of the ownership code and contextlib's, such an entry runs here; the block entered
-    must be open and held once the entry returns, and nothing left after the stack closes."""
+    counted by its lease re-entered the lease, and that entry's exit gave it back. Review 72,
+    F1 (a second holder): a push onto the same stack there (a callback, another lock entered
+    through it) put the block's exit one index higher than it had recorded, and the owner's
+    next entry gave the block up; F2: the same as the stack's exit ran, and the close raised
+    with the block left held. At every step of the ownership code and contextlib's, such an
+    entry or push runs here; the block must be open and held once the entry returns and after
+    the owner enters the object again, and nothing may be left after the stack closes."""
 
-    def make() -> Lock | Semaphore:
-        return (
-            Lock(NAME, ttl=5, wait=0) if kind == "lock" else Semaphore(NAME, limit=2, ttl=5, wait=0)
-        )
+    def make(name: str = NAME) -> Lock | Semaphore:
+        if kind == "lock":
+            return Lock(name, ttl=5, wait=0)
+        return Semaphore(name, limit=2, ttl=5, wait=0)
 
     obj = make()
     stack = contextlib.ExitStack()
 
     def handler() -> None:
-        with contextlib.suppress(LockNotAcquired), obj if same else make():
-            pass
+        if run == "push":
+            stack.callback(lambda: None)
+        elif run == "another-through-the-stack":
+            stack.enter_context(make(NAME + "-other"))
+        else:
+            with contextlib.suppress(LockNotAcquired), obj if run == "same-object" else make():
+                pass
 
     def cycle(tracer: _Handler | None) -> None:
         sys.settrace(tracer)
@@ -369,7 +378,11 @@ def test_an_entry_run_at_any_step_of_a_stacked_entry_leaves_that_block_held(
             sys.settrace(None)
         assert obj._blocks and all(block.open for block in obj._blocks), "the block was closed"
         assert obj.owned(), "the block's lease was given back while it ran"
-        assert not _takes(make) or kind == "semaphore", "another thread got in"
+        mine = obj._blocks[-1]
+        with contextlib.suppress(LockNotAcquired), obj:  # (the owner's next entry)
+            pass
+        assert mine.open and obj.owned(), "the owner's next entry gave the block up"
+        assert kind == "semaphore" or not _takes(make), "another thread got in"
         sys.settrace(tracer)
         try:
             stack.close()
@@ -380,7 +393,8 @@ def test_an_entry_run_at_any_step_of_a_stacked_entry_leaves_that_block_held(
             pass
         finally:
             sys.settrace(None)
-        assert not obj._blocks
+        stack.close()  # (what a handler pushed as the close ended: left on it, as contextlib does)
+        assert not obj._blocks, "a block left open after the stack closed"
 
     cycle(None)  # (warm)
     listing = _Handler(handler)
@@ -390,7 +404,68 @@ def test_an_entry_run_at_any_step_of_a_stacked_entry_leaves_that_block_held(
         try:
             cycle(_Handler(handler, index))
         except (AssertionError, LockError) as exc:
-            raise AssertionError(
-                f"an entry at {listing.seen[index]} (event {index}): {exc}"
-            ) from exc
-        _nothing_left(r, f"an entry at {listing.seen[index]} (event {index})")
+            raise AssertionError(f"{run} at {listing.seen[index]} (event {index}): {exc}") from exc
+        _nothing_left(r, f"{run} at {listing.seen[index]} (event {index})")
+
+
+@pytest.mark.timeout(30)
+def test_two_threads_entering_through_one_stack_at_once_are_both_ended_by_its_close(
+    r: redis.Redis,
+) -> None:
+    """Review 72, F2: two threads entering one object through one stack at the same moment
+    record the same index for their exits; the stack's close then matched neither, raised
+    LockError and left a block held and renewed. Thread A is held in contextlib's window
+    (after its enter, before its push) while B enters; then A's push lands above B's."""
+    obj = Semaphore(NAME, limit=3, ttl=5, wait=0)
+    stack = contextlib.ExitStack()
+    in_window, go_on = threading.Event(), threading.Event()
+
+    def pause(frame: FrameType, event: str, arg: object) -> Any:
+        if (event, frame.f_code.co_name) == ("call", "_push_cm_exit"):
+            in_window.set()
+            go_on.wait(10)
+            return None
+        return pause
+
+    def a() -> None:
+        sys.settrace(pause)
+        try:
+            stack.enter_context(obj)
+        finally:
+            sys.settrace(None)
+
+    first = threading.Thread(target=a)
+    first.start()
+    assert in_window.wait(10)
+    second = threading.Thread(target=lambda: stack.enter_context(obj))
+    second.start()
+    second.join(10)
+    go_on.set()
+    first.join(10)
+    slots = [block.slot for block in obj._blocks]
+    assert len(slots) == 2 and slots[0] == slots[1], slots  # (the same index recorded)
+    stack.close()  # both blocks' exits: no LockError
+    assert not obj._blocks
+    _nothing_left(r, "two entries through one stack at once")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_blocks_of_one_object_entered_through_one_stack_each_keep_their_exit(
+    r: redis.Redis, kind: str
+) -> None:
+    """Several blocks of one object on one stack, with other callbacks between: the object's
+    next entry leaves every one open, and the stack's close ends each (newest first)."""
+    obj = Lock(NAME, ttl=5, wait=0) if kind == "lock" else Semaphore(NAME, limit=4, ttl=5, wait=0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(obj)
+        stack.callback(lambda: None)
+        stack.enter_context(obj)
+        stack.enter_context(Lock(NAME + "-other", ttl=5))
+        stack.enter_context(obj)
+        blocks = list(obj._blocks)
+        with obj:  # the object's next entry
+            assert all(block.open for block in blocks), "a block on the stack was given up"
+        assert obj._blocks == blocks
+    assert not obj._blocks
+    _nothing_left(r, "several blocks of one object on one stack")
