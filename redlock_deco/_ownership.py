@@ -570,6 +570,14 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
         on_it = [s for s in blocks if s.open and s.through is not None and s.through() is stack]
         section = _matched(on_it, [*_exits_on(stack, blocks), at]).get(at)
         if section is not None:
+            # Blocks that recorded one index (entered at once by two threads; one entering
+            # as this exit began, its own exit not pushed yet): the closer's own, if one is,
+            # else the oldest -- the newest was another thread's, still being entered, and
+            # was given back while its body ran (review 72b, F1).
+            tied = [s for s in on_it if s.slot == section.slot]
+            if len(tied) > 1 and section.owner() is not owner:
+                closers = [s for s in tied if s.owner() is owner]
+                return closers[-1] if closers else tied[0]
             return section
         # An exit pushed onto the stack by hand (stack.push(obj), stack.callback(obj.__exit__))
         # for a block entered by hand: nothing says which block it is, and the frame rules

@@ -469,3 +469,57 @@ def test_blocks_of_one_object_entered_through_one_stack_each_keep_their_exit(
         assert obj._blocks == blocks
     assert not obj._blocks
     _nothing_left(r, "several blocks of one object on one stack")
+
+
+@pytest.mark.timeout(30)
+def test_a_stack_closed_as_another_thread_enters_through_it_ends_the_block_it_pops(
+    r: redis.Redis,
+) -> None:
+    """Review 72b, F1: a stack's close by one thread, while another enters the object through
+    the same stack -- its index recorded as the close's exit began, its own exit not pushed
+    yet: the two blocks recorded one index, and the exit ended the newest -- the entering
+    thread's, given back while its body ran -- leaving the popped one's block held."""
+    obj = Semaphore(NAME, limit=2, ttl=5, wait=0)
+    stack = contextlib.ExitStack()
+    stack.enter_context(obj)  # A: this thread's block, its exit on the stack
+    first = obj._blocks[-1]
+    at_exit, at_push, go_exit, go_push = (threading.Event() for _ in range(4))
+
+    def hold(event: threading.Event, go: threading.Event, module: str, name: str) -> Any:
+        def tracer(frame: FrameType, what: str, arg: object) -> Any:
+            if (what, frame.f_code.co_name) == ("call", name) and (
+                frame.f_globals.get("__name__") == module
+            ):
+                sys.settrace(None)
+                event.set()
+                go.wait(10)
+            return None
+
+        return tracer
+
+    def closer() -> None:
+        sys.settrace(hold(at_exit, go_exit, "redlock_deco._primitive", "__exit__"))
+        stack.close()
+
+    entered: list[Any] = []
+
+    def enterer() -> None:
+        assert at_exit.wait(10)
+        sys.settrace(hold(at_push, go_push, "contextlib", "_push_cm_exit"))
+        stack.enter_context(obj)
+        entered.append(obj.owned())
+
+    threads = [threading.Thread(target=closer), threading.Thread(target=enterer)]
+    for thread in threads:
+        thread.start()
+    assert at_push.wait(10)
+    go_exit.set()  # the close's exit runs while the other block waits for its push
+    time.sleep(0.2)
+    go_push.set()
+    for thread in threads:
+        thread.join(10)
+    assert not first.open, "the block whose exit the close ran is still open"
+    assert len(obj._blocks) == 1 and obj._blocks[0].open, "the entering thread's block ended"
+    assert entered == [True]
+    stack.close()
+    assert not obj._blocks

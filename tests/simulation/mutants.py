@@ -697,6 +697,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "        section = _matched(on_it, [*_exits_on(stack, blocks), at]).get(at)\n",
        "        section = on_it[-1] if on_it else None\n",
        "tests/integration/test_stack_windows.py"),
+    py("tied-exit-to-the-newest", "an exit a stack runs, matched to one of several blocks that "
+       "recorded one index, ends the newest (another thread's, still being entered)",
+       "_ownership", "            if len(tied) > 1 and section.owner() is not owner:\n",
+       "            if False:\n", "tests/integration/test_stack_windows.py"),
     py("exits-matched-oldest-first", "a stack's exits are matched to its blocks oldest first "
        "(an older block takes a newer one's exit, and the newer one is given up at the next "
        "entry)", "_ownership", "    for section in reversed(sections):\n        index = next(",
