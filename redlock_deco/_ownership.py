@@ -110,6 +110,7 @@ class Section:
         "held",
         "here",
         "keep",
+        "keeper",
         "lease",
         "open",
         "owner",
@@ -135,6 +136,7 @@ class Section:
         # as the entry returns (see _exit_missing).
         self.through: weakref.ref[Any] | None = None
         self.slot = -1
+        self.keeper: weakref.ref[Any] | None = None  # that ExitStack itself
         self.entry = (next(_sequence), lease)
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
         self.open = True
@@ -188,6 +190,13 @@ def open_section(
         section.body, section.at = where.body, where.at
         hk = (lease.provider, lease.key)
         if through is not None:
+            if where.keeper is not None:
+                # The stack's callbacks now, after the wait: a pop_all() meanwhile (another
+                # task's, while this one waited for the lock) gave the stack new ones, where
+                # contextlib pushes this block's exit; recorded before, the block counted as
+                # missing its exit, and was given up while its body ran (review 73a, F1).
+                through = getattr(where.keeper, "_exit_callbacks", through)
+                section.keeper = weakref.ref(where.keeper)
             # (its length now: the stack pushes this block's exit as the entry returns, with
             # no await or line of another caller between -- callbacks are last in, first out)
             section.slot = len(through)
@@ -311,6 +320,7 @@ class Place(NamedTuple):
     stack: Any
     body: Any = None  # that frame's code, whatever its kind
     at: int = -1  # the offset of the `with` statement there, if a `with` statement enters
+    keeper: Any = None  # the (Async)ExitStack itself, whose callbacks may be replaced
 
 
 _NOWHERE = Place(0, None, None)
@@ -343,22 +353,22 @@ def place() -> Place:
     ``(Async)ExitStack`` was not seen as a generator's, and its exit found no block).
     """
     frame: Any = sys._getframe(1)
-    stack = None
+    stack = keeper = None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module == "contextlib":
             if stack is None and frame.f_code.co_name in _STACK_METHODS:
                 owner = frame.f_locals.get("self")
                 if isinstance(owner, (ExitStack, AsyncExitStack)):
-                    stack = getattr(owner, "_exit_callbacks", None)
+                    stack, keeper = getattr(owner, "_exit_callbacks", None), owner
         elif not module.startswith("redlock_deco"):
             break
         frame = frame.f_back
     if frame is None:
-        return Place(0, None, stack)
+        return Place(0, None, stack, keeper=keeper)
     code = frame.f_code
     at = frame.f_lasti if stack is None and frame.f_lasti in _with_offsets(code) else -1
-    return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack, code, at)
+    return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack, code, at, keeper)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -433,41 +443,39 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
 
 def _exits_missing(blocks: Blocks) -> list[Section]:
     """The open blocks of an object entered through an ExitStack whose exit can never come:
-    the stack is gone, or no exit of the object on it can be theirs (see _matched). An
-    interrupt in contextlib's own window -- after __enter__ returned, before the exit was
-    pushed; or between the stack's pop of the exit and its call -- left the block open, held
-    and renewed, a limit-1 semaphore object refusing every later entry: for good with a
-    stack reused entry after entry, whose deque outlives every exit (review 70, F2).
+    its stack is gone, or holds no exit of the object at all -- neither the callbacks the
+    block was entered on nor the stack's current ones (a pop_all() or a close by another
+    thread or a signal handler while the exit was on its way put it on those). An interrupt
+    in contextlib's own window -- after __enter__ returned, before the exit was pushed; or
+    between the stack's pop of the exit and its call -- left the block open, held and
+    renewed, a limit-1 semaphore object refusing every later entry: for good with a stack
+    reused entry after entry, whose deque outlives every exit (review 70, F2).
 
+    Only when certain. While the stack holds an exit of the object, which blocks it is for
+    cannot be told for sure: an index recorded at the entry moves with every push, close or
+    pop_all() another thread or a handler makes before contextlib's push, and reading
+    blocks off the exits' positions gave up live blocks (reviews 71 and 72, F1; 73a, F2).
+    A block so left goes once the stack holds no exit of the object, or with the stack.
     Never one still on its way: not another owner's (see unexited), and not one whose
-    stack's entry or exit is under way on the calling stack -- the owner's own next entry
-    made by a signal handler, a finalizer or a callback run in contextlib's window, between
-    __enter__'s return and the push or the pop and the exit's call: it gave back the block
-    whose body was about to run (review 71, F1)."""
+    stack's entry or exit is under way on the calling stack (a signal handler, a finalizer
+    or a callback run in contextlib's window: review 71a, F1)."""
     missing: list[Section] = []
-    through: dict[int, tuple[Any, list[Section]]] = {}
+    busy: set[int] | None = None
     for section in list(blocks):
         if not section.open or section.through is None:
             continue
-        stack = section.through()
-        if stack is None:
-            missing.append(section)
-        else:
-            through.setdefault(id(stack), (stack, []))[1].append(section)
-    busy = _stacks_at_work() if through else set()
-    for stack, sections in through.values():
-        if id(stack) in busy:
-            continue
-        matched = _matched(sections, _exits_on(stack, blocks))
-        slots = [section.slot for section in sections]
-        missing.extend(
-            section
-            for section in sections
-            # (two blocks whose exits were to take one index -- entered at once by two
-            # threads, or by a handler in another's window: which exit is whose cannot be
-            # told, and neither is called missing)
-            if section not in matched.values() and slots.count(section.slot) == 1
-        )
+        keeper = section.keeper() if section.keeper is not None else None
+        stacks = [
+            stack
+            for stack in (section.through(), getattr(keeper, "_exit_callbacks", None))
+            if stack is not None
+        ]
+        if stacks:
+            if busy is None:
+                busy = _stacks_at_work()
+            if any(id(stack) in busy or _exits_on(stack, blocks) for stack in stacks):
+                continue
+        missing.append(section)
     return missing
 
 
@@ -571,14 +579,16 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
         section = _matched(on_it, [*_exits_on(stack, blocks), at]).get(at)
         if section is not None:
             # Blocks that recorded one index (entered at once by two threads; one entering
-            # as this exit began, its own exit not pushed yet): the closer's own, if one is,
-            # else the oldest -- the newest was another thread's, still being entered, and
-            # was given back while its body ran (review 72b, F1).
+            # as this exit began, its own exit not pushed yet): which exit is whose cannot be
+            # told, and the block still being entered was given back while its body ran --
+            # the newest (review 72b, F1), or the oldest (73b, F2). Only one that cannot be
+            # on its way: the closer's own, or one whose owner has ended; else none (the
+            # exit raises, releasing nothing).
             tied = [s for s in on_it if s.slot == section.slot]
-            if len(tied) > 1 and section.owner() is not owner:
-                closers = [s for s in tied if s.owner() is owner]
-                return closers[-1] if closers else tied[0]
-            return section
+            if len(tied) == 1:
+                return section
+            done = [s for s in tied if s.owner() is owner or _owner_ended(s)]
+            return (section if section in done else done[-1]) if done else None
         # An exit pushed onto the stack by hand (stack.push(obj), stack.callback(obj.__exit__))
         # for a block entered by hand: nothing says which block it is, and the frame rules
         # took the closer's own `with` block on the object, whose body ran on without its
@@ -586,7 +596,12 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
         rest = [section for section in blocks if not _through_live_stack(section)]
         if len(rest) == 1 and (rest[0].owner() is owner or _handed_out(rest[0])):
             return rest[0]
-        return None
+        # A stack closed or handed on by another thread while a block's exit was on its way
+        # put the exit below the index the block recorded: the one block through the stack
+        # that cannot be on its way -- the closer's own, or an ended owner's (review 73b,
+        # F1: the exit raised, and the block stayed held).
+        done = [s for s in on_it if s.owner() is owner or _owner_ended(s)]
+        return done[0] if len(done) == 1 else None
     same_frame = newest_of_owner = None
     handed_out = []
     for section in reversed(blocks):

@@ -472,16 +472,18 @@ def test_blocks_of_one_object_entered_through_one_stack_each_keep_their_exit(
 
 
 @pytest.mark.timeout(30)
-def test_a_stack_closed_as_another_thread_enters_through_it_ends_the_block_it_pops(
+def test_a_stack_closed_as_another_thread_enters_through_it_gives_up_no_block_in_use(
     r: redis.Redis,
 ) -> None:
-    """Review 72b, F1: a stack's close by one thread, while another enters the object through
-    the same stack -- its index recorded as the close's exit began, its own exit not pushed
-    yet: the two blocks recorded one index, and the exit ended the newest -- the entering
-    thread's, given back while its body ran -- leaving the popped one's block held."""
+    """Reviews 72b and 73b, F1/F2: a stack closed by one thread while another enters the
+    object through it -- the entering block recorded the index of the exit being run, its
+    own exit not pushed yet. Ending the newest of the two gave back the entering thread's
+    block while its body ran; ending the oldest does the same when the entering thread was
+    the other one. Which exit is whose cannot be told: the close raises, releasing nothing,
+    and every block stays held; the stack's next close, by one of their threads, ends them."""
     obj = Semaphore(NAME, limit=2, ttl=5, wait=0)
     stack = contextlib.ExitStack()
-    stack.enter_context(obj)  # A: this thread's block, its exit on the stack
+    stack.enter_context(obj)  # this thread's block, its exit on the stack
     first = obj._blocks[-1]
     at_exit, at_push, go_exit, go_push = (threading.Event() for _ in range(4))
 
@@ -497,9 +499,14 @@ def test_a_stack_closed_as_another_thread_enters_through_it_ends_the_block_it_po
 
         return tracer
 
+    raised: list[BaseException] = []
+
     def closer() -> None:
         sys.settrace(hold(at_exit, go_exit, "redlock_deco._primitive", "__exit__"))
-        stack.close()
+        try:
+            stack.close()
+        except LockError as exc:
+            raised.append(exc)
 
     entered: list[Any] = []
 
@@ -518,8 +525,103 @@ def test_a_stack_closed_as_another_thread_enters_through_it_ends_the_block_it_po
     go_push.set()
     for thread in threads:
         thread.join(10)
-    assert not first.open, "the block whose exit the close ran is still open"
-    assert len(obj._blocks) == 1 and obj._blocks[0].open, "the entering thread's block ended"
-    assert entered == [True]
-    stack.close()
+    assert entered == [True], "the entering thread's block was given up"
+    assert len(raised) == 1, "an exit that could not tell its block released one"
+    assert first.open and len(obj._blocks) == 2 and all(b.open for b in obj._blocks)
+    stack.close()  # this thread's: its own block, or the ended thread's
+    with obj:  # (and the one left without an exit on the stack goes at the next entry)
+        pass
     assert not obj._blocks
+    _nothing_left(r, "a close as another thread entered through the stack")
+
+
+@pytest.mark.timeout(30)
+def test_a_stack_handed_on_while_an_entry_through_it_waits_keeps_that_block(
+    r: redis.Redis,
+) -> None:
+    """Review 73a, F1 (a second holder): a task entering the object through a shared stack
+    waits for the lock; meanwhile another task hands the stack's callbacks on
+    (``pop_all()``), and the stack gets new ones, where contextlib pushes the block's exit.
+    The block recorded the old ones, found no exit there, and the owner's next entry gave it
+    up while its body ran."""
+
+    async def scenario() -> None:
+        obj = AsyncLock(NAME, ttl=5, wait=5)
+        stack = contextlib.AsyncExitStack()
+        holder = AsyncLock(NAME, ttl=5)
+        assert await holder.acquire()
+
+        async def other_gets_in() -> bool:
+            try:
+                async with AsyncLock(NAME, ttl=5, wait=0):
+                    return True
+            except LockNotAcquired:
+                return False
+
+        async def enter_and_run() -> None:
+            await stack.enter_async_context(obj)  # waits for the holder
+            mine = obj._blocks[-1]
+            async with obj:  # the owner's next entry
+                pass
+            assert mine.open and await obj.owned(), "the owner's next entry gave the block up"
+            assert not await asyncio.create_task(other_gets_in()), "another task got in"
+            await stack.aclose()
+            assert not obj._blocks
+
+        running = asyncio.create_task(enter_and_run())
+        await asyncio.sleep(0.2)
+        handed = stack.pop_all()  # (its callbacks, empty now, go on)
+        await holder.release()
+        await running
+        await handed.aclose()
+
+    asyncio.run(scenario())
+    _nothing_left(r, "a stack handed on while an entry through it waited")
+
+
+@pytest.mark.timeout(30)
+def test_a_stack_closed_by_another_thread_as_an_entry_pushes_keeps_and_then_ends_that_block(
+    r: redis.Redis,
+) -> None:
+    """Review 73a F2 and 73b F1 (a second holder): a stack holding a callback is closed by
+    another thread while a thread's entry through it is between its ``__enter__`` and the
+    push of its exit, which then lands below the index the block recorded: the block counted
+    as missing its exit, and the owner's next entry gave it up while its body ran; the
+    stack's next close, by the owner, raised and left it held."""
+    obj = Lock(NAME, ttl=5, wait=0)
+    stack = contextlib.ExitStack()
+    stack.callback(lambda: None)
+    in_window, go_on, checked = threading.Event(), threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def pause(frame: FrameType, event: str, arg: object) -> Any:
+        if (event, frame.f_code.co_name) == ("call", "_push_cm_exit"):
+            sys.settrace(None)
+            in_window.set()
+            go_on.wait(10)
+            return None
+        return pause
+
+    def owner() -> None:
+        sys.settrace(pause)
+        try:
+            stack.enter_context(obj)
+        finally:
+            sys.settrace(None)
+        mine = obj._blocks[-1]
+        with obj:  # the owner's next entry
+            pass
+        seen.append(mine.open and obj.owned())
+        seen.append(_takes(lambda: Lock(NAME, ttl=5, wait=0)))
+        checked.set()
+        stack.close()  # the owner's close: its own block
+        seen.append(not obj._blocks)
+
+    thread = threading.Thread(target=owner)
+    thread.start()
+    assert in_window.wait(10)
+    stack.close()  # another thread's close, as the entry is about to push its exit
+    go_on.set()
+    thread.join(10)
+    assert seen == [True, False, True], seen
+    _nothing_left(r, "a close by another thread as an entry pushed its exit")
