@@ -627,20 +627,6 @@ MUTANTS: tuple[Mutant, ...] = (
        "            except Exception:\n                log.exception(\"the lease renewer",
        "            except ZeroDivisionError:\n                log.exception(\"the lease renewer",
        "tests/integration/test_renewal.py"),
-    py("several-names-cut-close-left-open", "a multi-name call whose closing of one section "
-       "is cut short before close_section's own handling leaves that section to the collector "
-       "(held and renewed after the call raised, until a collection)", "_guard",
-       "                    abort(section, exc)\n    except BaseException as exc:  # interrupted "
-       "between two of them\n        for section in sections or ():\n            if section.open:"
-       "\n                abort(section, exc)\n        raise\n    if first is not None:\n"
-       "        try:\n            raise first\n        finally:  # (its traceback holds this "
-       "frame: no cycle through it)\n            first = None\n",
-       "                    pass\n    except BaseException as exc:  # interrupted "
-       "between two of them\n        for section in sections or ():\n            if section.open:"
-       "\n                abort(section, exc)\n        raise\n    if first is not None:\n"
-       "        raise first\n",
-       "tests/integration/test_interrupts.py::"
-       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[several-names]"),
     py("renewal-listener-exit-escapes", "a listener's SystemExit on a renewal's event escapes "
        "(on_lost skipped; asyncio.run ended)", "_events",
        "    except BaseException:\n        log.exception(\"redlock_deco event listener failed on "
@@ -710,11 +696,6 @@ MUTANTS: tuple[Mutant, ...] = (
        "stack closed by another thread as it was pushed) is never ended by its own close",
        "_ownership", "        return done[0] if len(done) == 1 else None\n",
        "        return None\n", "tests/integration/test_stack_windows.py"),
-    py("exits-matched-oldest-first", "a stack's exits are matched to its blocks oldest first "
-       "(an older block takes a newer one's exit, and the newer one is given up at the next "
-       "entry)", "_ownership", "    for section in reversed(sections):\n        index = next(",
-       "    for section in sections:\n        index = next(",
-       "tests/integration/test_stack_windows.py"),
     py("exit-index-is-slot", "a block's exit is looked for only at the index it recorded (a "
        "push between its entry and its own push moves it: the block is given up)",
        "_ownership", "if at >= section.slot), None)", "if at == section.slot), None)",
