@@ -408,6 +408,23 @@ def test_an_entry_run_at_any_step_of_a_stacked_entry_leaves_that_block_held(
         _nothing_left(r, f"{run} at {listing.seen[index]} (event {index})")
 
 
+def _held_at(module: str, name: str, reached: threading.Event, go_on: threading.Event) -> Any:
+    """A trace function that holds its thread as ``module``'s ``name`` is called (once):
+    ``reached`` is set, and the thread waits for ``go_on`` -- a thread switch at a chosen
+    point, with no interrupt."""
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if (event, frame.f_code.co_name) == ("call", name) and (
+            frame.f_globals.get("__name__") == module
+        ):
+            sys.settrace(None)
+            reached.set()
+            go_on.wait(10)
+        return None
+
+    return tracer
+
+
 @pytest.mark.timeout(30)
 def test_two_threads_entering_through_one_stack_at_once_are_both_ended_by_its_close(
     r: redis.Redis,
@@ -420,15 +437,8 @@ def test_two_threads_entering_through_one_stack_at_once_are_both_ended_by_its_cl
     stack = contextlib.ExitStack()
     in_window, go_on = threading.Event(), threading.Event()
 
-    def pause(frame: FrameType, event: str, arg: object) -> Any:
-        if (event, frame.f_code.co_name) == ("call", "_push_cm_exit"):
-            in_window.set()
-            go_on.wait(10)
-            return None
-        return pause
-
     def a() -> None:
-        sys.settrace(pause)
+        sys.settrace(_held_at("contextlib", "_push_cm_exit", in_window, go_on))
         try:
             stack.enter_context(obj)
         finally:
@@ -487,22 +497,10 @@ def test_a_stack_closed_as_another_thread_enters_through_it_gives_up_no_block_in
     first = obj._blocks[-1]
     at_exit, at_push, go_exit, go_push = (threading.Event() for _ in range(4))
 
-    def hold(event: threading.Event, go: threading.Event, module: str, name: str) -> Any:
-        def tracer(frame: FrameType, what: str, arg: object) -> Any:
-            if (what, frame.f_code.co_name) == ("call", name) and (
-                frame.f_globals.get("__name__") == module
-            ):
-                sys.settrace(None)
-                event.set()
-                go.wait(10)
-            return None
-
-        return tracer
-
     raised: list[BaseException] = []
 
     def closer() -> None:
-        sys.settrace(hold(at_exit, go_exit, "redlock_deco._primitive", "__exit__"))
+        sys.settrace(_held_at("redlock_deco._primitive", "__exit__", at_exit, go_exit))
         try:
             stack.close()
         except LockError as exc:
@@ -512,7 +510,7 @@ def test_a_stack_closed_as_another_thread_enters_through_it_gives_up_no_block_in
 
     def enterer() -> None:
         assert at_exit.wait(10)
-        sys.settrace(hold(at_push, go_push, "contextlib", "_push_cm_exit"))
+        sys.settrace(_held_at("contextlib", "_push_cm_exit", at_push, go_push))
         stack.enter_context(obj)
         entered.append(obj.owned())
 
@@ -594,16 +592,8 @@ def test_a_stack_closed_by_another_thread_as_an_entry_pushes_keeps_and_then_ends
     in_window, go_on, checked = threading.Event(), threading.Event(), threading.Event()
     seen: list[object] = []
 
-    def pause(frame: FrameType, event: str, arg: object) -> Any:
-        if (event, frame.f_code.co_name) == ("call", "_push_cm_exit"):
-            sys.settrace(None)
-            in_window.set()
-            go_on.wait(10)
-            return None
-        return pause
-
     def owner() -> None:
-        sys.settrace(pause)
+        sys.settrace(_held_at("contextlib", "_push_cm_exit", in_window, go_on))
         try:
             stack.enter_context(obj)
         finally:
