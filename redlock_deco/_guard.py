@@ -32,6 +32,7 @@ from . import _process as process
 from . import _providers as providers
 from . import _renewal as renewal
 from . import _tokens as tokens
+from . import _worker as worker
 from ._errors import LockError, LockLost, LockNotReplicated, ProviderError, add_note
 from ._lifecycle import Cleanup, Lease
 from ._options import LeaseOptions
@@ -494,9 +495,13 @@ def _unmatched_exit(blocks: ownership.Blocks, where: ownership.Place) -> LockErr
 
 
 def close_block(
-    blocks: ownership.Blocks, error: BaseException | None, handled: list[bool] | None = None
+    blocks: ownership.Blocks,
+    error: BaseException | None,
+    handled: list[bool] | None = None,
+    by: ownership.StackExit | None = None,
 ) -> None:
-    """The exit of a ``with`` block on an object whose open blocks are ``blocks``. Marks
+    """The exit of a ``with`` block on an object whose open blocks are ``blocks`` (``by``: the
+    exit an ExitStack runs, if it is one: see ownership.exiting). Marks
     ``handled`` once the block is closed, or as its own handler begins: a caller whose call
     raised with it unmarked was cut short as this began, before its ``try``, and gives the
     block up itself (see close_block_cut). Not as the ``try`` begins: a cut between the two
@@ -505,10 +510,13 @@ def close_block(
     returned (Python 3.10 looks for a signal there) did the same (review 70, F1)."""
     section = _UNSET
     try:
-        where = ownership.place()
-        section = ownership.exiting(blocks, where)
+        where = ownership.place(blocks)
+        by = ownership.run_as(blocks, by, where)
+        section = ownership.exiting(blocks, where, by)
         if section is None and blocks:
             raise _unmatched_exit(blocks, where)
+        if section is not None and not ownership.ends(section, by):
+            section = None  # (ended by its other exit, or to be: see ownership.ends)
         close_section(section, error)
         if handled is not None:  # (closed: a cut as this returns must not give up another)
             handled.append(True)
@@ -518,18 +526,20 @@ def close_block(
         # Interrupted before its exit began (finding it, or entering close_section): give
         # it up now. (One close_section closed, or that raised LockLost, is not open.)
         if section is _UNSET:
-            section = ownership.exiting(blocks, ownership.place())
+            section = ownership.leaving(blocks, by)
         if section is not None and section.open:
             abort(section, exc)
         raise
 
 
-def close_block_cut(blocks: ownership.Blocks, exc: BaseException) -> None:
+def close_block_cut(
+    blocks: ownership.Blocks, exc: BaseException, by: ownership.StackExit | None = None
+) -> None:
     """Give up the block an exit was leaving when its close_block was cut short as it
     began (an interrupt as its frame started): the block stayed open, held and renewed,
     for as long as a caller kept the exception -- whose traceback keeps the frames that
     would otherwise have dropped it (review 68, F3)."""
-    section = ownership.exiting(blocks, ownership.place())
+    section = ownership.leaving(blocks, by)
     if section is not None and section.open:
         abort(section, exc)
 
@@ -1008,9 +1018,7 @@ async def abort_async(section: ownership.Section, exc: BaseException) -> None:
 
 
 async def close_unexited_async(blocks: ownership.Blocks, where: ownership.Place) -> None:
-    """:func:`close_unexited` for asyncio (an ``async with``'s own exit is left to its task's
-    end; what is found here is a block entered through an AsyncExitStack whose exit can
-    never come: see ownership.unexited)."""
+    """:func:`close_unexited` for asyncio."""
     for section in ownership.unexited(blocks, where):
         try:
             if ownership.close(section):
@@ -1023,31 +1031,63 @@ async def close_unexited_async(blocks: ownership.Blocks, where: ownership.Place)
 
 
 async def close_block_async(
-    blocks: ownership.Blocks, error: BaseException | None, handled: list[bool] | None = None
+    blocks: ownership.Blocks,
+    error: BaseException | None,
+    handled: list[bool] | None = None,
+    by: ownership.StackExit | None = None,
 ) -> None:
     """:func:`close_block` for asyncio."""
     section = _UNSET
     try:
-        where = ownership.place()
-        section = ownership.exiting(blocks, where)
+        where = ownership.place(blocks)
+        by = ownership.run_as(blocks, by, where)
+        section = ownership.exiting(blocks, where, by)
         if section is None and blocks:
             raise _unmatched_exit(blocks, where)
-        await close_section_async(section, error)
+        if section is not None and not ownership.ends(section, by):
+            section = None  # (see close_block)
+        if isinstance(error, GeneratorExit) and ownership.closing_coroutine(where):
+            _close_section_soon(section)
+        else:
+            await close_section_async(section, error)
         if handled is not None:
             handled.append(True)
     except BaseException as exc:
         if handled is not None:
             handled.append(True)
         if section is _UNSET:
-            section = ownership.exiting(blocks, ownership.place())
+            section = ownership.leaving(blocks, by)
         if section is not None and section.open:
             await abort_async(section, exc)
         raise
 
 
-async def close_block_cut_async(blocks: ownership.Blocks, exc: BaseException) -> None:
+def _close_section_soon(section: ownership.Section | None) -> None:
+    """Close ``section`` from the exit of a coroutine being closed (``coroutine.close()``:
+    the collector dropping a task still pending inside the block), where nothing may be
+    awaited: its first await that suspended made the coroutine "ignore GeneratorExit", and
+    the exit's own clean-up ran later, with no running loop (review 79a). The release is a
+    task of its own (nobody is left to hear a loss); without a running loop, the lease is
+    left to its ttl, unrenewed."""
+    if section is None or not ownership.close(section):
+        return
+    lease = section.lease
+    try:
+        worker.background(_give_back_quietly(lease), "redlock-deco-release", lease._orphan)
+    except RuntimeError:  # (no running loop)
+        lease._orphan()
+
+
+async def _give_back_quietly(lease: Lease) -> None:
+    with contextlib.suppress(RedisError):  # (it expires within its ttl)
+        await _give_back_async(lease)
+
+
+async def close_block_cut_async(
+    blocks: ownership.Blocks, exc: BaseException, by: ownership.StackExit | None = None
+) -> None:
     """:func:`close_block_cut` for asyncio."""
-    section = ownership.exiting(blocks, ownership.place())
+    section = ownership.leaving(blocks, by)
     if section is not None and section.open:
         await abort_async(section, exc)
 

@@ -33,12 +33,16 @@ import asyncio
 import contextlib
 import dis
 import functools
+import gc
 import inspect
 import itertools
 import sys
 import weakref
+from collections import deque
 from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
+from contextvars import ContextVar
+from types import MethodType
 from typing import Any, NamedTuple, TypeVar, overload
 
 from . import _process as process
@@ -105,18 +109,19 @@ class Section:
         "body",
         "dropped",
         "entry",
+        "exit",
+        "first",
         "frame",
         "generator",
         "held",
         "here",
+        "inside",
         "keep",
-        "keeper",
         "lease",
+        "on",
         "open",
         "owner",
-        "slot",
         "stack",
-        "through",
     )
 
     def __init__(
@@ -131,12 +136,20 @@ class Section:
         self.body: Any = None  # that frame's code
         self.at = -1  # the offset of its `with` statement in that code (-1: not one)
         self.generator = False  # that frame is a generator's (see in_generators)
-        # The callbacks of the ExitStack it was entered through, which only that stack's
-        # exit leaves (see Place.stack), and the index there of the exit the stack pushes
-        # as the entry returns (see _exit_missing).
-        self.through: weakref.ref[Any] | None = None
-        self.slot = -1
-        self.keeper: weakref.ref[Any] | None = None  # that ExitStack itself
+        # That frame itself, if it may be suspended (a generator's or a coroutine's) and it
+        # entered the block by hand (not by a statement, not through a stack): its exit may
+        # come from another thread or task running that frame (a step, a close, the garbage
+        # collector), and only the frame itself tells it from a new frame that got its id
+        # after it ended (held while the block is open, so that no frame can get it). Not
+        # for a statement's block, which ends before its frame: held, a 3.10 frame keeps
+        # what it awaits, and a task dropped while pending inside was never collected (for
+        # a block entered by hand it is, on 3.10: see docs/concepts.md, review 80a, F2).
+        self.inside: Any = None
+        # The exit an (Async)ExitStack took for it as it entered the block, which alone
+        # leaves it (see StackExit), held weakly: gone, it can never run.
+        self.exit: weakref.ref[StackExit] | None = None
+        self.first: weakref.ref[StackExit] | None = None  # contextlib's (see _take_exits)
+        self.on: weakref.ref[Any] | None = None  # the callbacks its exits went on
         self.entry = (next(_sequence), lease)
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
         self.open = True
@@ -176,7 +189,7 @@ def open_section(
     (:meth:`Lease.reenter` refuses one that has ended); a ``with`` block gives the ``place``
     it is entered from. Undone if interrupted."""
     where = place if place is not None else _NOWHERE
-    frame, code, through = where.frame, where.code, where.stack
+    frame, code = where.frame, where.code
     section: Section = _Open(lease, owner, frame, dropped)
     try:
         # The lease counts the section before any table shows it: a signal handler entering
@@ -189,18 +202,13 @@ def open_section(
             lease._reenter(section.entry[0])
         section.body, section.at = where.body, where.at
         hk = (lease.provider, lease.key)
-        if through is not None:
-            if where.keeper is not None:
-                # The stack's callbacks now, after the wait: a pop_all() meanwhile (another
-                # task's, while this one waited for the lock) gave the stack new ones, where
-                # contextlib pushes this block's exit; recorded before, the block counted as
-                # missing its exit, and was given up while its body ran (review 73a, F1).
-                through = getattr(where.keeper, "_exit_callbacks", through)
-                section.keeper = weakref.ref(where.keeper)
-            # (its length now: the stack pushes this block's exit as the entry returns, with
-            # no await or line of another caller between -- callbacks are last in, first out)
-            section.slot = len(through)
-            section.through = weakref.ref(through, _stack_gone(section))
+        if (where.exit is not None and where.exit.section is None
+                and keep is not None and getattr(where.obj, "_blocks", None) is keep):  # fmt: skip
+            # (the exit the stack read for this very object: a subclass's own __enter__
+            # entering another primitive took the stack's exit for that one, review 77a, F2)
+            _take_exits(section, where)
+        if section.exit is None and where.at < 0:
+            section.inside = where.here
         if code is not None:
             section.generator = True
             if lease.claim.kind.reentrant:  # (what a step elsewhere could wait for itself on)
@@ -221,15 +229,110 @@ def open_section(
         raise
 
 
-def _stack_gone(section: Section) -> Callable[[Any], None]:
-    """What a block entered through an ExitStack does as that stack is collected with the
-    block still open: its exit will never run -- an interrupt in contextlib's own window
-    (after __enter__ returned, before the exit was pushed; or as the stack's exit began)
-    left it held and renewed for good, a limit-1 semaphore object refusing every later entry
-    (review 69, F1). As a section dropped open does (see _Open)."""
+def _take_exits(section: Section, where: Place) -> None:
+    """A block entered through an ExitStack takes the exit the stack read for it (see
+    StackExit), and puts a second one of its own on the stack, below where contextlib pushes
+    that one as the entry returns.
 
-    def gone(_: Any) -> None:
-        if section.open and close(section):
+    Why a second: an interrupt in contextlib's own window -- after ``__enter__`` returned,
+    before its push; or after the stack's pop of the exit, before its call -- leaves that
+    exit in a dead frame, kept as long as the exception's traceback is, and a stack reused
+    entry after entry (a module's, an attribute) outlives every exit: the block stayed held
+    and renewed for good, a limit-1 semaphore object refusing every later entry (reviews
+    69, F1, and 70, F2). The second is on the stack before ``__enter__`` returns, in our own
+    code: whatever cut contextlib's exit off, the stack's close -- the ``with ExitStack()``
+    the interrupt unwinds through, or the next ``close()`` of a reused one -- runs this one,
+    and it ends the block (only then: see second_exit_ends), or its stack is collected
+    unclosed and the block is given up as a section dropped open is (see _Open)."""
+    first = where.exit
+    assert first is not None and where.keeper is not None  # (by the caller's test)
+    second = StackExit(first.func, first)
+    first.section = second.section = section
+    section.first = weakref.ref(first)
+    section.exit = weakref.ref(second, _exit_gone(section))
+    # (one append to the deque: one C call, whichever thread or handler uses the stack)
+    callbacks = where.keeper._exit_callbacks
+    callbacks.append((where.sync, MethodType(second, where.obj)))
+    section.on = weakref.ref(callbacks)
+
+
+def _stale(section: Section) -> bool:
+    """Whether ``section``, a block entered through an ExitStack, was cut off from contextlib's
+    exit for it: an interrupt in contextlib's window (after ``__enter__`` returned, before
+    the push; or between the stack's pop and the call) -- the entry, or the close, raised.
+    Exactly: that exit is on no stack, and no running frame is about to push or call it.
+    (Its second exit, still on the stack, would end it at the stack's next close; a stack
+    kept and reused may not be closed for long.)"""
+    first = section.first() if section.first is not None else None
+    if first is None:
+        return True
+    on = section.on() if section.on is not None else None
+    if on is not None and any(_bound_to(entry, first) for entry in list(on)):
+        return False  # (where it is pushed: found cheaply; list() of a deque is one C call)
+    return not _can_run(first)
+
+
+def _bound_to(entry: Any, exit: StackExit) -> bool:
+    """Whether a stack's callback entry (``(is_sync, callback)``) is ``exit``, bound."""
+    return getattr(entry[1], "__func__", None) is exit
+
+
+def ends(section: Section, by: StackExit | None) -> bool:
+    """Whether an exit (``by``: the one an ExitStack runs, if it is one) that ``exiting``
+    matched to ``section`` ends it: if it is open, and unless ``by`` is the block's second
+    exit (see _take_exits) while its first can still run -- another thread closed the stack
+    as the entry was about to push it (the close ran the second, pushed before it), or
+    pop_all() came between the two pushes and the stacks went separate ways: ending the
+    block there gave it back as its body began (review 73a, F2). The first ends it then;
+    if it never can (cut off in a dead frame), the block goes as that is collected."""
+    if not section.open:
+        return False  # (its other exit ended it)
+    first = by.first() if by is not None and by.first is not None else None
+    if first is None or not _can_run(first):
+        return True
+    section.exit = weakref.ref(first, _exit_gone(section))  # (see _exit_gone)
+    return False
+
+
+def _can_run(exit: StackExit) -> bool:
+    """Whether ``exit`` (contextlib's exit of a block) may still be run: it is on a stack, or
+    a frame of contextlib that is running or suspended -- not one that is over, kept by a
+    traceback -- holds it, about to push or call it."""
+    for holder in gc.get_referrers(exit):
+        if type(holder) is MethodType and holder.__func__ is exit:
+            for entry in gc.get_referrers(holder):
+                if type(entry) is tuple and any(type(d) is deque for d in gc.get_referrers(entry)):
+                    return True  # (entry: (is_sync, the bound exit) on the stack's callbacks)
+        elif inspect.iscoroutine(holder) and holder.cr_frame is not None:
+            return True  # an AsyncExitStack's coroutine, suspended (one over has no frame)
+    # A running frame's locals are no object's referents: look at the frames that run.
+    for top in list(sys._current_frames().values()):
+        frame: Any = top
+        while frame is not None:
+            if (frame.f_globals.get("__name__") == "contextlib"
+                    and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
+                for value in (frame.f_locals.get("_exit"), frame.f_locals.get("cb")):
+                    if value is exit or getattr(value, "__func__", None) is exit:
+                        return True
+            frame = frame.f_back
+    return False
+
+
+def _exit_gone(section: Section) -> Callable[[Any], None]:
+    """What a block entered through an ExitStack does as the exit it watches (its second one,
+    see _take_exits; else its first) is collected with the block still open: if its first
+    exit is still there (on a stack another thread handed on, or kept by a frame), it
+    watches that one instead; else no exit of it can run any more -- its stack was dropped
+    unclosed, or the exit was cut off as it was popped -- and it is given up as a section
+    dropped open is (see _Open)."""
+
+    def gone(ref: Any) -> None:
+        if not section.open or ref is not section.exit:
+            return
+        first = section.first() if section.first is not None else None
+        if first is not None:
+            section.exit = weakref.ref(first, gone)
+        elif close(section):
             section.dropped(section.lease)
 
     return gone
@@ -248,6 +351,7 @@ def close(section: Section) -> bool:
     """
     section.open = False
     section.__class__ = Section  # no finalizer any more (the layouts are the same)
+    section.inside = None  # (the frame goes with its block, as it would have)
     if section.generator:
         _forget_generators_block(section)
     with contextlib.suppress(ValueError):  # (its number is its own: no other entry is equal)
@@ -307,45 +411,163 @@ def _generator_on_this_stack(key: tuple[str, str]) -> bool:
     return False
 
 
+class StackExit:
+    """The exit of one block entered through an (Async)ExitStack: made afresh for each entry.
+
+    ``enter_context`` and ``enter_async_context`` read the exit off the class
+    (``type(cm).__exit__``) before they call ``__enter__``, keep it in a local, and push it
+    bound to the object once the entry returns; :class:`ExitHook` hands each such read a new
+    one of these, and the entry it precedes takes it for its block (see place()). The stack
+    then runs exactly that block's exit -- wherever the stack was handed (``pop_all()``),
+    whoever closes it, whatever else was pushed, entered or closed meanwhile by another
+    thread or a signal handler. Matching exits to blocks by their places on the stack
+    guessed, and gave up live blocks (reviews 71-73: a second holder got in).
+
+    Held only by contextlib (the entry's local, then the stack's callbacks, then the closing
+    frame's local). One read without an entry (``stack.push(obj)`` after a by-hand
+    ``__enter__()``) ends no block of its own (see exiting).
+    """
+
+    __slots__ = ("__weakref__", "first", "func", "section")
+
+    def __init__(self, func: Callable[..., Any], first: StackExit | None = None) -> None:
+        self.func = func
+        self.section: Section | None = None  # the block it ends, once an entry took it
+        # For a block's second exit (see _take_exits), its first: contextlib's.
+        self.first = weakref.ref(first) if first is not None else None
+
+    def __call__(self, obj: Any, *exc: Any) -> Any:
+        return self.func(obj, *exc, _by=self)
+
+
+class ExitHook:
+    """An ``__exit__``/``__aexit__`` that gives each read off the class a :class:`StackExit`
+    of its own (as an ExitStack reads it), and each read off an object (a ``with``
+    statement, ``obj.__exit__``) the plain bound method."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return StackExit(self.func)
+        return MethodType(self.func, obj)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_hook(func: F) -> F:
+    """Make ``func`` (an ``__exit__`` or ``__aexit__`` taking ``_by=``) an :class:`ExitHook`."""
+    return ExitHook(func)  # type: ignore[return-value]  # it reads as func does
+
+
+# The exit a subclass's own __exit__/__aexit__ was run as, for the base's (see overriding),
+# and a number below every section opened from then on.
+_RUN_AS: ContextVar[tuple[StackExit, int] | None] = ContextVar("redlock_deco_exit", default=None)
+
+
+def overriding(func: Callable[..., Any]) -> ExitHook:
+    """A subclass's own ``__exit__`` or ``__aexit__`` (``func``), as an :class:`ExitHook`
+    whose exit the base's -- reached through ``super()``, which reads it off the object and
+    so without ``_by`` -- finds (see run_as). Without it, the subclass's blocks entered
+    through an ExitStack had no exit of their own, and one stack's exit could end another
+    block of the object."""
+    if inspect.iscoroutinefunction(func):
+
+        async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
+            if _by is None:  # (a subclass's own, reached through super(): the outer one's)
+                return await func(obj, *exc)
+            token = _RUN_AS.set((_by, mark()))
+            try:
+                return await func(obj, *exc)
+            finally:
+                _RUN_AS.reset(token)
+
+        return ExitHook(functools.update_wrapper(exit_async, func))
+
+    def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
+        if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses, the
+            return func(obj, *exc)  # inner one's wrapper hid the exit the outer one ran as)
+        token = _RUN_AS.set((_by, mark()))
+        try:
+            return func(obj, *exc)
+        finally:
+            _RUN_AS.reset(token)
+
+    return ExitHook(functools.update_wrapper(exit_sync, func))
+
+
+def run_as(blocks: Blocks, by: StackExit | None, where: Place) -> StackExit | None:
+    """Which block's own exit an exit of the object whose blocks are ``blocks``, leaving from
+    ``where``, is, if any: ``by`` (what it was called as) if an entry through a stack took
+    it; else the one a subclass's own exit was run as, if this is the base's reached inside
+    it -- of that object, and not the exit of a block entered since it began (a ``with
+    self:`` in the subclass's exit, review 76a, F1; or in a task started there, which copies
+    the context, F2: each took the other's exit, and a block stayed held for good). Else
+    None: an exit read off the class by hand -- ``Lock.__exit__(self, ...)`` in a subclass,
+    ``type(cm).__exit__(cm, ...)``, ``stack.push(obj)`` -- is a plain exit, known by where it
+    runs (review 74a, F1: taken for a by-hand push, a nested block's exit raised LockError
+    and left it held)."""
+    if by is not None and by.section is not None:
+        return by
+    passed = _RUN_AS.get()
+    if passed is None:
+        return None
+    exit, since = passed
+    section = exit.section
+    if section is None or section.keep is None or section.keep() is not blocks:
+        return None
+    inner = exiting(blocks, where)  # (what it would end as a plain exit)
+    return None if inner is not None and inner.entry[0] > since else exit
+
+
 class Place(NamedTuple):
     """Where a ``with`` block is entered or left from."""
 
     frame: int  # the id of the frame running the `with` statement (see place())
     code: Any  # that frame's code if it is a generator's, else None
     # The callbacks (a deque) of the ExitStack or AsyncExitStack the block is entered or left
-    # through, else None. ExitStack.pop_all() moves that very deque to the stack it returns,
-    # so it names the block exactly wherever the stack is handed and whoever closes it; a
-    # frame or an owner only guesses, and a guess ended the closer's own block on the same
-    # semaphore object (review 22, 06 and 07: a third holder got in while its body ran).
+    # through, else None.
     stack: Any
     body: Any = None  # that frame's code, whatever its kind
     at: int = -1  # the offset of the `with` statement there, if a `with` statement enters
-    keeper: Any = None  # the (Async)ExitStack itself, whose callbacks may be replaced
+    # For an entry through an (Async)ExitStack: the exit it took for the block, the stack
+    # itself, the object entered, and whether the exit is pushed as a sync one.
+    exit: StackExit | None = None
+    keeper: Any = None
+    obj: Any = None
+    sync: bool = True
+    here: Any = None  # the frame itself, if it may be suspended (see Section.inside)
 
 
 _NOWHERE = Place(0, None, None)
 
 # The opcodes that call a ``with`` statement's ``__enter__`` (3.10; 3.11-3.13; later
 # versions have neither, and then no entry is known to be a statement's: see unexited()).
-_WITH_OPS = frozenset(
-    dis.opmap[name] for name in ("SETUP_WITH", "BEFORE_WITH") if name in dis.opmap
-)
+_WITH_NAMES = frozenset({"SETUP_WITH", "BEFORE_WITH"})
+_WITH_OPS = frozenset(dis.opmap[name] for name in _WITH_NAMES if name in dis.opmap)
+# What comes before the await of an `async with` statement's `__aenter__`, and that await.
+_ASYNC_ENTRY = ("BEFORE_ASYNC_WITH", "GET_AWAITABLE", "LOAD_CONST")
+_AWAITS = frozenset({"SEND", "YIELD_FROM"})
 # Frames that can be suspended with a block open (off every stack, yet not over).
 _MAY_SUSPEND = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
     | inspect.CO_ITERABLE_COROUTINE
 )  # fmt: skip
 
-# The methods of an (Async)ExitStack that enter or leave the blocks on it.
-_STACK_METHODS = frozenset(
-    {"enter_context", "enter_async_context", "__exit__", "__aexit__", "close", "aclose"}
-)
+# The methods of an (Async)ExitStack that enter the blocks on it, and those that leave them.
+_STACK_ENTRIES = frozenset({"enter_context", "enter_async_context"})
+_STACK_METHODS = _STACK_ENTRIES | {"__exit__", "__aexit__", "close", "aclose"}
 
 
-def place() -> Place:
+def place(blocks: Blocks | None = None) -> Place:
     """Where the ``with`` block entered or left here is: the first caller outside this
     package and contextlib runs its ``with`` statement (that frame is alive, and so its id
-    unique, while the block is open), and the first ExitStack on the way, if any, holds it.
+    unique, while the block is open), and the first ExitStack on the way, if any, holds it
+    -- with, for an entry, the exit it took for the block (its ``_exit``: see StackExit).
 
     contextlib is passed through because an ``ExitStack.enter_context`` frame ends as soon
     as the block is entered (its id could be another frame's by the exit), and the block is
@@ -353,30 +575,86 @@ def place() -> Place:
     ``(Async)ExitStack`` was not seen as a generator's, and its exit found no block).
     """
     frame: Any = sys._getframe(1)
-    stack = keeper = None
+    stack = entry = None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module == "contextlib":
-            if stack is None and frame.f_code.co_name in _STACK_METHODS:
-                owner = frame.f_locals.get("self")
+            name = frame.f_code.co_name
+            if stack is None and name in _STACK_METHODS:
+                names = frame.f_locals
+                owner = names.get("self")
                 if isinstance(owner, (ExitStack, AsyncExitStack)):
-                    stack, keeper = getattr(owner, "_exit_callbacks", None), owner
-        elif not module.startswith("redlock_deco"):
+                    stack = getattr(owner, "_exit_callbacks", None)
+                    taken = names.get("_exit") if name in _STACK_ENTRIES else None
+                    if type(taken) is StackExit and stack is not None:
+                        entry = (taken, owner, names.get("cm"), name == "enter_context")
+        elif not module.startswith("redlock_deco") and not _own_hook(frame, blocks):
             break
         frame = frame.f_back
+    exit, keeper, obj, sync = entry if entry is not None else (None, None, None, True)
     if frame is None:
-        return Place(0, None, stack, keeper=keeper)
+        return Place(0, None, stack, None, -1, exit, keeper, obj, sync)
     code = frame.f_code
     at = frame.f_lasti if stack is None and frame.f_lasti in _with_offsets(code) else -1
-    return Place(id(frame), code if code.co_flags & _SUSPENDS else None, stack, code, at, keeper)
+    generator = code if code.co_flags & _SUSPENDS else None
+    here = frame if code.co_flags & _MAY_SUSPEND else None
+    return Place(id(frame), generator, stack, code, at, exit, keeper, obj, sync, here)
+
+
+_HOOKS = frozenset({"__enter__", "__exit__", "__aenter__", "__aexit__"})
+
+
+def _own_hook(frame: Any, blocks: Blocks | None) -> bool:
+    """Whether ``frame`` runs a subclass's own ``__enter__``/``__exit__`` (or the async ones)
+    of the primitive whose blocks are ``blocks``, on its way to the base's through
+    ``super()``: passed through like the package's own frames. (Not one of another primitive
+    entering or leaving this one by hand -- a composite's -- which is where that is done:
+    passed through, the composite's second block of this one, entered inside a ``with`` on
+    it, could not be told from the first, review 77a.) Taken for the frame running the
+    ``with`` statement, it ended at once (its id another frame's by the exit) and hid an
+    ExitStack's entry: a generator's block was matched to another thread's exit, whose slot
+    went while its body ran (review 75a, F1), and a stack's entry took no exit of its own
+    (F2)."""
+    code = frame.f_code
+    if code.co_name not in _HOOKS or not code.co_argcount:
+        return False
+    obj = frame.f_locals.get(code.co_varnames[0])
+    return blocks is not None and getattr(obj, "_blocks", None) is blocks
 
 
 @functools.lru_cache(maxsize=4096)
 def _with_offsets(code: Any) -> frozenset[int]:
-    """The offsets of ``code``'s ``with`` entries, once per code object: ``co_code`` builds a
-    new bytes object on every read (3.11+), which every block's entry paid twice."""
-    raw = code.co_code
-    return frozenset(offset for offset in range(0, len(raw), 2) if raw[offset] in _WITH_OPS)
+    """Where in ``code`` a frame is while a ``with`` statement enters its object, once per
+    code object: at the statement's ``BEFORE_WITH`` (``SETUP_WITH``), which calls
+    ``__enter__``; for an ``async with``, at the ``SEND`` (``YIELD_FROM``) awaiting
+    ``__aenter__``, right after ``BEFORE_ASYNC_WITH``, ``GET_AWAITABLE``, ``LOAD_CONST`` --
+    a by-hand ``await obj.__aenter__()`` has a call there instead (3.10 to 3.13). Without
+    the async ones, a by-hand entry in an async generator was taken for a statement's, and
+    matched to another task's exit from a new generator that got its frame's id after it
+    ended. (``co_code`` builds a new bytes object on every read, 3.11+, which every block's
+    entry paid twice.)"""
+    if not code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raw = code.co_code
+        return frozenset(o for o in range(0, len(raw), 2) if raw[o] in _WITH_OPS)
+    offsets: list[int] = []
+    last: tuple[str, ...] = ()
+    for instruction, after in _spans(code):
+        name = instruction.opname
+        if name in _WITH_NAMES or (name in _AWAITS and last == _ASYNC_ENTRY):
+            offsets.extend(range(instruction.offset, after, 2))
+        if name != "EXTENDED_ARG":
+            last = (*last[-2:], name)
+    return frozenset(offsets)
+
+
+def _spans(code: Any) -> list[tuple[dis.Instruction, int]]:
+    """Each instruction of ``code`` with the offset of the next: a frame waiting at an
+    instruction with inline caches may report one of them (Python 3.12 reports a ``SEND``'s
+    cache entry, not the ``SEND``: an ``async with`` was taken for a by-hand entry, and a
+    coroutine awaited by its task for one being closed)."""
+    instructions = list(dis.get_instructions(code))
+    ends = [i.offset for i in instructions[1:]] + [len(code.co_code)]
+    return list(zip(instructions, ends, strict=True))
 
 
 def unexited(blocks: Blocks, where: Place) -> list[Section]:
@@ -399,28 +677,27 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
       suspended runs on its thread's stack until it returns. (Not with greenlet imported:
       greenlets of one thread, unpatched, share an owner and switch stacks.)
 
-    Blocks entered through an ExitStack count whatever enters now (a statement, the stack,
-    by hand): one whose stack holds no exit for it any more (see _exits_missing).
+    Blocks entered through an ExitStack count, whatever enters now, once cut off from
+    contextlib's exit for them (see _stale): the caller's own, or an ended owner's.
     """
     if not blocks:
         return []
     owner = current_owner()
     over: list[Section] = []
     live: set[tuple[int, Any]] | None = None
-    missing = _exits_missing(blocks)
     for section in list(blocks):
-        if section.through is not None and section in missing:
-            # The caller's own, or one whose owner has ended (no window of its can still
-            # be under way: left open, it was kept in the object for good, review 71, L1).
-            if section.owner() is owner or _owner_ended(section):
+        if section.exit is not None:
+            # Entered through a stack: the caller's own, or an ended owner's, once cut off
+            # from contextlib's exit (left open, it was kept in the object for good, review
+            # 71, L1; another owner's may be on its way).
+            if (section.open and (section.owner() is owner or _owner_ended(section))
+                    and _stale(section)):  # fmt: skip
                 over.append(section)
             continue
         if section.owner() is not owner:
             continue
         if not section.open:  # its close was itself interrupted: finish it (close repeats)
             over.append(section)
-            continue
-        if section.through is not None:
             continue
         if section.at < 0 or where.at < 0:
             continue
@@ -441,101 +718,6 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     return over
 
 
-def _exits_missing(blocks: Blocks) -> list[Section]:
-    """The open blocks of an object entered through an ExitStack whose exit can never come:
-    its stack is gone, or holds no exit of the object at all -- neither the callbacks the
-    block was entered on nor the stack's current ones (a pop_all() or a close by another
-    thread or a signal handler while the exit was on its way put it on those). An interrupt
-    in contextlib's own window -- after __enter__ returned, before the exit was pushed; or
-    between the stack's pop of the exit and its call -- left the block open, held and
-    renewed, a limit-1 semaphore object refusing every later entry: for good with a stack
-    reused entry after entry, whose deque outlives every exit (review 70, F2).
-
-    Only when certain. While the stack holds an exit of the object, which blocks it is for
-    cannot be told for sure: an index recorded at the entry moves with every push, close or
-    pop_all() another thread or a handler makes before contextlib's push, and reading
-    blocks off the exits' positions gave up live blocks (reviews 71 and 72, F1; 73a, F2).
-    A block so left goes once the stack holds no exit of the object, or with the stack.
-    Never one still on its way: not another owner's (see unexited), and not one whose
-    stack's entry or exit is under way on the calling stack (a signal handler, a finalizer
-    or a callback run in contextlib's window: review 71a, F1)."""
-    missing: list[Section] = []
-    busy: set[int] | None = None
-    for section in list(blocks):
-        if not section.open or section.through is None:
-            continue
-        keeper = section.keeper() if section.keeper is not None else None
-        stacks = [
-            stack
-            for stack in (section.through(), getattr(keeper, "_exit_callbacks", None))
-            if stack is not None
-        ]
-        if stacks:
-            if busy is None:
-                busy = _stacks_at_work()
-            if any(id(stack) in busy or _exits_on(stack, blocks) for stack in stacks):
-                continue
-        missing.append(section)
-    return missing
-
-
-def _exits_on(stack: Any, blocks: Blocks) -> list[int]:
-    """The indexes on ``stack`` (an ExitStack's callbacks) of the exits of the object whose
-    open blocks are ``blocks``. (list() of a deque is one C call: a stack handed to another
-    thread may change meanwhile.)"""
-    return [index for index, entry in enumerate(list(stack)) if _exit_of(entry, blocks)]
-
-
-def _matched(sections: list[Section], exits: list[int]) -> dict[int, Section]:
-    """Which of ``sections`` (blocks entered through one stack, in entry order) each exit
-    index on it is. A block's exit goes on top as its entry returns, at or above the index
-    it recorded (Section.slot: above it if something else was pushed between -- another
-    thread's, a signal handler's -- review 72, F1), and later blocks' exits above earlier
-    ones': the newest block takes the highest free index at or above its slot. One cut
-    before its push takes none, and its index goes to whichever block came after."""
-    free = sorted(exits)
-    matched: dict[int, Section] = {}
-    for section in reversed(sections):
-        index = next((at for at in reversed(free) if at >= section.slot), None)
-        if index is not None:
-            free.remove(index)
-            matched[index] = section
-    return matched
-
-
-def _stacks_at_work() -> set[int]:
-    """The ids of the callbacks of every (Async)ExitStack whose entry or exit runs on the
-    calling stack (a frame of its enter_context, __exit__, close...) -- but the entry now
-    calling the library, if a stack makes it: that one is only beginning."""
-    at_work: set[int] = set()
-    frame: Any = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("redlock_deco"):
-        frame = frame.f_back
-    if (frame is not None and frame.f_globals.get("__name__") == "contextlib"
-            and frame.f_code.co_name in ("enter_context", "enter_async_context")):  # fmt: skip
-        frame = frame.f_back
-    while frame is not None:
-        if (frame.f_globals.get("__name__") == "contextlib"
-                and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, (ExitStack, AsyncExitStack)):
-                at_work.add(id(getattr(owner, "_exit_callbacks", None)))
-        frame = frame.f_back
-    return at_work
-
-
-def _exit_of(entry: Any, blocks: Blocks) -> bool:
-    """Whether an ExitStack's callback entry (``(is_sync, callback)``) is the exit of the
-    object whose open blocks are ``blocks``: contextlib binds it (``enter_context``, ``push``)
-    or wraps the bound method (``callback(obj.__exit__, ...)``)."""
-    callback = entry[1] if isinstance(entry, tuple) and len(entry) == 2 else entry
-    for candidate in (callback, getattr(callback, "__wrapped__", None)):
-        bound = getattr(candidate, "__self__", None)
-        if bound is not None and getattr(bound, "_blocks", None) is blocks:
-            return True
-    return False
-
-
 def mark() -> int:
     """A number below the entry of every section opened from now on (see entered_since)."""
     return next(_sequence)
@@ -551,67 +733,63 @@ def entered_since(blocks: Blocks, since: int) -> Section | None:
     return None
 
 
-def exiting(blocks: Blocks, where: Place) -> Section | None:
+def exiting(blocks: Blocks, where: Place, by: StackExit | None = None) -> Section | None:
     """Which of an object's open ``with`` blocks (``blocks``) the block leaving from
-    ``where`` is.
+    ``where`` is; ``by``, the exit an ExitStack runs, if it is one.
 
-    Through an ExitStack: the block entered through that very stack whose exit the stack
-    has just popped (whoever closes it, wherever it was handed); else the object's only
-    block not entered through a stack, if its owner is the caller or has ended. Not through
-    a stack, among the blocks not entered through a stack that still exists: the newest its
-    frame entered for the current owner; else the newest its frame entered (a generator
-    suspended in a block may be resumed by another thread); else the current owner's
-    newest; else the only block that can only have been handed out. (The newest of all
-    would be wrong when blocks on one object end out of order -- a generator suspended
-    inside one outlives a later block -- and the ending block would give back the
-    generator's slot while keeping its own; and it took another owner's live semaphore
-    block, whose body ran on without its slot: review 20, 04.)"""
-    stack = where.stack
+    The exit an ExitStack took as it entered a block (see StackExit): that very block,
+    whoever closes the stack, wherever it was handed. Any other exit run by a stack (one
+    pushed by hand: ``stack.push(obj)``, ``stack.callback(obj.__exit__, ...)``): the object's
+    one block not entered through a stack (an ended owner's ``with`` statement's not
+    counted), if its owner is the caller or has ended (nothing
+    else says which it is: the frame rules took the closer's own `with` block on the object,
+    whose body ran on without its slot, review 23, 02). Not through a stack, among the blocks
+    not entered through one: the newest its frame entered for the current owner; else the
+    newest the very frame entered (a generator suspended in a block may be resumed by
+    another thread; a coroutine closed by the collector in another task: review 79a, F1);
+    else the current owner's newest (a subclass's exit may reach the base's through a helper
+    of its own: review 80a, F1); else the only block that can only have been handed out.
+    (The newest of all would be wrong when blocks on one object end out of order -- a
+    generator suspended inside one outlives a later block -- and the ending block would give
+    back the generator's slot while keeping its own; and it took another owner's live
+    semaphore block, whose body ran on without its slot: review 20, 04.)"""
+    if by is not None:
+        return by.section  # (one an entry took: see run_as; the caller checks ends())
     owner = current_owner()
-    if stack is not None:
-        # The exit the stack has just popped was on top, at the index its length is now (or
-        # below, if something was pushed since): the block it is, matched as _matched does.
-        # Not merely the newest through the stack: a block whose exit was never pushed took
-        # another's exit -- a by-hand block's, pushed with stack.push(), which then stayed
-        # held and renewed for good (review 71, F2).
-        at = len(stack)
-        on_it = [s for s in blocks if s.open and s.through is not None and s.through() is stack]
-        section = _matched(on_it, [*_exits_on(stack, blocks), at]).get(at)
-        if section is not None:
-            # Blocks that recorded one index (entered at once by two threads; one entering
-            # as this exit began, its own exit not pushed yet): which exit is whose cannot be
-            # told, and the block still being entered was given back while its body ran --
-            # the newest (review 72b, F1), or the oldest (73b, F2). Only one that cannot be
-            # on its way: the closer's own, or one whose owner has ended; else none (the
-            # exit raises, releasing nothing).
-            tied = [s for s in on_it if s.slot == section.slot]
-            if len(tied) == 1:
-                return section
-            done = [s for s in tied if s.owner() is owner or _owner_ended(s)]
-            return (section if section in done else done[-1]) if done else None
-        # An exit pushed onto the stack by hand (stack.push(obj), stack.callback(obj.__exit__))
-        # for a block entered by hand: nothing says which block it is, and the frame rules
-        # took the closer's own `with` block on the object, whose body ran on without its
-        # slot (review 23, 02). Only an unambiguous one: the object's one such block.
-        rest = [section for section in blocks if not _through_live_stack(section)]
-        if len(rest) == 1 and (rest[0].owner() is owner or _handed_out(rest[0])):
+    if where.stack is not None:
+        # (a `with` statement's block of an ended owner is none a pushed exit can mean: its
+        # own statement leaves it -- a generator's, once resumed -- or nothing does: a
+        # dropped task's async generator, never closed, left one on the object for good,
+        # and every later pushed exit raised, its own block kept: review 80a)
+        rest = [
+            section
+            for section in blocks
+            if section.exit is None and not (section.at >= 0 and _owner_ended(section))
+        ]
+        if (len(rest) == 1 and rest[0].at < 0  # (a `with` statement's: its own frame leaves it)
+                and (rest[0].owner() is owner or _handed_out(rest[0]))):  # fmt: skip
             return rest[0]
-        # A stack closed or handed on by another thread while a block's exit was on its way
-        # put the exit below the index the block recorded: the one block through the stack
-        # that cannot be on its way -- the closer's own, or an ended owner's (review 73b,
-        # F1: the exit raised, and the block stayed held).
-        done = [s for s in on_it if s.owner() is owner or _owner_ended(s)]
-        return done[0] if len(done) == 1 else None
+        return None
     same_frame = newest_of_owner = None
     handed_out = []
     for section in reversed(blocks):
-        if _through_live_stack(section):
-            continue  # its own stack leaves it
+        if section.exit is not None:
+            continue  # its own exit leaves it
         mine = section.owner() is owner
         if section.frame == where.frame:
             if mine:
                 return section
-            same_frame = same_frame or section
+            if section.body is where.body and (
+                (section.inside is not None and section.inside is where.here)
+                if section.at < 0
+                else section.body.co_flags & _MAY_SUSPEND
+            ):
+                # (the very frame that entered it, run by another thread or task: a step of
+                # a generator, a coroutine closed by the collector -- review 79a, F1. Only a
+                # `with` statement's block ends before its frame: for one entered by hand,
+                # the frame's id alone, once it had ended, was a new one's, reviews 77a and
+                # 78a: that frame is held, see Section.inside.)
+                same_frame = same_frame or section
         elif mine:
             newest_of_owner = newest_of_owner or section
         elif _handed_out(section):
@@ -621,10 +799,56 @@ def exiting(blocks: Blocks, where: Place) -> Section | None:
     return handed_out[0] if len(handed_out) == 1 else None
 
 
-def _through_live_stack(section: Section) -> bool:
-    """Whether ``section`` was entered through an ExitStack that still exists (which alone
-    leaves it)."""
-    return section.through is not None and section.through() is not None
+# Frames that await (a `with` block's exit there is awaited): a coroutine's, and an async
+# generator's -- closed with the coroutine that iterates it (Python 3.13 throws the
+# GeneratorExit in: its exit awaited, "coroutine ignored GeneratorExit", and the release was
+# left to a coroutine finalized with no loop running).
+_ASYNC_GENERATOR = inspect.CO_ASYNC_GENERATOR
+_AWAITING = inspect.CO_COROUTINE | _ASYNC_GENERATOR
+
+
+def closing_coroutine(where: Place) -> bool:
+    """Whether the exit leaving from ``where`` (its error a GeneratorExit) runs in a
+    coroutine being closed, where nothing may be awaited: closed by a call --
+    ``coroutine.close()``, the collector finalizing a dropped task's -- not awaited by the
+    running task, whose frames each wait at an await up to the task's own coroutine. (A
+    GeneratorExit passing through a coroutine the task runs, ``athrow(GeneratorExit)`` on
+    an async generator, awaits its exit as any other error does: its lost lease went
+    unreported, review 80a, F3. An async generator's ``aclose()`` awaits its exits too.)"""
+    frame = where.here
+    if frame is None or not frame.f_code.co_flags & _AWAITING:
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # (no running loop)
+        task = None
+    root = getattr(task.get_coro(), "cr_frame", None) if task is not None else None
+    while frame is not root:
+        parent = frame.f_back
+        if parent is None or parent.f_lasti not in _await_offsets(parent.f_code):
+            # (a task whose own awaitable is an async generator's aclose() -- asyncio's
+            # finalizer of a collected generator, shutdown_asyncgens() -- has no coroutine
+            # frame: that generator's frame is its root, and awaits its exit)
+            return not (
+                root is None and task is not None and frame.f_code.co_flags & _ASYNC_GENERATOR
+            )
+        frame = parent
+    return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _await_offsets(code: Any) -> frozenset[int]:
+    """Where in ``code`` a frame is while the coroutine it awaits runs."""
+    return frozenset(
+        at for i, after in _spans(code) if i.opname in _AWAITS for at in range(i.offset, after, 2)
+    )
+
+
+def leaving(blocks: Blocks, by: StackExit | None) -> Section | None:
+    """The block of ``blocks`` an exit (``by``: what it was called as) running on the calling
+    stack leaves: :func:`exiting` from its :func:`place`, for what it was run as."""
+    where = place(blocks)
+    return exiting(blocks, where, run_as(blocks, by, where))
 
 
 def _handed_out(section: Section) -> bool:

@@ -67,6 +67,8 @@ READ_TIMEOUT = 1.0
 UNCONFIRMED = 1.0
 # After a failed read (connection trouble), subscribe again after this long.
 RETRY_DELAY = 0.1
+# An interrupted reader subscribes again for the process's other waiters this long at most.
+RESUBSCRIBE_WAIT = 0.5
 # A token whose waiter was cut short is remembered this long (its entry may be served
 # while others keep the queue alive), and at most this many of them.
 CUT_KEEP = 3600.0
@@ -276,7 +278,7 @@ give_back_later: Callable[[Claim, Any, bool], None] = _unsent
 class Handoff:
     """One thread's registration: woken when a release hands it the lease."""
 
-    __slots__ = ("_event", "_owner", "at", "inside", "token")
+    __slots__ = ("_event", "_owner", "ask", "at", "inside", "token")
 
     def __init__(self, owner: SyncWaiting, token: str) -> None:
         self._owner = owner
@@ -284,6 +286,7 @@ class Handoff:
         self.token = token
         self.at: float | None = None  # when its grant arrived
         self.inside = False  # in wait() now, without its grant: it can take over reading
+        self.ask = False  # its grant may have been lost: ask the server now (see ask_server)
 
     def granted(self, at: float) -> None:
         self.at = at
@@ -293,8 +296,15 @@ class Handoff:
         """Wake it without a grant: the reader left, someone must read."""
         self._event.set()
 
+    def ask_server(self) -> None:
+        """End its wait at once without a grant, so that it asks the server (as at its
+        recheck): a grant for it may have gone with a dropped subscription."""
+        self.ask = True
+        self._event.set()
+
     def wait(self, timeout: float) -> float | None:
-        """When the grant arrived (monotonic), or None if ``timeout`` passed first."""
+        """When the grant arrived (monotonic), or None if ``timeout`` passed first (or it
+        should ask the server: see ask_server)."""
         return self._owner.wait(self, timeout)
 
     def take(self) -> float | None:
@@ -426,7 +436,8 @@ class SyncWaiting:
                 if at is not None:
                     return at
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or handoff.ask:
+                    handoff.ask = False
                     return None
                 if self._become_reader(handoff):
                     try:
@@ -456,7 +467,39 @@ class SyncWaiting:
             # 40 with real signals), or inside redis-py's reconnect after a connection error,
             # after the confirmed subscription's socket was replaced (review 32, 01).
             self._drop_subscription()
+            self._subscribe_for_others(handoff)
+            self._others_ask_server(handoff)
             raise
+
+    def _subscribe_for_others(self, handoff: Handoff) -> None:
+        """Subscribe afresh, confirmed, before an interrupted reader's clean-up goes on, if
+        other waiters of this process still wait: that clean-up gives back what the reader
+        was granted, and the release hands it on -- maybe to one of them, whose grant went to
+        a channel nobody listened on; taken for a dead process's, it was skipped, the lock
+        left free up to a recheck (a second) while it waited, and a later waiter of another
+        process went first (review 79b, F1). Bounded; a failure leaves it to the next reader."""
+        with self._lock:
+            others = _next_inside(self._board.waiting.values(), handoff) is not None
+        if not others:
+            return
+        try:
+            # (a handoff nobody grants: the loop reads until the subscription is confirmed,
+            # passing on any grant for the others on the way)
+            self._read_on(Handoff(self, ""), time.monotonic() + RESUBSCRIBE_WAIT, True)
+        except Exception as exc:
+            log.debug("redlock-deco: subscribing again for the other waiters failed: %r", exc)
+            self._drop_subscription()
+
+    def _others_ask_server(self, handoff: Handoff) -> None:
+        """Have the process's other waiters ask the server now: grants read off the socket
+        but not yet handed on went with the dropped subscription -- readers let in together
+        by one release each get one, all at once -- and each of those waiters, in on the
+        server, learnt it only at its recheck, up to a second later, its share keeping
+        every writer out meanwhile (review 81b, F1)."""
+        with self._lock:
+            others = [other for other in self._board.waiting.values() if other is not handoff]
+        for other in others:
+            other.ask_server()
 
     def _drop_subscription(self) -> None:
         """Forget the subscription, then close it: taken out first, so an interrupted close

@@ -33,13 +33,17 @@ from pathlib import Path
 
 import pytest
 from support import harness
+from support.samples import wait_until
 
 import redlock_deco
+from redlock_deco import _process as process
 from redlock_deco import _providers as providers
 from redlock_deco.testing import RedisServer
 
 TESTS = Path(__file__).resolve().parent
 CORE = TESTS / "core"
+# How long a give-back handed to the background may take after a test (see _clean_state)
+RENEWED_GRACE = 1.0
 
 # A run started in the background by a shell without job control (`pytest ... &`) inherits
 # SIGINT ignored, and so would every process it starts: the Ctrl-C tests (demo, inspect
@@ -140,10 +144,33 @@ def _clean_state(
     yield
     for name in providers.registered_names():
         redlock_deco.unregister_provider(name)
+    _no_lease_left_renewed()
     if request.config.getoption("--collect-each"):
         # (an asyncio connection some earlier test left unclosed failed CI in
         # test_fifty_tasks_on_one_loop_share_one_key: this names the test that left it)
         gc.collect()
+
+
+def _no_lease_left_renewed() -> None:
+    """A test leaves no sync lease renewed: the renewer is the process's, and a lease a test
+    left to the garbage collector (an ended thread's block on an object in a reference
+    cycle) was renewed into the next test of its worker, which asserted an empty renewer
+    and failed CI, far from the test at fault. A give-back handed to the background gets a
+    moment; what is still renewed after it fails this test (and is collected, so that the
+    next starts clean)."""
+    if not process.sync_renewer or not len(process.sync_renewer[0]):
+        return
+    renewer = process.sync_renewer[0]
+    if wait_until(lambda: len(renewer) == 0, RENEWED_GRACE):
+        return
+    left = len(renewer)
+    gc.collect()
+    wait_until(lambda: len(renewer) == 0, RENEWED_GRACE)
+    pytest.fail(
+        f"this test left {left} lease(s) renewed after it ended (still {len(renewer)} after"
+        " a collection): leave every block, or drop what holds one and collect",
+        pytrace=False,
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:

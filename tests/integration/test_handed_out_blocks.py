@@ -13,15 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from support.samples import wait_until
 
 import redlock_deco
 import redlock_deco.asyncio
 from redlock_deco import LockError
+from redlock_deco._renewal import renewer
 
 TTL = 30  # far longer than any test here: a key gone at once was released, not expired
 
@@ -269,7 +274,7 @@ def test_an_exit_pushed_by_hand_never_takes_the_closers_own_block(
     sem = redlock_deco.Semaphore("pushed", limit=2, ttl=TTL)
     handed: list[Any] = []
 
-    def enter_by_hand() -> None:
+    def enter_by_hand(sem: redlock_deco.Semaphore) -> None:
         stack = contextlib.ExitStack()
         sem.__enter__()
         if push == "push":
@@ -278,7 +283,7 @@ def test_an_exit_pushed_by_hand_never_takes_the_closers_own_block(
             stack.callback(sem.__exit__, None, None, None)
         handed.append(stack)
 
-    first = threading.Thread(target=enter_by_hand)
+    first = threading.Thread(target=enter_by_hand, args=(sem,))
     first.start()
     first.join(10)
     with sem:
@@ -289,7 +294,13 @@ def test_an_exit_pushed_by_hand_never_takes_the_closers_own_block(
         assert mine.token.encode() in _listed(r, "sem:pushed")
         assert len(_listed(r, "sem:pushed")) == 2  # the pushed one's too: nothing released
     assert len(_listed(r, "sem:pushed")) == 1
-    r.delete("sem:pushed", "{sem:pushed}:limit")  # the ended thread's, lapsing otherwise
+    # The ended thread's block is the object's while the object lives (its exit, called
+    # anywhere, leaves it); it goes with the object, given back -- not left renewed into
+    # the next test of this worker until a collection came (CI failed a later test on it).
+    handed.clear()
+    del sem
+    gc.collect()
+    assert wait_until(lambda: not r.exists("sem:pushed") and len(renewer()) == 0, 5)
 
 
 def test_an_exit_pushed_by_hand_for_the_only_block_releases_it(r: redis.Redis) -> None:
@@ -330,3 +341,52 @@ def test_an_exit_pushed_by_hand_inside_a_block_on_the_object_raises(r: redis.Red
     del sem, stack
     gc.collect()
     assert redlock_deco.current_lease(None) is None
+
+
+def test_a_dropped_tasks_async_with_block_never_blocks_a_pushed_exit(r: redis.Redis) -> None:
+    """Review 80a (LOW): a task dropped while pending, iterating an async generator that
+    waits inside ``async with sem:``, is collected without its generator's block ever
+    ending (CPython cannot close a generator that is running: "aclose(): asynchronous
+    generator is already running"); the dead block stays on the object. A later block entered
+    by hand, its exit pushed onto a stack, raised LockError (which of two?) and stayed held.
+    A ``with`` statement's block is only ever left by its own statement, never by an exit
+    pushed onto a stack, and this one's task is gone: the pushed exit leaves its own block."""
+
+    async def scenario() -> None:
+        sem = redlock_deco.asyncio.Semaphore("dead-block", limit=2, ttl=TTL)
+
+        async def inside() -> Any:
+            async with sem:
+                await asyncio.get_running_loop().create_future()  # nobody keeps it
+                yield
+
+        async def iterate() -> None:
+            async for _ in inside():
+                pass
+
+        task = asyncio.ensure_future(iterate())
+        assert await _eventually(lambda: len(_listed(r, "sem:dead-block")) == 1)
+        dead = set(_listed(r, "sem:dead-block"))
+        del task
+        gc.collect()
+        async with contextlib.AsyncExitStack() as stack:
+            await sem.__aenter__()
+            stack.push_async_exit(sem)
+            mine = redlock_deco.current_lease().token.encode()
+            assert mine in _listed(r, "sem:dead-block")
+        # its own released; the dead one lapses (3.10-3.12), or went with its frame (3.13
+        # closes the generator with the task's coroutine)
+        assert _listed(r, "sem:dead-block") <= dead
+        if sys.version_info >= (3, 13):  # (given back in the background, not awaited there)
+            assert await _eventually(lambda: not r.exists("sem:dead-block"))
+
+    asyncio.run(scenario())
+
+
+async def _eventually(check: Callable[[], object], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

@@ -162,6 +162,16 @@ def test_replicas_that_answer_let_the_call_run(server: RedisServer) -> None:
         assert pay(2) == "paid"
 
 
+def _checks_done(before: set[threading.Thread]) -> None:
+    """Wait for the server checks started since ``before`` (the threads then): they run in
+    the background, off the call's path (a fixed 0.5 s sleep once ended before the check on
+    a busy machine)."""
+    for thread in set(threading.enumerate()) - before:
+        if thread.name == "redlock-deco-check":
+            thread.join(10)
+            assert not thread.is_alive(), "the server check did not end within 10 s"
+
+
 def _evicting_server_warnings(policy: str, caplog: pytest.LogCaptureFixture) -> list[str]:
     with RedisServer(args=("--maxmemory-policy", policy)) as own:
         register_provider("evicting", own.url)
@@ -171,9 +181,10 @@ def _evicting_server_warnings(policy: str, caplog: pytest.LogCaptureFixture) -> 
             pass
 
         with caplog.at_level(logging.WARNING, logger="redlock_deco"):
+            before = set(threading.enumerate())
             for _ in range(3):
                 evict()
-            time.sleep(0.5)  # the check runs in the background, off the call's path
+            _checks_done(before)
     return [rec.getMessage() for rec in caplog.records if "maxmemory-policy" in rec.getMessage()]
 
 
@@ -191,8 +202,9 @@ def test_a_throttle_on_an_evicting_server_is_warned_about(
         register_provider("evicting", own.url)
         with caplog.at_level(logging.WARNING, logger="redlock_deco"):
             if flavour == "sync":
+                before = set(threading.enumerate())
                 assert Throttle("evict", rate=5, provider="evicting").acquire()
-                time.sleep(0.5)  # the check runs in the background, off the call's path
+                _checks_done(before)
             else:
 
                 async def main() -> bool:

@@ -99,14 +99,19 @@ def test_processes_that_wait_start_within_the_bound_and_at_the_rate(
     starts = sorted(t for times in results for t in times)
     assert len(starts) == workers * calls
     assert violations(starts, rate, per, burst) == []
-    # Saturated: after the burst, one start per interval -- the rate, not below it.
+    # Below by the GCRA bound, less the lateness of the first start's own reading of TIME
+    # (CI's README leg, under load: 1.376 s for 1.4, its first start read 24 ms late; the
+    # exact bound is violations()' work).
     expected = (len(starts) - burst) / rate * per
     took = starts[-1] - starts[0]
-    # Late callers on a busy machine can leave gaps (the server keeps no slot for a caller
-    # that has not asked yet): bounded above loosely. Below by the GCRA bound, less the
-    # lateness of the first start's own reading of TIME (CI's README leg, under load: 1.376
-    # s for 1.4, its first start read 24 ms late; the exact bound is violations()' work).
-    assert expected - JITTER <= took <= expected + 0.6, (took, expected)
+    assert expected - JITTER <= took, (took, expected)
+    # Saturated -- while every worker asks, from the last one's first start to the first
+    # one's last -- one start per interval: the rate, not below it. (Not over the whole run:
+    # a worker process started late on a busy machine leaves gaps no throttle could fill,
+    # and the whole run took 2.8 s for 1.4 in CI under load.)
+    first, last = max(times[0] for times in results), min(times[-1] for times in results)
+    during = sum(first <= start <= last for start in starts)
+    assert during >= 0.8 * rate * (last - first) / per, (during, last - first)
 
 
 def test_deciding_at_once_admits_the_burst_then_one_per_interval(r: redis.Redis) -> None:

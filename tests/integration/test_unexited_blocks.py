@@ -34,6 +34,9 @@ class Interrupted(KeyboardInterrupt):
     pass
 
 
+EXIT_CODE = Primitive.__dict__["__exit__"].func.__code__  # (an ownership.ExitHook)
+
+
 def interrupt_exit_once() -> Iterator[None]:
     """Raise a KeyboardInterrupt as the next ``__exit__`` of a primitive is called (a trace
     function's 'call' event: before the function's first line, as a signal at its start)."""
@@ -41,7 +44,7 @@ def interrupt_exit_once() -> Iterator[None]:
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
         nonlocal fired
-        if event == "call" and not fired and frame.f_code is Primitive.__exit__.__code__:
+        if event == "call" and not fired and frame.f_code is EXIT_CODE:
             fired = True
             raise Interrupted
         return None
