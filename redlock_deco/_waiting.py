@@ -595,7 +595,7 @@ def _subscriber(client: Any) -> Any:
         # client wrapped on the instance: a plain one sends everything around the cache, see
         # _pools.uncached). The subscription gets an uncached pool of its own, closed with it.
         own = uncached_pool(client.connection_pool)
-        pubsub = redis.Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call]
+        pubsub = redis.Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call, unused-ignore]
         pubsub.own_pool = own  # (see _closed)
     if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):
         pubsub.subscribed_event = Flag()

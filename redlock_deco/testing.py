@@ -479,8 +479,8 @@ class LocalSentinels(_ServerGroup):
     def client(self, **kwargs: Any) -> redis.Sentinel:
         """A ``redis.Sentinel`` knowing every sentinel (keyword arguments go to it)."""
         addresses = [("127.0.0.1", server.port) for server in self.servers]
-        # redis-py leaves Sentinel.__init__ unannotated.
-        return redis.Sentinel(addresses, **kwargs)  # type: ignore[no-untyped-call]
+        # redis-py before 8.2 leaves Sentinel.__init__ unannotated.
+        return redis.Sentinel(addresses, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
 
     def start(self) -> LocalSentinels:
         """Start the sentinels, tell them what to watch, and wait until they know each other.
