@@ -90,7 +90,13 @@ class Blocks(list["Section"]):
     would make a cycle, and a block dropped open would then wait for the cyclic collector
     (seconds, or never with ``gc.disable()``) instead of being finalized with its object."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "hooked")
+
+    def __init__(self, hooked: bool = False) -> None:
+        super().__init__()
+        # Whether its object's class has hooks of its own (see overriding): its entries and
+        # exits may reach the base's through frames of the user's (see place()).
+        self.hooked = hooked
 
 
 class Section:
@@ -469,12 +475,32 @@ def exit_hook(func: F) -> F:
 _RUN_AS: ContextVar[tuple[StackExit, int] | None] = ContextVar("redlock_deco_exit", default=None)
 
 
-def overriding(func: Callable[..., Any]) -> ExitHook:
-    """A subclass's own ``__exit__`` or ``__aexit__`` (``func``), as an :class:`ExitHook`
-    whose exit the base's -- reached through ``super()``, which reads it off the object and
-    so without ``_by`` -- finds (see run_as). Without it, the subclass's blocks entered
-    through an ExitStack had no exit of their own, and one stack's exit could end another
-    block of the object."""
+def overriding(func: Callable[..., Any], name: str) -> Any:
+    """A subclass's own ``__enter__``/``__aenter__`` or ``__exit__``/``__aexit__`` (``func``,
+    the class's ``name``),
+    wrapped in a frame of this package that place() knows as the object's hook: the frames of
+    the user's between it and the base's (a decorator's wrapper, a helper the hook calls) are
+    then passed through like the hook's own, and the block is the ``with`` statement's that
+    called the hook (review 81a, F1: matched from such a wrapper's frame, a generator's block
+    left by another thread's step raised LockError and stayed held; an older block's exit
+    ended the generator's, its own staying held).
+
+    An exit is also an :class:`ExitHook` whose exit the base's -- reached through ``super()``,
+    which reads it off the object and so without ``_by`` -- finds (see run_as). Without it,
+    the subclass's blocks entered through an ExitStack had no exit of their own, and one
+    stack's exit could end another block of the object."""
+    if name in ("__enter__", "__aenter__"):
+        if inspect.iscoroutinefunction(func):
+
+            async def enter_async(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                return await func(obj, *args, **kwargs)
+
+            return _hook(functools.update_wrapper(enter_async, func))
+
+        def enter_sync(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            return func(obj, *args, **kwargs)
+
+        return _hook(functools.update_wrapper(enter_sync, func))
     if inspect.iscoroutinefunction(func):
 
         async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
@@ -486,7 +512,7 @@ def overriding(func: Callable[..., Any]) -> ExitHook:
             finally:
                 _RUN_AS.reset(token)
 
-        return ExitHook(functools.update_wrapper(exit_async, func))
+        return ExitHook(_hook(functools.update_wrapper(exit_async, func)))
 
     def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
         if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses, the
@@ -497,7 +523,22 @@ def overriding(func: Callable[..., Any]) -> ExitHook:
         finally:
             _RUN_AS.reset(token)
 
-    return ExitHook(functools.update_wrapper(exit_sync, func))
+    return ExitHook(_hook(functools.update_wrapper(exit_sync, func)))
+
+
+# The code of the frames overriding() runs a subclass's hooks in (each wrapper's: the same
+# code object for every subclass).
+_HOOK_CODES: set[Any] = set()
+
+
+def _hook(wrapper: F) -> F:
+    _HOOK_CODES.add(wrapper.__code__)
+    return wrapper
+
+
+def is_hook(hook: Any) -> bool:
+    """Whether ``hook`` (a class's ``__enter__``, ``__exit__``...) is one overriding() made."""
+    return getattr(getattr(hook, "func", hook), "__code__", None) in _HOOK_CODES
 
 
 def run_as(blocks: Blocks, by: StackExit | None, where: Place) -> StackExit | None:
@@ -589,7 +630,11 @@ def place(blocks: Blocks | None = None) -> Place:
                     if type(taken) is StackExit and stack is not None:
                         entry = (taken, owner, names.get("cm"), name == "enter_context")
         elif not module.startswith("redlock_deco") and not _own_hook(frame, blocks):
-            break
+            hook = _hook_above(frame, blocks) if blocks is not None and blocks.hooked else None
+            if hook is None:
+                break
+            frame = hook  # (what runs between is the hook's: a wrapper, a helper)
+            continue
         frame = frame.f_back
     exit, keeper, obj, sync = entry if entry is not None else (None, None, None, True)
     if frame is None:
@@ -599,6 +644,20 @@ def place(blocks: Blocks | None = None) -> Place:
     generator = code if code.co_flags & _SUSPENDS else None
     here = frame if code.co_flags & _MAY_SUSPEND else None
     return Place(id(frame), generator, stack, code, at, exit, keeper, obj, sync, here)
+
+
+def _hook_above(frame: Any, blocks: Blocks) -> Any:
+    """The nearest frame above ``frame`` that runs a subclass's own hook (see overriding) of
+    the object whose blocks are ``blocks``, if any: ``frame`` then runs inside that hook."""
+    frame = frame.f_back
+    while frame is not None:
+        if (
+            frame.f_code in _HOOK_CODES
+            and getattr(frame.f_locals.get("obj"), "_blocks", None) is blocks
+        ):
+            return frame
+        frame = frame.f_back
+    return None
 
 
 _HOOKS = frozenset({"__enter__", "__exit__", "__aenter__", "__aexit__"})

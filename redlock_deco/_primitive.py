@@ -74,15 +74,25 @@ class Base:
     api_name: str  # how its user writes it: "Lock", "redlock_deco.asyncio.Lock"
     noun = "lock"
     is_async = False
+    _hooked = False  # whether a subclass's own entry or exit is among its hooks (see overriding)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in ("__exit__", "__aexit__"):
-            # The exit the class resolves to, if a subclass's own or a mixin's -- a plain
-            # function, not the base's ExitHook (review 77a, F2: a mixin's was left as it was).
+        hooked = False
+        for name in ("__enter__", "__aenter__", "__exit__", "__aexit__"):
+            # The hook the class resolves to, if a subclass's own or a mixin's -- a plain
+            # function, not the base's or one already wrapped (review 77a, F2: a mixin's exit
+            # was left as it was).
             own = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-            if inspect.isfunction(own):  # (see ownership.overriding)
-                setattr(cls, name, ownership.overriding(own))
+            if (
+                inspect.isfunction(own)
+                and own.__module__ != __name__
+                and not ownership.is_hook(own)
+            ):
+                own = ownership.overriding(own, name)  # (see there)
+                setattr(cls, name, own)
+            hooked = hooked or ownership.is_hook(own)
+        cls._hooked = hooked
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if options.on_lost == "cancel" and not self.is_async:
@@ -95,7 +105,7 @@ class Base:
         self.options: LeaseOptions = options
         self.limit: int = options.limit
         self._held: list[Lease] = []  # taken by acquire(), oldest first
-        self._blocks = ownership.Blocks()  # `with` blocks open through it
+        self._blocks = ownership.Blocks(self._hooked)  # `with` blocks open through it
         self._watcher: weakref.finalize[Any, Any] | None = None  # see _watch
         ref = weakref.ref(self)
         # Held by its leases' renewal: a strong reference would keep the object alive.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import inspect
 import sys
@@ -1318,66 +1317,3 @@ def test_an_async_with_statement_is_told_from_an_entry_by_hand_on_this_python() 
             await lock.__aexit__(None, None, None)
 
     asyncio.run(scenario())
-
-
-def _wrapped(method: Any) -> Any:
-    """A decorator of the kind users put on methods (logging, tracing): its own frame."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return method(*args, **kwargs)
-
-    return wrapper
-
-
-class _WrappedExitLock(Lock):
-    @_wrapped
-    def __exit__(self, *exc: Any) -> Any:
-        return super().__exit__(*exc)
-
-
-@pytest.mark.timeout(30)
-def test_an_exit_through_a_wrapper_of_a_block_nested_in_a_generators_leaves_its_own(
-    r: redis.Redis,
-) -> None:
-    """Review 82a, F1 (HIGH, against a fix of 81a's that found a generator's block up the
-    calling stack): a generator inside ``with lock:`` (a subclass whose exit goes through a
-    decorator's wrapper) calls a function that nests ``with lock:``; that inner exit ended
-    the generator's block, kept its own, and the thread's next ``with`` gave the kept one
-    up: another thread took the lock while the generator's body ran inside its block, and
-    nothing was reported. The inner exit leaves the inner block."""
-    lock = _WrappedExitLock(NAME, ttl=5, wait=0)
-
-    def nested() -> None:
-        with lock:
-            pass
-
-    def steps() -> Any:
-        with lock:
-            nested()
-            yield 1
-            yield 2
-
-    generator = steps()
-    assert next(generator) == 1
-    with lock:  # (elsewhere: a block left over on the object would be closed here)
-        pass
-    assert len(lock._blocks) == 1
-    taken: list[object] = []
-
-    def other() -> None:
-        try:
-            with Lock(NAME, ttl=5, wait=0):
-                taken.append("in")
-        except LockNotAcquired as exc:
-            taken.append(exc)
-
-    worker = threading.Thread(target=other)
-    worker.start()
-    worker.join(10)
-    assert [type(what) for what in taken] == [LockNotAcquired], "a second holder got in"
-    assert next(generator) == 2
-    with contextlib.suppress(StopIteration):
-        next(generator)
-    assert not lock._blocks
-    _nothing_left(r, "a wrapped exit of a block nested in a generator's")

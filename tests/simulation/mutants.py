@@ -721,8 +721,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_kept_interrupts.py"),
     py("subclass-exit-not-hooked", "a subclass's own __exit__/__aexit__ is left as it is (its "
        "stack entries get no exit of their own: a stack's exit ends the frame's newest block)",
-       "_primitive", "                setattr(cls, name, ownership.overriding(own))\n",
+       "_primitive", "                setattr(cls, name, own)\n",
        "                pass\n", "tests/integration/test_stack_windows.py"),
+    py("subclass-enter-not-hooked", "a subclass's own __enter__/__aenter__ is left as it is (a "
+       "decorator's wrapper on it is taken for the frame running the with statement)",
+       "_primitive",
+       "        for name in (\"__enter__\", \"__aenter__\", \"__exit__\", \"__aexit__\"):\n",
+       "        for name in (\"__exit__\", \"__aexit__\"):\n",
+       "tests/integration/test_wrapped_hooks.py"),
+    py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
+       "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
+       "with statement", "_ownership",
+       "            hook = _hook_above(frame, blocks) if blocks is not None and blocks.hooked "
+       "else None\n",
+       "            hook = None\n", "tests/integration/test_wrapped_hooks.py"),
     py("exit-read-by-hand-is-a-stack-exit", "an exit read off the class and called by hand "
        "(a subclass naming Lock.__exit__) is taken for one an entry through a stack took",
        "_ownership", "    if by is not None and by.section is not None:\n        return by\n",

@@ -1,0 +1,279 @@
+"""A subclass's own ``__enter__``/``__exit__`` (and the async ones) that reach the base's
+through frames of the user's: a decorator's wrapper (logging, tracing), a helper function.
+
+Which block an exit leaves is read off the frame running the ``with`` statement. Such frames
+in between were once taken for that frame (review 81a, F1): a generator's block left by a
+step another thread ran raised LockError and stayed held, and an older block's exit ended a
+generator's block, its own staying held. overriding() now wraps every hook of a subclass in a
+frame of the package, and what runs between it and the base's is passed through. A fix that
+looked for the generator's frame up the calling stack instead let a nested block's exit end
+the generator's (review 82a, F1): the first test here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from redlock_deco import Lock, LockNotAcquired
+from redlock_deco import _renewal as renewal
+from redlock_deco.asyncio import Lock as AsyncLock
+
+NAME = "wrapped-hooks"
+
+
+def _wrapped(method: Any) -> Any:
+    """A decorator of the kind users put on methods (logging, tracing): its own frame."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    return wrapper
+
+
+def _awrapped(method: Any) -> Any:
+    """:func:`_wrapped` for a coroutine function."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return await method(*args, **kwargs)
+
+    return wrapper
+
+
+class _WrappedExitLock(Lock):
+    @_wrapped
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+class _WrappedEnterLock(Lock):
+    @_wrapped
+    def __enter__(self) -> Any:
+        return super().__enter__()
+
+
+def _leave(lock: Lock, *exc: Any) -> Any:
+    return Lock.__exit__(lock, *exc)  # (read off the class: a plain exit, see run_as)
+
+
+class _HelperExitLock(Lock):
+    def __exit__(self, *exc: Any) -> Any:
+        return _leave(self, *exc)
+
+
+class _TwoLevelLock(_WrappedExitLock):
+    @_wrapped
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+class _ReenteringExitLock(Lock):
+    flushing = False
+
+    @_wrapped
+    def __exit__(self, *exc: Any) -> Any:
+        if not self.flushing:  # (a last step under the lock, in a block of its own: 76a's)
+            self.flushing = True
+            try:
+                with self:
+                    pass
+            finally:
+                self.flushing = False
+        return super().__exit__(*exc)
+
+
+class _WrappedAsyncExitLock(AsyncLock):
+    @_awrapped
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await super().__aexit__(*exc)
+
+
+class _WrappedAsyncEnterLock(AsyncLock):
+    @_awrapped
+    async def __aenter__(self) -> Any:
+        return await super().__aenter__()
+
+
+SYNC = [_WrappedExitLock, _WrappedEnterLock, _HelperExitLock, _TwoLevelLock]
+ASYNC = [_WrappedAsyncExitLock, _WrappedAsyncEnterLock]
+
+
+def _nothing_left(r: redis.Redis, what: str) -> None:
+    deadline = time.monotonic() + 2
+    while r.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.02)  # (a give-back handed to the background: within a moment)
+    assert r.dbsize() == 0, f"held after {what}: {r.keys('*')}"
+    assert len(renewal.renewer()) == 0, f"still renewed after {what}"
+
+
+def _in_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in another thread: its result, or its exception raised here."""
+    out: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as exc:  # (a LockError is what the test looks for)
+            out.append((False, exc))
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(10)
+    assert out, "the thread did not finish"
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _another_gets_in() -> bool:
+    def attempt() -> bool:
+        try:
+            with Lock(NAME, ttl=5, wait=0):
+                return True
+        except LockNotAcquired:
+            return False
+
+    return bool(_in_thread(attempt))
+
+
+@pytest.mark.timeout(30)
+def test_an_exit_through_a_wrapper_of_a_block_nested_in_a_generators_leaves_its_own(
+    r: redis.Redis,
+) -> None:
+    """Review 82a, F1 (HIGH, against a fix of 81a's that found a generator's block up the
+    calling stack): a generator inside ``with lock:`` (a subclass whose exit goes through a
+    decorator's wrapper) calls a function that nests ``with lock:``; that inner exit ended
+    the generator's block, kept its own, and the thread's next ``with`` gave the kept one
+    up: another thread took the lock while the generator's body ran inside its block, and
+    nothing was reported. The inner exit leaves the inner block."""
+    lock = _WrappedExitLock(NAME, ttl=5, wait=0)
+
+    def nested() -> None:
+        with lock:
+            pass
+
+    def steps() -> Any:
+        with lock:
+            nested()
+            yield 1
+            yield 2
+
+    generator = steps()
+    assert next(generator) == 1
+    with lock:  # (elsewhere: a block left over on the object would be closed here)
+        pass
+    assert len(lock._blocks) == 1
+    assert not _another_gets_in(), "a second holder got in"
+    assert next(generator) == 2
+    with contextlib.suppress(StopIteration):
+        next(generator)
+    assert not lock._blocks
+    _nothing_left(r, "a wrapped exit of a block nested in a generator's")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cls", SYNC, ids=lambda cls: cls.__name__)
+def test_a_generators_block_is_left_by_a_step_another_thread_runs(
+    r: redis.Redis, cls: type[Lock]
+) -> None:
+    """Review 81a, F1: the generator's ``with`` block, entered in this thread, ends when
+    another thread runs the step that leaves it (it raised LockError there, and the block
+    stayed held and renewed while this thread lived)."""
+    lock = cls(NAME, ttl=5, wait=0)
+
+    def steps() -> Any:
+        with lock:
+            yield 1
+
+    generator = steps()
+    assert next(generator) == 1
+    assert not _another_gets_in(), "a second holder got in"
+    assert _in_thread(lambda: next(generator, "done")) == "done"
+    assert not lock._blocks
+    _nothing_left(r, f"a generator's block of a {cls.__name__} left by another thread")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cls", [*SYNC, _ReenteringExitLock], ids=lambda cls: cls.__name__)
+def test_an_older_blocks_exit_leaves_its_own_not_a_generators(
+    r: redis.Redis, cls: type[Lock]
+) -> None:
+    """Review 81a, F1: a generator enters the object inside an older ``with`` block of the
+    same thread, and stays suspended in it as that block ends. The older block's exit ended
+    the generator's block (its own staying held): the generator's body then ran on with its
+    block given up. Each exit leaves its own."""
+    lock = cls(NAME, ttl=5, wait=0)
+
+    def steps() -> Any:
+        with lock:
+            yield 1
+            yield 2
+
+    with lock:
+        generator = steps()
+        assert next(generator) == 1
+    assert [block.generator for block in lock._blocks] == [True], "the older block is left"
+    assert not _another_gets_in(), "the generator's block was given up"
+    assert next(generator) == 2
+    assert next(generator, "done") == "done"
+    assert not lock._blocks
+    _nothing_left(r, f"an older block of a {cls.__name__} around a generator's")
+
+
+@pytest.mark.timeout(30)
+def test_an_entry_through_a_stack_and_a_wrapped_enter_takes_an_exit_of_its_own(
+    r: redis.Redis,
+) -> None:
+    """An ExitStack's entry made through a wrapped ``__enter__`` is a stack's entry (its own
+    exit, which leaves it whoever closes the stack): the wrapper's frame once hid the stack."""
+    lock = _WrappedEnterLock(NAME, ttl=5, wait=0)
+    stack = contextlib.ExitStack()
+    stack.enter_context(lock)
+    assert [block.exit is not None for block in lock._blocks] == [True]
+    _in_thread(stack.close)
+    assert not lock._blocks
+    _nothing_left(r, "a stack's entry through a wrapped __enter__, closed by another thread")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cls", ASYNC, ids=lambda cls: cls.__name__)
+def test_an_async_generators_block_is_left_by_a_step_another_task_runs(
+    r: redis.Redis, cls: type[AsyncLock]
+) -> None:
+    """:func:`test_a_generators_block_is_left_by_a_step_another_thread_runs` for asyncio: an
+    async generator's ``async with`` block, entered in one task, left by another's step; and
+    an older block's exit around it leaves its own."""
+
+    async def scenario() -> None:
+        lock = cls(NAME, ttl=5, wait=0)
+
+        async def steps() -> Any:
+            async with lock:
+                yield 1
+                yield 2
+
+        async def step(generator: Any) -> Any:
+            return await anext(generator, "done")
+
+        generator = steps()
+        async with lock:
+            assert await step(generator) == 1
+        assert len(lock._blocks) == 1, "the older block is left"
+        assert not _another_gets_in(), "the generator's block was given up"
+        assert await asyncio.create_task(step(generator)) == 2
+        assert await asyncio.create_task(step(generator)) == "done"
+        assert not lock._blocks
+
+    asyncio.run(scenario())
+    _nothing_left(r, "an async generator's block left by another task")
