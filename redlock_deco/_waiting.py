@@ -793,6 +793,13 @@ class AsyncWaiting:
                 if now - idle_since < IDLE:  # (shaped for Python 3.13: see test_back_edges)
                     continue
                 break
+        except GeneratorExit:
+            # Closed, not awaited (its task dropped with a loop closed by hand): nothing may
+            # be awaited here. redis-py 8.2's aclose() always suspends (a shielded teardown
+            # task): "coroutine ignored GeneratorExit", and its teardown never ran.
+            _dropped(pubsub)
+            pubsub = None
+            raise
         finally:
             self._ready.clear()
             self._task = None
@@ -804,3 +811,13 @@ async def _aclosed(pubsub: Any) -> None:
     if pubsub is not None:
         with contextlib.suppress(Exception):
             await (getattr(pubsub, "aclose", None) or pubsub.close)()
+
+
+def _dropped(pubsub: Any) -> None:
+    """Close an asyncio subscription's socket without awaiting (see AsyncWaiting._run)."""
+    connection: Any = getattr(pubsub, "connection", None)
+    writer = getattr(connection, "_writer", None)
+    if writer is not None:
+        connection._writer = connection._reader = None
+        with contextlib.suppress(Exception):  # (a closed loop: the socket goes with it)
+            writer.close()
