@@ -58,6 +58,7 @@ from redlock_deco import _providers as providers
 from redlock_deco import _renewal as renewal
 from redlock_deco import _waiting as waiting
 from redlock_deco import asyncio as aio
+from redlock_deco._protocol import RECHECK
 
 # A CI leg of its own (minutes: one run per line); a test's own time bound is raised.
 pytestmark = [pytest.mark.interrupts, pytest.mark.timeout(900)]
@@ -263,7 +264,7 @@ class _LongLived:
         with self.lock:
             pass
 
-    def settle(self, where: str, point: Point) -> None:
+    def settle(self, where: str, point: Point, real: bool) -> None:
         self()  # the object's next block: closes one left open, then its own
 
 
@@ -310,7 +311,7 @@ class _Bare:
         self.lock.release()
         self.phase = "done"
 
-    def settle(self, where: str, point: Point) -> None:
+    def settle(self, where: str, point: Point, real: bool) -> None:
         if self.phase == "acquire" and point[2] == "return acquire_held":
             # As acquire() returned to its caller (acquire_held is its last call): what it
             # took is the object's, as when threading.Lock.acquire() returns into a line
@@ -349,7 +350,7 @@ class _Adopted:
         assert self.taker.adopt(self.token)
         self.taker.release()
 
-    def settle(self, where: str, point: Point) -> None:
+    def settle(self, where: str, point: Point, real: bool) -> None:
         if self.token is None and point[2] == "return hand_over_held":
             held = self.r.get("lock:" + NAME)  # the caller's window (see above)
             self.token = None if held is None else held.decode()
@@ -388,6 +389,62 @@ def _handed_off(r: redis.Redis) -> Callable[[], None]:
     return run
 
 
+class _ReadersHandedOff:
+    """Two readers (``shared=True``) waiting behind a writer, let in together by its one
+    release: two grants on the process's subscription at once. The traced reader is cut
+    anywhere -- queueing, reading the subscription as both grants arrive, inside, leaving;
+    the other reader must get in promptly all the same (review 81b, F1: the cut reader's
+    dropped subscription took the other's grant, already read off the socket, and that
+    reader learnt it only at its recheck, RECHECK later, keeping writers out meanwhile)."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+        self.queue = "{lock:" + NAME + "}:queue"
+        self.done = threading.Event()
+        self.released: list[float] = []
+        self.entered: list[float] = []
+        self.threads: list[threading.Thread] = []
+
+    def _writer(self, held: threading.Event) -> None:
+        with Lock(NAME, ttl=5, wait=5):
+            held.set()
+            # (until both readers queue, or the traced one was cut before it did)
+            wait_until(lambda: self.done.is_set() or self.r.zcard(self.queue) >= 2, 5, 0.002)
+            time.sleep(0.01)  # (the traced reader reads its subscription by now)
+        self.released.append(time.monotonic())
+
+    def _other_reader(self) -> None:
+        wait_until(lambda: self.done.is_set() or self.r.zcard(self.queue) >= 1, 5, 0.002)
+        with Lock(NAME, ttl=5, wait=5, shared=True):
+            self.entered.append(time.monotonic())
+
+    def __call__(self) -> None:
+        held = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._writer, args=(held,), daemon=True),
+            threading.Thread(target=self._other_reader, daemon=True),
+        ]
+        self.threads[0].start()
+        assert held.wait(5)
+        self.threads[1].start()
+        with Lock(NAME, ttl=5, wait=5, shared=True):
+            pass
+
+    def settle(self, where: str, point: Point, real: bool) -> None:
+        self.done.set()
+        for thread in self.threads:
+            thread.join(10)
+        assert self.entered, f"the other reader never got in after {where}"
+        if real:  # (a cut no real signal makes skips handlers: the reading stays taken)
+            # (a round trip or two; its recheck, RECHECK, without the server asked at once)
+            delay = self.entered[0] - self.released[0]
+            assert delay < RECHECK / 2, f"the other reader got in {delay:.2f} s late after {where}"
+
+
+def _readers_handed_off(r: redis.Redis) -> Callable[[], None]:
+    return _ReadersHandedOff(r)
+
+
 SYNC = {
     "with-block": _plain_with,
     "long-lived-object": _long_lived,
@@ -397,6 +454,7 @@ SYNC = {
     "semaphore": _semaphore,
     "hand-off": _handed_off,
     "adopted": _adopted,
+    "readers-handed-off": _readers_handed_off,
 }
 
 
@@ -645,7 +703,7 @@ def test_a_keyboard_interrupt_at_every_line_leaves_nothing_held(
             missed.append(line)  # not reached this time (a path that depends on timing)
         settle = getattr(run, "settle", None)
         if settle is not None:
-            settle(f"an interrupt at {_where(line)}", line)
+            settle(f"an interrupt at {_where(line)}", line, not tracer.cannot_land)
         strict = _strict(line, tracer)
         _nothing_left(r, f"an interrupt at {_where(line)}{' (kept)' if kept else ''}", kind,
                       returned=strict, cleanup=tracer.in_cleanup)  # fmt: skip
