@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import multiprocessing
 import queue
@@ -715,10 +716,44 @@ SECTION_NAMES = ("a", "b", "s")
 # this to True to steer the machine clear of that pattern.
 KNOWN_BUG_SHARED_OBJECT = False  # two locks and a semaphore (limit 10: never busy here)
 MAX_OPEN = 8
+# The objects a section enters: fresh per section or one per name, of the plain classes or of
+# subclasses whose hooks go through a decorator's wrapper.
+OBJECTS = ("fresh", "shared", "fresh wrapped", "shared wrapped")
 
 
 class Stop(BaseException):
     """Unwinds the section owner's nested command loops."""
+
+
+def _logged(method: Any) -> Any:
+    """A decorator of the kind users put on methods (logging, tracing): a frame of its own
+    between the ``with`` statement and the base's hook (review 81a, F1; 82a, F1)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    return wrapper
+
+
+class WrappedLock(Lock):
+    @_logged
+    def __enter__(self) -> Any:
+        return super().__enter__()
+
+    @_logged
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+class WrappedSemaphore(Semaphore):
+    @_logged
+    def __enter__(self) -> Any:
+        return super().__enter__()
+
+    @_logged
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
 
 
 class SectionOwner:
@@ -727,13 +762,17 @@ class SectionOwner:
     A section that ends last-in first-out (an ``@locked``/``@limited`` call, a ``with``
     block) runs a nested command loop inside it, so it stays open across machine steps;
     "exit" ends the innermost one. Generators suspended inside a ``with`` block end in any
-    order. Lock/Semaphore objects are fresh per section, or one shared object per name.
+    order, and may be left or closed by another thread (a step run elsewhere); inside its
+    block, a generator may nest another block of the same object ("nest"). Lock/Semaphore
+    objects are fresh per section, or one shared object per name, of the plain classes or of
+    subclasses whose hooks go through a decorator's wrapper ("wrapped").
     """
 
     def __init__(self) -> None:
         self.inbox: queue.Queue[Any] = queue.Queue()
         self.outbox: queue.Queue[Any] = queue.Queue()
         self.shared = {name: self.primitive(name) for name in SECTION_NAMES}
+        self.shared_wrapped = {name: self.primitive(name, True) for name in SECTION_NAMES}
         self.gens: dict[int, Any] = {}
         self.stacks: dict[int, contextlib.ExitStack] = {}  # handed out with pop_all()
 
@@ -750,10 +789,17 @@ class SectionOwner:
         self.thread.start()
 
     @staticmethod
-    def primitive(name: str) -> Any:
-        return (
-            Semaphore(name, limit=10, ttl=30, wait=0) if name == "s" else Lock(name, ttl=30, wait=0)
-        )
+    def primitive(name: str, wrapped: bool = False) -> Any:
+        if name == "s":
+            return (WrappedSemaphore if wrapped else Semaphore)(name, limit=10, ttl=30, wait=0)
+        return (WrappedLock if wrapped else Lock)(name, ttl=30, wait=0)
+
+    def object(self, how: str, name: str) -> Any:
+        """The object a section of ``how`` ("fresh"/"shared", maybe "wrapped") enters."""
+        wrapped = how.endswith("wrapped")
+        if "shared" in how:
+            return (self.shared_wrapped if wrapped else self.shared)[name]
+        return self.primitive(name, wrapped)
 
     @staticmethod
     def current() -> str | None:
@@ -795,9 +841,15 @@ class SectionOwner:
 
     def section(self, lock: Any) -> Iterator[str | None]:
         with lock:
-            while (yield self.current()) is None:
-                pass
+            while (sent := (yield self.current())) is None or sent == "nest":
+                if sent == "nest":
+                    self.nested(lock)
         yield self.current()  # after its block, as the generator sees it
+
+    @staticmethod
+    def nested(lock: Any) -> None:
+        with lock:  # (a block of the same object, inside the generator's, in a call)
+            pass
 
     def run(self, op: str, *args: Any) -> Any:
         if op == "enter":  # replies "entered" from inside; this is the reply to "exit"
@@ -806,37 +858,65 @@ class SectionOwner:
                 if how == "decorated":
                     self.decorated["sem" if name == "s" else "lock"](name)
                 else:
-                    with self.shared[name] if how == "with shared" else self.primitive(name):
+                    with self.object(how, name):
                         self.inside()
             except LockLost as exc:
                 return type(exc).__name__, self.current()
             return None, self.current()
         if op == "open":
             gid, how, name = args
-            gen = self.section(self.shared[name] if how == "shared" else self.primitive(name))
+            gen = self.section(self.object(how, name))
             self.gens[gid] = gen
             return next(gen)
         if op == "resume":
             return next(self.gens[args[0]])
+        if op == "nest":
+            return self.gens[args[0]].send("nest")
         if op == "close":
-            gid, how = args
+            gid, how, where = args
             gen = self.gens.pop(gid)
-            if how == "close":  # GeneratorExit inside the block: a loss raises LockLost too
-                try:
-                    gen.close()
-                except LockLost as exc:
-                    return type(exc).__name__, self.current()
-                return None, self.current()
+            if where == "elsewhere":  # the step that ends the block, run by another thread
+                return self.elsewhere(lambda: self.end(gen, how))
+            return self.end(gen, how)
+        return self.run_stack(op, *args)
+
+    def end(self, gen: Any, how: str) -> tuple[str | None, str | None]:
+        if how == "close":  # GeneratorExit inside the block: a loss raises LockLost too
             try:
-                seen = gen.send("leave")  # the block ends normally: a loss raises LockLost
+                gen.close()
             except LockLost as exc:
                 return type(exc).__name__, self.current()
-            gen.close()
-            return None, seen
+            return None, self.current()
+        try:
+            seen = gen.send("leave")  # the block ends normally: a loss raises LockLost
+        except LockLost as exc:
+            return type(exc).__name__, self.current()
+        gen.close()
+        return None, seen
+
+    def elsewhere(self, step: Any) -> tuple[str | None, str | None]:
+        """``step()`` run by a thread of its own: what it returned, or raised (a LockError
+        of ours is an answer: the machine compares it), the owner's current lease after."""
+        out: list[Any] = []
+
+        def run() -> None:
+            try:
+                out.append(step()[0])
+            except BaseException as exc:  # (compared, and shown, by the machine)
+                out.append(f"{type(exc).__name__}: {exc}")
+
+        helper = threading.Thread(target=run)
+        helper.start()
+        helper.join(CALL_TIMEOUT)
+        assert out, "the other thread's step did not finish"
+        return out[0], self.current()
+
+    def run_stack(self, op: str, *args: Any) -> Any:
+        """The blocks entered through an ExitStack, and the probe."""
         if op == "stack":  # a block entered through an ExitStack, handed out with pop_all()
             sid, how, name = args
             with contextlib.ExitStack() as stack:
-                stack.enter_context(self.shared[name] if how == "shared" else self.primitive(name))
+                stack.enter_context(self.object(how, name))
                 token = self.current()
                 self.stacks[sid] = stack.pop_all()
             return token
@@ -846,9 +926,7 @@ class SectionOwner:
 
             def hand_over() -> None:
                 with contextlib.ExitStack() as stack:
-                    stack.enter_context(
-                        self.shared[name] if how == "shared" else self.primitive(name)
-                    )
+                    stack.enter_context(self.object(how, name))
                     tokens.append(self.current())
                     self.stacks[sid] = stack.pop_all()
 
@@ -942,7 +1020,7 @@ class Sections(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
     @rule(
-        how=st.sampled_from(["decorated", "with fresh", "with shared"]),
+        how=st.sampled_from(["decorated", *(f"with {how}" for how in OBJECTS)]),
         name=st.sampled_from(SECTION_NAMES),
     )
     def enter(self, how: str, name: str) -> None:
@@ -950,7 +1028,7 @@ class Sections(RuleBasedStateMachine):
         reply = self.owner.call("enter", how, name)
         assert reply[0] == "entered", f"{what}: {reply!r}"
         token = reply[1]
-        self.calls.append(self.entered(name, token, None, what, how == "with shared"))
+        self.calls.append(self.entered(name, token, None, what, "shared" in how))
 
     def may_end(self, section: Section) -> bool:
         """Whether ending ``section`` now stays clear of the known bug (see
@@ -986,19 +1064,19 @@ class Sections(RuleBasedStateMachine):
         return "LockLost" if lost else None
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
-    @rule(how=st.sampled_from(["fresh", "shared"]), name=st.sampled_from(SECTION_NAMES))
+    @rule(how=st.sampled_from(OBJECTS), name=st.sampled_from(SECTION_NAMES))
     def open_generator(self, how: str, name: str) -> None:
         gid = next(self.seq)
         what = f"generator {gid}: with {how} {name}"
         token = ok(self.owner.call("open", gid, how, name), what)
         assert token is not None, f"{what}: no current_lease() inside"
-        self.entered(name, token, gid, what, how == "shared")
+        self.entered(name, token, gid, what, "shared" in how)
 
     def generators(self) -> list[Section]:
         return [section for section in self.open if section.gid is not None]
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
-    @rule(how=st.sampled_from(["fresh", "shared"]), name=st.sampled_from(SECTION_NAMES))
+    @rule(how=st.sampled_from(OBJECTS), name=st.sampled_from(SECTION_NAMES))
     def enter_stack(self, how: str, name: str) -> None:
         """A block entered through an ExitStack and handed out (pop_all()): it stays open,
         the owner's innermost, until the stack is closed, in any order, here or by another
@@ -1008,10 +1086,10 @@ class Sections(RuleBasedStateMachine):
         what = f"stack {sid}: {how} {name}"
         token = ok(self.owner.call("stack", sid, how, name), what)
         assert token is not None, f"{what}: no current_lease() after entering"
-        self.entered(name, token, None, what, how == "shared").sid = sid
+        self.entered(name, token, None, what, "shared" in how).sid = sid
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
-    @rule(how=st.sampled_from(["fresh", "shared"]))
+    @rule(how=st.sampled_from(OBJECTS))
     def hand_over_stack(self, how: str) -> None:
         """A semaphore block entered through an ExitStack by a thread that hands the stack
         to the owner and ends: not the owner's section (its current_lease() is unchanged),
@@ -1021,7 +1099,7 @@ class Sections(RuleBasedStateMachine):
         what = f"helper's stack {sid}: {how} s"
         token = ok(self.owner.call("helper stack", sid, how, "s"), what)
         assert token is not None, f"{what}: no current_lease() after entering"
-        section = self.entered("s", token, None, what, how == "shared")
+        section = self.entered("s", token, None, what, "shared" in how)
         section.sid, section.elsewhere = sid, True
 
     def stacks(self) -> list[Section]:
@@ -1046,14 +1124,33 @@ class Sections(RuleBasedStateMachine):
         seen = ok(self.owner.call("resume", section.gid), f"resume {section}")
         assert seen == self.innermost(), f"inside {section}: {seen}, not {self.open}"
 
+    @precondition(lambda self: self.generators())
+    @rule(data=st.data())
+    def nest_in_generator(self, data: st.DataObject) -> None:
+        """Inside the generator's block, a call nests a block of the same object: its exit
+        leaves its own block (review 82a, F1: through a wrapped exit it ended the
+        generator's, and another holder got in while the generator's body ran)."""
+        section = data.draw(st.sampled_from(self.generators()), label="generator")
+        seen = ok(self.owner.call("nest", section.gid), f"nest in {section}")
+        assert seen == self.innermost(), f"inside {section}, nested: {seen}, not {self.open}"
+
     @precondition(lambda self: self.endable_generators())
-    @rule(data=st.data(), how=st.sampled_from(["close", "leave"]))
-    def end_generator(self, data: st.DataObject, how: str) -> None:
+    @rule(
+        data=st.data(),
+        how=st.sampled_from(["close", "leave"]),
+        where=st.sampled_from(["here", "elsewhere"]),
+    )
+    def end_generator(self, data: st.DataObject, how: str, where: str) -> None:
+        """The generator's block ends -- by a step this thread runs, or another thread
+        (review 79a, F1; 81a, F1: through a wrapped hook that raised LockError and stayed
+        held)."""
         section = data.draw(st.sampled_from(self.endable_generators()), label="generator")
         expected = self.ending(section)
-        error, seen = ok(self.owner.call("close", section.gid, how), f"{how} {section}")
-        assert error == expected, f"{how} of {section}: {error} raised, expected {expected}"
-        assert seen == self.innermost(), f"after {how} of {section}: {seen}, not {self.open}"
+        reply = self.owner.call("close", section.gid, how, where)
+        error, seen = ok(reply, f"{how} {section} {where}")
+        assert error == expected, f"{how} of {section} {where}: {error}, expected {expected}"
+        if where == "here":  # (elsewhere, the generator saw the other thread's: none)
+            assert seen == self.innermost(), f"after {how} of {section}: {seen}, not {self.open}"
 
     @rule(name=st.sampled_from(SECTION_NAMES), pick=PICK)
     def lose(self, name: str, pick: int) -> None:
@@ -1089,7 +1186,10 @@ class Sections(RuleBasedStateMachine):
                     assert self.calls.pop() is section
                     ok(self.owner.call("exit"), "leaving a section")
                 else:
-                    ok(self.owner.call("close", section.gid, "close"), "closing a generator")
+                    ok(
+                        self.owner.call("close", section.gid, "close", "here"),
+                        "closing a generator",
+                    )
             assert ok(self.owner.call("probe"), "probe") is None
             left = set(self.admin.keys("*"))
             if self.slot_removed:  # the set vanished under its limit key: that one expires
