@@ -564,9 +564,12 @@ def test_inspect_shows_a_throttle_in_use(r: redis.Redis, server: RedisServer) ->
     [entry] = inspection.held(r, "throttle:*")
     assert entry["kind"] == "throttle" and entry["key"] == "throttle:api:acme"
     assert (entry["rate"], entry["burst"]) == (2.0, 2.0)
-    assert 2.9 < entry["reserved"] <= 3.0 and 0.9 < entry["next_free"] <= 1.0
+    # (what the server's clock moved on between the reservations and each read: a loaded CI
+    # machine took 0.1 s, and 2.9 < 2.8976 failed)
+    assert 2.5 < entry["reserved"] <= 3.0 and 0.5 < entry["next_free"] <= 1.0
     table = inspection.render_table([entry])
-    assert "throttle:api:acme" in table and "2/s, burst 2" in table and "next slot 1.0s" in table
+    assert "throttle:api:acme" in table and "2/s, burst 2" in table
+    assert f"next slot {entry['next_free']:.1f}s" in table
     refused = throttle.admission(target.execute(throttle.admit_step(
         "throttle:api:acme", "d", 1.0, options, 0.0)))  # fmt: skip
-    assert not refused.admitted and abs(refused.delay - entry["next_free"]) < 0.05
+    assert not refused.admitted and 0 < refused.delay <= entry["next_free"] + 0.005
