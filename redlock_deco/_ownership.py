@@ -41,8 +41,8 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
-from contextvars import ContextVar
-from types import MethodType
+from contextvars import ContextVar, Token
+from types import FunctionType, MethodType
 from typing import Any, NamedTuple, TypeVar, overload
 
 from . import _process as process
@@ -90,13 +90,18 @@ class Blocks(list["Section"]):
     would make a cycle, and a block dropped open would then wait for the cyclic collector
     (seconds, or never with ``gc.disable()``) instead of being finalized with its object."""
 
-    __slots__ = ("__weakref__", "hooked")
+    __slots__ = ("__weakref__", "kind")
 
-    def __init__(self, hooked: bool = False) -> None:
+    def __init__(self, kind: type | None = None) -> None:
         super().__init__()
-        # Whether its object's class has hooks of its own (see overriding): its entries and
-        # exits may reach the base's through frames of the user's (see place()).
-        self.hooked = hooked
+        self.kind = kind  # its object's class
+
+    @property
+    def hooked(self) -> bool:
+        """Whether its object's class has hooks of its own (see overriding), even put on it
+        later: its entries and exits may reach the base's through frames of the user's (see
+        place())."""
+        return bool(getattr(self.kind, "_hooked", False))
 
 
 class Section:
@@ -461,6 +466,10 @@ class ExitHook:
             return StackExit(self.func)
         return MethodType(self.func, obj)
 
+    def __call__(self, obj: Any, *exc: Any) -> Any:
+        """Called as read off the class's ``__dict__`` (a wrapper put on it by hand)."""
+        return self.func(obj, *exc)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -490,40 +499,79 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
     the subclass's blocks entered through an ExitStack had no exit of their own, and one
     stack's exit could end another block of the object."""
     if name in ("__enter__", "__aenter__"):
-        if inspect.iscoroutinefunction(func):
+        if name == "__aenter__":
 
             async def enter_async(obj: Any, *args: Any, **kwargs: Any) -> Any:
-                return await func(obj, *args, **kwargs)
+                token = _entering(obj)
+                try:
+                    return await _bound(func, obj)(*args, **kwargs)
+                finally:
+                    if token is not None:
+                        _ENTERING.reset(token)
 
-            return _hook(functools.update_wrapper(enter_async, func))
+            return _hook(_named(enter_async, func))
 
         def enter_sync(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            return func(obj, *args, **kwargs)
+            token = _entering(obj)
+            try:
+                return _bound(func, obj)(*args, **kwargs)
+            finally:
+                if token is not None:
+                    _ENTERING.reset(token)
 
-        return _hook(functools.update_wrapper(enter_sync, func))
-    if inspect.iscoroutinefunction(func):
+        return _hook(_named(enter_sync, func))
+    if name == "__aexit__":
 
         async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
             if _by is None:  # (a subclass's own, reached through super(): the outer one's)
-                return await func(obj, *exc)
+                return await _bound(func, obj)(*exc)
             token = _RUN_AS.set((_by, mark()))
             try:
-                return await func(obj, *exc)
+                return await _bound(func, obj)(*exc)
             finally:
                 _RUN_AS.reset(token)
 
-        return ExitHook(_hook(functools.update_wrapper(exit_async, func)))
+        return ExitHook(_hook(_named(exit_async, func)))
 
     def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
         if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses, the
-            return func(obj, *exc)  # inner one's wrapper hid the exit the outer one ran as)
+            return _bound(func, obj)(*exc)  # inner one's wrapper hid the exit the outer one ran as)
         token = _RUN_AS.set((_by, mark()))
         try:
-            return func(obj, *exc)
+            return _bound(func, obj)(*exc)
         finally:
             _RUN_AS.reset(token)
 
-    return ExitHook(_hook(functools.update_wrapper(exit_sync, func)))
+    return ExitHook(_hook(_named(exit_sync, func)))
+
+
+def _bound(hook: Any, obj: Any) -> Any:
+    """``hook`` (what the class holds) bound to ``obj`` as the interpreter binds it: through
+    its ``__get__`` -- a function's, a decorator object's (wrapt's) -- else as it is."""
+    get = getattr(type(hook), "__get__", None)
+    return get(hook, obj, type(obj)) if get is not None else hook
+
+
+def _named(wrapper: F, hook: Any) -> F:
+    with contextlib.suppress(AttributeError, TypeError):  # (a callable object may have none)
+        functools.update_wrapper(wrapper, hook)
+    return wrapper
+
+
+# The blocks of the object whose own entry hook (the outermost running, see overriding) this
+# thread or task is inside, and a number below every block entered since it began: those are
+# its own entries -- super().__enter__() twice, a `with self:` inside it -- never a leftover
+# of the `with` statement entering (see unexited; review 83a, F1 and F2: the second entry
+# gave the first up, and the body ran holding nothing).
+_ENTERING: ContextVar[tuple[Blocks, int] | None] = ContextVar("redlock_deco_entering", default=None)
+
+
+def _entering(obj: Any) -> Token[tuple[Blocks, int] | None] | None:
+    blocks = getattr(obj, "_blocks", None)
+    running = _ENTERING.get()
+    if not isinstance(blocks, Blocks) or (running is not None and running[0] is blocks):
+        return None
+    return _ENTERING.set((blocks, mark()))
 
 
 # The code of the frames overriding() runs a subclass's hooks in (each wrapper's: the same
@@ -538,7 +586,10 @@ def _hook(wrapper: F) -> F:
 
 def is_hook(hook: Any) -> bool:
     """Whether ``hook`` (a class's ``__enter__``, ``__exit__``...) is one overriding() made."""
-    return getattr(getattr(hook, "func", hook), "__code__", None) in _HOOK_CODES
+    # (by type: a proxy -- wrapt's FunctionWrapper around one of these -- answers for what
+    # it wraps, and was taken for a wrapped hook: review 83a, F3)
+    func = hook.func if type(hook) is ExitHook else hook
+    return type(func) is FunctionType and func.__code__ in _HOOK_CODES
 
 
 def run_as(blocks: Blocks, by: StackExit | None, where: Place) -> StackExit | None:
@@ -744,6 +795,8 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     owner = current_owner()
     over: list[Section] = []
     live: set[tuple[int, Any]] | None = None
+    entering = _ENTERING.get()
+    since = entering[1] if entering is not None and entering[0] is blocks else sys.maxsize
     for section in list(blocks):
         if section.exit is not None:
             # Entered through a stack: the caller's own, or an ended owner's, once cut off
@@ -761,7 +814,8 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
         if section.at < 0 or where.at < 0:
             continue
         if section.frame == where.frame and section.body is where.body and section.at == where.at:
-            over.append(section)
+            if section.entry[0] < since:  # (else one of the running entry hook's own)
+                over.append(section)
             continue
         if (type(owner) is not ThreadOwner or section.body is None
                 or section.body.co_flags & _MAY_SUSPEND or "greenlet" in sys.modules):  # fmt: skip

@@ -10,13 +10,12 @@ method is a thin shell over ``_guard``, where the decisions are.
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import warnings
 import weakref
 from collections.abc import Callable
-from types import TracebackType
+from types import FunctionType, TracebackType
 from typing import Any, TypeVar
 
 from . import _drivers as drivers
@@ -52,7 +51,34 @@ def _collected_holding(held: list[Lease], what: str) -> None:
         )
 
 
-class Base:
+def _base_hook(hook: Any) -> bool:
+    """Whether ``hook`` is one of this module's own ``__enter__``/``__exit__``... (the base's)."""
+    # (by type: a proxy -- wrapt's FunctionWrapper -- answers for what it wraps)
+    return type(hook) is ownership.ExitHook or (
+        type(hook) is FunctionType and hook.__module__ == __name__
+    )
+
+
+_HOOK_NAMES = frozenset({"__enter__", "__aenter__", "__exit__", "__aexit__"})
+
+
+class _Hooks(type):
+    """The primitives' metaclass: a hook put on a class after it was made (instrumentation
+    patching it, ``wrapt.wrap_function_wrapper(MyLock, "__exit__", ...)``, an assignment) is
+    wrapped as a subclass's own are (see Base.__init_subclass__): review 83a, F3 -- left as
+    it was, a generator's block left by another thread's step raised LockError and stayed
+    held, and an older block's exit ended the generator's while its body ran."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name in _HOOK_NAMES and not (
+            value is None or ownership.is_hook(value) or _base_hook(value)
+        ):
+            value = ownership.overriding(value, name)
+            type.__setattr__(cls, "_hooked", True)
+        super().__setattr__(name, value)
+
+
+class Base(metaclass=_Hooks):
     """Name, options, what this object holds, and the ``with`` blocks open through it.
 
     Two kinds of holding (docs/concepts.md's ownership table):
@@ -80,19 +106,16 @@ class Base:
         super().__init_subclass__(**kwargs)
         hooked = False
         for name in ("__enter__", "__aenter__", "__exit__", "__aexit__"):
-            # The hook the class resolves to, if a subclass's own or a mixin's -- a plain
-            # function, not the base's or one already wrapped (review 77a, F2: a mixin's exit
-            # was left as it was).
+            # The hook the class resolves to, if a subclass's own or a mixin's -- a function,
+            # or a decorator's object (wrapt's: review 83a, F3) -- not the base's nor one
+            # already wrapped (review 77a, F2: a mixin's exit was left as it was).
             own = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-            if (
-                inspect.isfunction(own)
-                and own.__module__ != __name__
-                and not ownership.is_hook(own)
-            ):
+            if not (own is None or ownership.is_hook(own) or _base_hook(own)):
                 own = ownership.overriding(own, name)  # (see there)
                 setattr(cls, name, own)
             hooked = hooked or ownership.is_hook(own)
-        cls._hooked = hooked
+        if hooked:  # (else as its base: hooks put on the base later are its too)
+            cls._hooked = True
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if options.on_lost == "cancel" and not self.is_async:
@@ -105,7 +128,7 @@ class Base:
         self.options: LeaseOptions = options
         self.limit: int = options.limit
         self._held: list[Lease] = []  # taken by acquire(), oldest first
-        self._blocks = ownership.Blocks(self._hooked)  # `with` blocks open through it
+        self._blocks = ownership.Blocks(type(self))  # `with` blocks open through it
         self._watcher: weakref.finalize[Any, Any] | None = None  # see _watch
         ref = weakref.ref(self)
         # Held by its leases' renewal: a strong reference would keep the object alive.

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 import redis
+import wrapt
 
-from redlock_deco import Lock, LockNotAcquired
+from redlock_deco import Lock, LockNotAcquired, Semaphore
 from redlock_deco import _renewal as renewal
 from redlock_deco.asyncio import Lock as AsyncLock
 
@@ -92,6 +93,53 @@ class _ReenteringExitLock(Lock):
         return super().__exit__(*exc)
 
 
+class _Traced:
+    """A method decorator written as a class (a descriptor), as some tracing libraries do."""
+
+    def __init__(self, method: Any) -> None:
+        functools.update_wrapper(self, method)
+        self.method = method
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        return self if obj is None else functools.partial(self.method, obj)
+
+
+class _ClassDecoratedExitLock(Lock):
+    @_Traced
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+@wrapt.decorator
+def _wrapt_logged(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return wrapped(*args, **kwargs)
+
+
+class _WraptDecoratedExitLock(Lock):
+    @_wrapt_logged
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+class _PatchedExitLock(Lock):  # its own exit, instrumented once the class exists
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+class _PatchedBaseExitLock(Lock):  # the base's exit, instrumented on the subclass
+    pass
+
+
+class _AssignedExitLock(Lock):  # its own exit, wrapped by hand once the class exists
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc)
+
+
+for _patched in (_PatchedExitLock, _PatchedBaseExitLock):
+    wrapt.wrap_function_wrapper(_patched, "__exit__", lambda call, _, args, kw: call(*args, **kw))
+_AssignedExitLock.__exit__ = _wrapped(_AssignedExitLock.__dict__["__exit__"])  # type: ignore[method-assign]
+
+
 class _WrappedAsyncExitLock(AsyncLock):
     @_awrapped
     async def __aexit__(self, *exc: Any) -> Any:
@@ -104,7 +152,17 @@ class _WrappedAsyncEnterLock(AsyncLock):
         return await super().__aenter__()
 
 
-SYNC = [_WrappedExitLock, _WrappedEnterLock, _HelperExitLock, _TwoLevelLock]
+SYNC = [
+    _WrappedExitLock,
+    _WrappedEnterLock,
+    _HelperExitLock,
+    _TwoLevelLock,
+    _ClassDecoratedExitLock,  # review 83a, F3: hooks that are no plain function,
+    _WraptDecoratedExitLock,
+    _PatchedExitLock,  # or put on the class once it exists
+    _PatchedBaseExitLock,
+    _AssignedExitLock,
+]
 ASYNC = [_WrappedAsyncExitLock, _WrappedAsyncEnterLock]
 
 
@@ -277,3 +335,82 @@ def test_an_async_generators_block_is_left_by_a_step_another_task_runs(
 
     asyncio.run(scenario())
     _nothing_left(r, "an async generator's block left by another task")
+
+
+class _CheckingLock(Lock):
+    checking = False
+
+    @_wrapped
+    def __enter__(self) -> Any:
+        entered = super().__enter__()
+        if not self.checking:  # (a protected step in a block of its own, as 76a's exit)
+            self.checking = True
+            try:
+                with self:
+                    pass
+            finally:
+                self.checking = False
+        return entered
+
+
+class _TwoSlots(Semaphore):
+    """A weighted entry: two slots for each block."""
+
+    def __enter__(self) -> Any:
+        super().__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            super().__exit__(*exc)
+        finally:
+            super().__exit__(*exc)
+
+
+@pytest.mark.timeout(30)
+def test_blocks_an_entry_hook_enters_itself_are_its_own_not_leftovers(r: redis.Redis) -> None:
+    """Review 83a, F1 and F2 (HIGH): an entry hook that enters the object again -- a
+    ``with self:`` inside it, ``super().__enter__()`` twice -- reached the base's from the
+    very ``with`` statement's place, and the second entry took the first block for a
+    leftover of that statement (one left open by an interrupt) and gave it up: the body ran
+    holding nothing, or one slot of two."""
+    lock = _CheckingLock(NAME, ttl=5, wait=0)
+    with lock:
+        assert len(lock._blocks) == 1
+        assert not _another_gets_in(), "the lock was given up before its body ran"
+    assert not lock._blocks
+    slots = _TwoSlots(NAME, limit=2, ttl=5, wait=0)
+    with slots:
+        assert slots.holders() == 2, "a slot was given up before the body ran"
+    assert not slots._blocks
+    _nothing_left(r, "entry hooks that enter their object again")
+
+
+@pytest.mark.timeout(30)
+def test_an_async_entry_hook_entering_itself_keeps_its_blocks(r: redis.Redis) -> None:
+    """:func:`test_blocks_an_entry_hook_enters_itself_are_its_own_not_leftovers` for asyncio."""
+
+    class Checking(AsyncLock):
+        checking = False
+
+        @_awrapped
+        async def __aenter__(self) -> Any:
+            entered = await super().__aenter__()
+            if not self.checking:
+                self.checking = True
+                try:
+                    async with self:
+                        pass
+                finally:
+                    self.checking = False
+            return entered
+
+    async def scenario() -> None:
+        lock = Checking(NAME, ttl=5, wait=0)
+        async with lock:
+            assert len(lock._blocks) == 1
+            assert not _another_gets_in(), "the lock was given up before its body ran"
+        assert not lock._blocks
+
+    asyncio.run(scenario())
+    _nothing_left(r, "an async entry hook that enters its object again")

@@ -729,6 +729,21 @@ MUTANTS: tuple[Mutant, ...] = (
        "        for name in (\"__enter__\", \"__aenter__\", \"__exit__\", \"__aexit__\"):\n",
        "        for name in (\"__exit__\", \"__aexit__\"):\n",
        "tests/integration/test_wrapped_hooks.py"),
+    py("entry-hooks-own-blocks-taken-for-leftovers", "a block an entry hook entered itself (a "
+       "`with self:` inside it, super().__enter__() twice) is taken for a leftover of the with "
+       "statement entering, and given up", "_ownership",
+       "            if section.entry[0] < since:  # (else one of the running entry hook's own)\n",
+       "            if True:\n", "tests/integration/test_wrapped_hooks.py"),
+    py("hook-put-on-later-left-as-is", "a hook put on a class after it was made (wrapt's "
+       "wrap_function_wrapper, an assignment) is left as it is", "_primitive",
+       "            value = ownership.overriding(value, name)\n", "            pass\n",
+       "tests/integration/test_wrapped_hooks.py"),
+    py("proxy-taken-for-a-hook", "a proxy around one of the package's hooks (wrapt's "
+       "FunctionWrapper) is taken for it, and left unwrapped", "_ownership",
+       "    func = hook.func if type(hook) is ExitHook else hook\n"
+       "    return type(func) is FunctionType and func.__code__ in _HOOK_CODES\n",
+       "    return getattr(getattr(hook, \"func\", hook), \"__code__\", None) in _HOOK_CODES\n",
+       "tests/integration/test_wrapped_hooks.py"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",
