@@ -661,6 +661,7 @@ class AsyncHandoff:
         self._event.set()
 
     async def wait(self, timeout: float) -> float | None:
+        self._owner.revive()
         if not await set_within(self._event, timeout):
             return None
         self._event.clear()
@@ -715,6 +716,20 @@ class AsyncWaiting:
     async def listen(self, token: str, timeout: float = START_TIMEOUT) -> AsyncHandoff | None:
         handoff = AsyncHandoff(self, token)
         self._board.add(token, handoff)
+        self._start()
+        try:
+            if not await set_within(self._ready, max(0.0, min(timeout, START_TIMEOUT))):
+                handoff.close()
+                return None
+        except BaseException:
+            # Cancelled before the caller got the registration, so nobody else can close it:
+            # it stayed registered for good, and the loop's subscriber never idled (review 3).
+            handoff.close()
+            raise
+        return handoff
+
+    def _start(self) -> None:
+        """Start the subscriber task unless it runs."""
         if self._task is None or self._task.done():
             # (Done: cancelled before its first step -- "cancel every other task" at the turn
             # it was created -- its finally never ran to clear it, and no subscriber was ever
@@ -726,16 +741,15 @@ class AsyncWaiting:
             # "Task was destroyed but it is pending!" after each contended hand-run loop).
             # asyncio's own shield() and run_until_complete() do the same for their futures.
             self._task._log_destroy_pending = False  # type: ignore[attr-defined]
-        try:
-            if not await set_within(self._ready, max(0.0, min(timeout, START_TIMEOUT))):
-                handoff.close()
-                return None
-        except BaseException:
-            # Cancelled before the caller got the registration, so nobody else can close it:
-            # it stayed registered for good, and the loop's subscriber never idled (review 3).
-            handoff.close()
-            raise
-        return handoff
+
+    def revive(self) -> None:
+        """Start the subscriber again as a registered task waits (again: each recheck), if it
+        ended meanwhile -- cancelled from outside, by a helper cancelling "every other task"
+        (review 83b, F1): nobody of the process listened, every release took the loop's
+        waiters for dead and skipped them, and they queued again at the back at each
+        recheck, starved under steady hand-offs until their ``wait`` ran out."""
+        if self._board.waiting and not self.loop_closed():
+            self._start()
 
     def _start_give_back(self, claim: Claim) -> None:
         async def give_back() -> None:

@@ -27,6 +27,7 @@ import pytest
 import redis
 from support import handoff_workers
 
+import redlock_deco
 from redlock_deco import Lock, LockNotOwned, Semaphore, locked, register_provider
 from redlock_deco._protocol import RECHECK
 from redlock_deco.testing import RedisServer
@@ -661,3 +662,50 @@ def test_a_reader_interrupted_as_its_grant_comes_leaves_the_next_waiter_served_a
     assert delays, "the reader was never interrupted as its grant came (the test proves nothing)"
     # (a second -- the recheck -- without the new subscription; a round trip or two with it)
     assert max(delays) < RECHECK / 2, f"the next waiter got in {delays} s after the interrupt"
+
+
+@pytest.mark.timeout(60)
+def test_an_asyncio_waiter_is_served_in_turn_after_its_subscriber_task_was_cancelled(
+    server: RedisServer,
+) -> None:
+    """Review 83b, F1: the loop's grant subscriber task, cancelled from outside (a helper
+    cancelling "every other task") while a task waited, was never started again for it:
+    nobody of the process listened, every release took the waiter for dead and skipped it,
+    and at each recheck it queued again at the back -- under steady hand-offs in another
+    process it starved until its ``wait`` ran out. The waiter starts it again at its next
+    recheck, and is then served in turn."""
+    from redlock_deco import asyncio as aio
+
+    started = spawn.Event()
+    churn = spawn.Process(
+        target=handoff_workers.hand_around,
+        args=(server.url, "revived", 0.2, time.time() + 12, started),
+    )
+    churn.start()
+    try:
+        assert started.wait(20)
+
+        async def wait_for_a_turn() -> float:
+            lock = aio.Lock("revived", ttl=5, wait=RECHECK * 2 + 3)
+            began = time.monotonic()
+
+            async def cancel_the_subscriber() -> None:
+                await asyncio.sleep(0.1)  # (queued by now)
+                for task in asyncio.all_tasks():
+                    if task.get_name() == "redlock-deco-waiting":
+                        task.cancel()
+
+            canceller = asyncio.ensure_future(cancel_the_subscriber())
+            try:
+                async with lock:
+                    return time.monotonic() - began
+            finally:
+                await canceller
+                await redlock_deco.aclose()
+
+        waited = asyncio.run(wait_for_a_turn())
+    finally:
+        churn.kill()
+        churn.join(10)
+    # (a recheck to queue again, then at most one turn of each of the three holders)
+    assert waited < RECHECK + 3 * 0.2 + 1.5

@@ -744,6 +744,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "    return type(func) is FunctionType and func.__code__ in _HOOK_CODES\n",
        "    return getattr(getattr(hook, \"func\", hook), \"__code__\", None) in _HOOK_CODES\n",
        "tests/integration/test_wrapped_hooks.py"),
+    py("cancelled-subscriber-not-revived", "the asyncio grant subscriber task, cancelled from "
+       "outside while a task waits, is not started again at the waiter's recheck (its grants "
+       "go to nobody, and it starves under steady hand-offs)", "_waiting",
+       "        self._owner.revive()\n", "        pass\n", "tests/integration/test_handoff.py"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",

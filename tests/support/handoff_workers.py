@@ -27,3 +27,23 @@ def wait_then_hold(
         out.put((index, type(exc).__name__))
         return
     out.put((index, entered, left))
+
+
+def hand_around(url: str, name: str, hold: float, until: float, started: Any) -> None:
+    """Three threads handing ``name`` around, each holding it ``hold`` seconds, until the
+    wall-clock time ``until``; ``started`` (an Event) set once the first holds it."""
+    import threading
+
+    register_provider("default", url)
+
+    def turns() -> None:
+        while time.time() < until:
+            with Lock(name, ttl=10, wait=30):
+                started.set()
+                time.sleep(hold)
+
+    threads = [threading.Thread(target=turns) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
