@@ -496,8 +496,8 @@ class SyncWaiting:
         by one release each get one, all at once -- and each of those waiters, in on the
         server, learnt it only at its recheck, up to a second later, its share keeping
         every writer out meanwhile (review 81b, F1)."""
-        with self._lock:
-            others = [other for other in self._board.waiting.values() if other is not handoff]
+        with self._lock:  # (a generator, not a comprehension with an if: test_back_edges)
+            others = list(other for other in self._board.waiting.values() if other is not handoff)
         for other in others:
             other.ask_server()
 
