@@ -2178,3 +2178,40 @@ def line_of(code: Any, text: str) -> int:
 
     lines, first = inspect.getsourcelines(code)
     return next(first + index for index, line in enumerate(lines) if text in line)
+
+
+def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py 8.2's checkout reads the pushes waiting on an idle connection and applies them
+    only once it has read them all: an interrupt in between -- here at the purge after the
+    invalidation's read -- dropped it with the connection left open, and the cache served the
+    overwritten value for good (the reply search, seed 420572596). A checkout cut short empties
+    the cache. (redis-py 8.1 and earlier apply each push as it is read.)"""
+    caching_allowed(server, monkeypatch)
+    from redis._parsers.socket import SocketBuffer
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass  # (the library's first call: it guards the client's pool)
+        with server.client() as other:
+            other.set("tracked", "old")
+            assert client.get("tracked") == b"old"  # (cached: the connection tracks it)
+            other.set("tracked", "new")  # (an invalidation waits on the idle connection)
+            other.ping()
+        purge = SocketBuffer.purge
+
+        def cut_short(buffer: SocketBuffer) -> None:
+            monkeypatch.setattr(SocketBuffer, "purge", purge)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(SocketBuffer, "purge", cut_short)
+        with pytest.raises(KeyboardInterrupt):
+            client.get("another")  # (its checkout reads the invalidation; on 8.1, its drain)
+        assert client.get("tracked") == b"new"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
