@@ -41,7 +41,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from types import FunctionType, MethodType
 from typing import Any, NamedTuple, TypeVar, overload
 
@@ -499,25 +499,36 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
     the subclass's blocks entered through an ExitStack had no exit of their own, and one
     stack's exit could end another block of the object."""
     if name in ("__enter__", "__aenter__"):
+        # (The mark and its undoing inside the try: a signal raised as a C call returns --
+        # the ContextVar's set, the hook's own call -- left the mark set for good, or the
+        # block entered with no exit to come: held and renewed; review 84a, F2 and F4.)
         if name == "__aenter__":
 
             async def enter_async(obj: Any, *args: Any, **kwargs: Any) -> Any:
-                token = _entering(obj)
+                since, before = mark(), _ENTERING.get()
                 try:
-                    return await _bound(func, obj)(*args, **kwargs)
-                finally:
-                    if token is not None:
-                        _ENTERING.reset(token)
+                    _ENTERING.set(_marked(before, obj, since))
+                    entered = await _bound(func, obj)(*args, **kwargs)
+                    _ENTERING.set(before)
+                    return entered
+                except BaseException as exc:
+                    _ENTERING.set(before)
+                    await obj._abort_since(since, exc)  # (no exit will come for them)
+                    raise
 
             return _hook(_named(enter_async, func))
 
         def enter_sync(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            token = _entering(obj)
+            since, before = mark(), _ENTERING.get()
             try:
-                return _bound(func, obj)(*args, **kwargs)
-            finally:
-                if token is not None:
-                    _ENTERING.reset(token)
+                _ENTERING.set(_marked(before, obj, since))
+                entered = _bound(func, obj)(*args, **kwargs)
+                _ENTERING.set(before)
+                return entered
+            except BaseException as exc:
+                _ENTERING.set(before)
+                obj._abort_since(since, exc)  # (no exit will come for them)
+                raise
 
         return _hook(_named(enter_sync, func))
     if name == "__aexit__":
@@ -525,22 +536,24 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
         async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
             if _by is None:  # (a subclass's own, reached through super(): the outer one's)
                 return await _bound(func, obj)(*exc)
-            token = _RUN_AS.set((_by, mark()))
+            before = _RUN_AS.get()
             try:
+                _RUN_AS.set((_by, mark()))
                 return await _bound(func, obj)(*exc)
             finally:
-                _RUN_AS.reset(token)
+                _RUN_AS.set(before)
 
         return ExitHook(_hook(_named(exit_async, func)))
 
     def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
         if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses, the
             return _bound(func, obj)(*exc)  # inner one's wrapper hid the exit the outer one ran as)
-        token = _RUN_AS.set((_by, mark()))
+        before = _RUN_AS.get()
         try:
+            _RUN_AS.set((_by, mark()))
             return _bound(func, obj)(*exc)
         finally:
-            _RUN_AS.reset(token)
+            _RUN_AS.set(before)
 
     return ExitHook(_hook(_named(exit_sync, func)))
 
@@ -558,20 +571,24 @@ def _named(wrapper: F, hook: Any) -> F:
     return wrapper
 
 
-# The blocks of the object whose own entry hook (the outermost running, see overriding) this
-# thread or task is inside, and a number below every block entered since it began: those are
-# its own entries -- super().__enter__() twice, a `with self:` inside it -- never a leftover
-# of the `with` statement entering (see unexited; review 83a, F1 and F2: the second entry
-# gave the first up, and the body ran holding nothing).
-_ENTERING: ContextVar[tuple[Blocks, int] | None] = ContextVar("redlock_deco_entering", default=None)
+# For each object whose own entry hook (see overriding) this thread or task is inside, its
+# blocks and a number below every block entered since the outermost running one began: those
+# are the hook's own entries -- super().__enter__() twice, a `with self:` inside it -- never a
+# leftover of the `with` statement entering (see unexited; review 83a, F1 and F2: the second
+# entry gave the first up, and the body ran holding nothing). One per object: another object's
+# hook running inside (a partner's, entering this one again) keeps this one's (review 84a, F1).
+_ENTERING: ContextVar[tuple[tuple[Blocks, int], ...]] = ContextVar(
+    "redlock_deco_entering", default=()
+)
 
 
-def _entering(obj: Any) -> Token[tuple[Blocks, int] | None] | None:
+def _marked(
+    running: tuple[tuple[Blocks, int], ...], obj: Any, since: int
+) -> tuple[tuple[Blocks, int], ...]:
     blocks = getattr(obj, "_blocks", None)
-    running = _ENTERING.get()
-    if not isinstance(blocks, Blocks) or (running is not None and running[0] is blocks):
-        return None
-    return _ENTERING.set((blocks, mark()))
+    if not isinstance(blocks, Blocks) or any(known is blocks for known, _ in running):
+        return running
+    return (*running, (blocks, since))
 
 
 # The code of the frames overriding() runs a subclass's hooks in (each wrapper's: the same
@@ -795,8 +812,7 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
     owner = current_owner()
     over: list[Section] = []
     live: set[tuple[int, Any]] | None = None
-    entering = _ENTERING.get()
-    since = entering[1] if entering is not None and entering[0] is blocks else sys.maxsize
+    since = next((at for known, at in _ENTERING.get() if known is blocks), sys.maxsize)
     for section in list(blocks):
         if section.exit is not None:
             # Entered through a stack: the caller's own, or an ended owner's, once cut off
@@ -834,6 +850,17 @@ def unexited(blocks: Blocks, where: Place) -> list[Section]:
 def mark() -> int:
     """A number below the entry of every section opened from now on (see entered_since)."""
     return next(_sequence)
+
+
+def entered_all_since(blocks: Blocks, since: int) -> list[Section]:
+    """Every open block of ``blocks`` the current owner entered after :func:`mark` gave
+    ``since``, newest first."""
+    owner = current_owner()
+    return [
+        section
+        for section in reversed(list(blocks))
+        if section.open and section.owner() is owner and section.entry[0] > since
+    ]
 
 
 def entered_since(blocks: Blocks, since: int) -> Section | None:

@@ -16,7 +16,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from types import FunctionType, TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from . import _drivers as drivers
 from . import _guard as guard
@@ -116,6 +116,18 @@ class Base(metaclass=_Hooks):
             hooked = hooked or ownership.is_hook(own)
         if hooked:  # (else as its base: hooks put on the base later are its too)
             cls._hooked = True
+
+    def __copy__(self) -> NoReturn:
+        # (A copy shared the original's leases and blocks, and renewed its own only while
+        # the original lived: what a deep copy's acquire() took was lost a ttl after the
+        # original was collected -- review 84a, F3. threading.Lock refuses to be copied too.)
+        raise TypeError(
+            f"a {self.api_name} cannot be copied: what it holds belongs to this object; "
+            f"make a new {self.api_name}({self.name!r}, ...) instead"
+        )
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self.__copy__()
 
     def __init__(self, name: str, options: LeaseOptions) -> None:
         if options.on_lost == "cancel" and not self.is_async:
@@ -352,6 +364,13 @@ class Primitive(Base):
                 guard.abort(section, exc)
             raise
 
+    def _abort_since(self, since: int, exc: BaseException) -> None:
+        """Give up the blocks this owner entered on the object since ``since`` (see
+        ownership.mark): a subclass's own entry hook raised after entering them (see
+        ownership.overriding), and no ``__exit__`` will come."""
+        for section in ownership.entered_all_since(self._blocks, since):
+            guard.abort(section, exc)
+
     @ownership.exit_hook  # (each entry through an ExitStack gets an exit of its own)
     def __exit__(
         self,
@@ -467,6 +486,11 @@ class AsyncPrimitive(Base):
             if section is not None:
                 await guard.abort_async(section, exc)
             raise
+
+    async def _abort_since(self, since: int, exc: BaseException) -> None:
+        """:meth:`Primitive._abort_since` for asyncio."""
+        for section in ownership.entered_all_since(self._blocks, since):
+            await guard.abort_async(section, exc)
 
     @ownership.exit_hook  # (see Primitive.__exit__)
     async def __aexit__(

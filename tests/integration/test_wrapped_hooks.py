@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,8 +25,10 @@ from typing import Any
 import pytest
 import redis
 import wrapt
+from support.interrupts import signal_cannot_land
 
 from redlock_deco import Lock, LockNotAcquired, Semaphore
+from redlock_deco import _ownership as ownership
 from redlock_deco import _renewal as renewal
 from redlock_deco.asyncio import Lock as AsyncLock
 
@@ -414,3 +418,130 @@ def test_an_async_entry_hook_entering_itself_keeps_its_blocks(r: redis.Redis) ->
 
     asyncio.run(scenario())
     _nothing_left(r, "an async entry hook that enters its object again")
+
+
+class _Partnered(Lock):
+    """Each object's entry does a protected step on a partner of its class (guarded against
+    recursion): A's entry enters B, whose entry enters A again."""
+
+    partner: _Partnered
+    stepping = False
+
+    def __enter__(self) -> Any:
+        entered = super().__enter__()
+        if not self.stepping:
+            self.stepping = True
+            try:
+                with self.partner:
+                    pass
+            finally:
+                self.stepping = False
+        return entered
+
+
+@pytest.mark.timeout(30)
+def test_an_object_entered_again_inside_a_partners_entry_hook_keeps_its_block(
+    r: redis.Redis,
+) -> None:
+    """Review 84a, F1 (HIGH): the mark of a running entry hook was one per thread, so A's
+    entry hook, entering B, whose hook entered A again, lost A's mark to B's: A's inner entry
+    took A's first block for a leftover of the statement and gave it up -- the body of
+    ``with A:`` ran holding nothing, silently. Each object keeps its own mark."""
+    a, b = _Partnered(NAME, ttl=5, wait=0), _Partnered(NAME + "-b", ttl=5, wait=0)
+    a.partner, b.partner = b, a
+    with a:
+        assert len(a._blocks) == 1 and not b._blocks
+        assert not _another_gets_in(), "A was given up before its body ran"
+    assert not a._blocks
+    _nothing_left(r, "partners entering each other in their entry hooks")
+
+
+def test_a_lock_cannot_be_copied() -> None:
+    """Review 84a, F3 (MEDIUM): a copy shared the original's leases and blocks, and renewed
+    its own only while the original lived (a deep copy's lease was lost a ttl after the
+    original was collected). As threading.Lock, it refuses."""
+    for obj in (Lock(NAME), Semaphore(NAME, limit=2), AsyncLock(NAME)):
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.copy(obj)
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.deepcopy({"settings": [obj]})
+
+
+def _hook_lines(run: Callable[[], Any]) -> list[tuple[Any, int]]:
+    """The line events, in order, of the frames of overriding()'s wrappers that ``run``
+    passes through, and of the user's hooks inside them."""
+    seen: list[tuple[Any, int]] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            seen.append((frame.f_code, frame.f_lineno))
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code in ownership._HOOK_CODES or frame.f_code.co_name == "__enter__":
+            return local
+        return None
+
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [_WrappedEnterLock, _TwoSlots], ids=lambda cls: cls.__name__)
+def test_an_interrupt_at_every_line_of_an_entry_hook_leaves_nothing_held(
+    r: redis.Redis, cls: type[Any]
+) -> None:
+    """Review 84a, F2 (MEDIUM) and F4: a signal raised as a call returned in overriding()'s
+    entry wrapper -- the hook's own, the ContextVar's set or reset -- after the base's
+    entry had taken the lock, raised out of ``__enter__``: no ``__exit__`` came, and the
+    block stayed held and renewed (a real SIGALRM did it, 3 runs in 4000); one as the mark
+    was set left it set for good. A KeyboardInterrupt at every line of the wrappers and the
+    hook (where a real signal can land) leaves nothing held, renewed or marked."""
+
+    def make() -> Any:
+        return cls(NAME, limit=2, ttl=5, wait=0) if cls is _TwoSlots else cls(NAME, ttl=5, wait=0)
+
+    def enter_and_leave() -> None:
+        with make():
+            pass
+
+    lines = _hook_lines(enter_and_leave)
+    assert len(lines) > 3
+    cut = 0
+    for line in lines:
+        obj = make()
+        cut += _entered_cut_at(obj, line)
+        assert ownership._ENTERING.get() == (), f"the mark stayed set after a cut at {line}"
+        assert not [block for block in obj._blocks if block.open], f"left open: {line}"
+        _nothing_left(r, f"a cut at {line[0].co_name}:{line[1]}")
+    assert cut > 3
+
+
+def _entered_cut_at(obj: Any, line: tuple[Any, int]) -> bool:
+    """``with obj: pass``, a KeyboardInterrupt raised at the first line event of ``line``
+    (unless no real signal can land there); whether it was cut."""
+    fired: list[bool] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and not fired and (frame.f_code, frame.f_lineno) == line:
+            fired.append(True)
+            if not signal_cannot_land(frame.f_code, frame.f_lineno, frame.f_lasti):
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if not fired else None
+
+    sys.settrace(tracer)
+    try:
+        with obj:
+            sys.settrace(None)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False

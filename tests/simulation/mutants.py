@@ -748,6 +748,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "outside while a task waits, is not started again at the waiter's recheck (its grants "
        "go to nobody, and it starves under steady hand-offs)", "_waiting",
        "        self._owner.revive()\n", "        pass\n", "tests/integration/test_handoff.py"),
+    py("one-entering-mark-per-thread", "a running entry hook's mark is one per thread or "
+       "task: another object's hook inside it (a partner's, entering this one again) replaces "
+       "it, and this one's first block is taken for a leftover", "_ownership",
+       "    return (*running, (blocks, since))\n", "    return ((blocks, since),)\n",
+       "tests/integration/test_wrapped_hooks.py"),
+    py("cut-entry-hook-leaves-its-blocks", "an entry hook cut after the base's entry (a signal "
+       "as a call returns in its wrapper) leaves the blocks it entered open, held and renewed",
+       "_ownership", "                obj._abort_since(since, exc)  # (no exit will come for them)\n",
+       "                pass\n", "tests/integration/test_wrapped_hooks.py"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",
