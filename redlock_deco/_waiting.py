@@ -466,8 +466,15 @@ class SyncWaiting:
             # noting it (review 31, 01: a Ctrl-C in a process's first contended wait, 12 of
             # 40 with real signals), or inside redis-py's reconnect after a connection error,
             # after the confirmed subscription's socket was replaced (review 32, 01).
-            self._drop_subscription()
-            self._subscribe_for_others(handoff)
+            # The new one is confirmed before the old one goes: a release in between announced
+            # the other waiters' grants to nobody, and the server took them for a dead
+            # process's and served a later waiter of another process first (review 84b, F1).
+            # (Taken out first: an interrupted close is never repeated, see _drop_subscription.)
+            interrupted = self._take_subscription()
+            try:
+                self._subscribe_for_others(handoff)
+            finally:
+                _closed(interrupted)
             self._others_ask_server(handoff)
             raise
 
@@ -505,9 +512,13 @@ class SyncWaiting:
         """Forget the subscription, then close it: taken out first, so an interrupted close
         is never repeated (closed twice, redis-py 5's pool listed its connection as free
         twice, and a release then went out on a subscribed connection: review 32, 01)."""
+        _closed(self._take_subscription())
+
+    def _take_subscription(self) -> Any:
+        """Forget the subscription (the next reader subscribes afresh); it, to be closed."""
         pubsub, self._pubsub = self._pubsub, None
         self._subscribed_event.clear()
-        _closed(pubsub)
+        return pubsub
 
     def _read_on(self, handoff: Handoff, deadline: float, until_subscribed: bool) -> None:
         while handoff.at is None and not (until_subscribed and self._subscribed):

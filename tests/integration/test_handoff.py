@@ -709,3 +709,69 @@ def test_an_asyncio_waiter_is_served_in_turn_after_its_subscriber_task_was_cance
         churn.join(10)
     # (a recheck to queue again, then at most one turn of each of the three holders)
     assert waited < RECHECK + 3 * 0.2 + 1.5
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupted_reader_keeps_its_process_subscribed_for_the_others(
+    server: RedisServer, r: redis.Redis
+) -> None:
+    """Review 84b, F1: the thread reading the process's grant subscription, interrupted,
+    closed the subscription and then subscribed again for the process's other waiters; a
+    release in between announced their grants to nobody, and the server took them for a dead
+    process's and served a waiter of another process, queued behind them, first. The new
+    subscription is confirmed before the old one goes. Queue: A (this thread, the reader,
+    interrupted), B (another thread of this process), E (another process): B goes before E."""
+    from redlock_deco import _waiting as waiting
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a real SIGINT interrupts the main thread only")
+    main = threading.get_ident()
+    name, queue = "resubscribed", "{lock:resubscribed}:queue"
+    go, out = spawn.Queue(), spawn.Queue()
+    other = spawn.Process(target=handoff_workers.third_in_line, args=(server.url, name, go, out))
+    other.start()
+    orders = []
+    try:
+        for _ in range(4):
+            r.delete("order")
+            held = threading.Event()
+
+            def holder(held: threading.Event = held) -> None:
+                with Lock(name, ttl=5, wait=5):
+                    held.set()
+                    until(lambda: r.zcard(queue) >= 3)
+                    time.sleep(0.02)  # (A reads its subscription by now)
+                    signal.pthread_kill(main, signal.SIGINT)
+                    gone = time.monotonic() + 0.5  # (released as A's subscription goes)
+                    while r.pubsub_numsub(waiting.channel())[0][1] and time.monotonic() < gone:
+                        pass
+
+            def second() -> None:
+                until(lambda: r.zcard(queue) >= 1)
+                with Lock(name, ttl=5, wait=10):
+                    r.rpush("order", "B")
+                    time.sleep(0.05)
+
+            threads = [threading.Thread(target=holder), threading.Thread(target=second)]
+            threads[0].start()
+            assert held.wait(10)
+            threads[1].start()
+            go.put(1)
+            cut = False
+            try:
+                with Lock(name, ttl=5, wait=10):
+                    r.rpush("order", "A")
+            except KeyboardInterrupt:
+                cut = True
+            for thread in threads:
+                thread.join(15)
+            assert out.get(timeout=15) == "done"
+            orders.append((cut, [entry.decode() for entry in r.lrange("order", 0, -1)]))
+    finally:
+        go.put(None)
+        other.join(5)
+        if other.is_alive():
+            other.kill()
+    cut_orders = [order for was_cut, order in orders if was_cut]
+    assert cut_orders, "the reader was never interrupted (the test proves nothing)"
+    assert all(order[0] == "B" for order in cut_orders), orders

@@ -755,7 +755,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_wrapped_hooks.py"),
     py("cut-entry-hook-leaves-its-blocks", "an entry hook cut after the base's entry (a signal "
        "as a call returns in its wrapper) leaves the blocks it entered open, held and renewed",
-       "_ownership", "                obj._abort_since(since, exc)  # (no exit will come for them)\n",
+       "_ownership",
+       "                obj._abort_since(since, exc)  # (no exit will come for them)\n",
        "                pass\n", "tests/integration/test_wrapped_hooks.py"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
@@ -822,9 +823,18 @@ MUTANTS: tuple[Mutant, ...] = (
     py("interrupted-reader-leaves-others-unsubscribed", "a reader interrupted as its grant "
        "comes goes without subscribing again for the process's other waiters (its release "
        "hands the lock to one of them on a channel nobody listens on: skipped)", "_waiting",
-       "            self._subscribe_for_others(handoff)\n"
-       "            self._others_ask_server(handoff)\n",
-       "            self._others_ask_server(handoff)\n", "tests/integration/test_handoff.py"),
+       "            try:\n                self._subscribe_for_others(handoff)\n",
+       "            try:\n                pass\n", "tests/integration/test_handoff.py"),
+    py("interrupted-subscription-closed-first", "an interrupted reader closes the process's "
+       "subscription before it subscribes again for the other waiters (a release in between "
+       "takes them for a dead process's: another process's later waiter goes first)",
+       "_waiting",
+       "            interrupted = self._take_subscription()\n"
+       "            try:\n                self._subscribe_for_others(handoff)\n"
+       "            finally:\n                _closed(interrupted)\n",
+       "            _closed(self._take_subscription())\n"
+       "            self._subscribe_for_others(handoff)\n",
+       "tests/integration/test_handoff.py"),
     py("dead-statement-block-counted-for-a-pushed-exit", "a `with` statement's block whose "
        "task has ended is counted among the blocks a pushed exit may mean (a dropped task's "
        "async generator's, never closed, makes every later pushed exit raise)", "_ownership",
@@ -833,10 +843,8 @@ MUTANTS: tuple[Mutant, ...] = (
     py("dropped-subscription-others-wait-for-recheck", "an interrupted reader's dropped "
        "subscription takes the grants of readers let in with it, already read off the "
        "socket, and those waiters learn it only at their recheck", "_waiting",
-       "            self._subscribe_for_others(handoff)\n"
-       "            self._others_ask_server(handoff)\n",
-       "            self._subscribe_for_others(handoff)\n",
-       "tests/integration/test_handoff.py"),
+       "                _closed(interrupted)\n            self._others_ask_server(handoff)\n",
+       "                _closed(interrupted)\n", "tests/integration/test_handoff.py"),
     py("finalizer-aclose-taken-for-a-close", "an async generator closed by asyncio's "
        "finalizer (aclose() in a task of its own) is taken for a coroutine being closed: its "
        "release goes to the background, its lost lease unreported", "_ownership",

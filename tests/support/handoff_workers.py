@@ -47,3 +47,21 @@ def hand_around(url: str, name: str, hold: float, until: float, started: Any) ->
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def third_in_line(url: str, name: str, go: Any, out: Any) -> None:
+    """For each item ``go`` gives (None ends it): once two waiters queue for the lock
+    ``name``, queue third, and when in, note "E" in the list ``order``; then put "done"."""
+    import redis
+
+    register_provider("default", url)
+    client = redis.Redis.from_url(url)
+    queue = "{lock:" + name + "}:queue"
+    while go.get() is not None:
+        deadline = time.monotonic() + 5
+        while client.zcard(queue) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with Lock(name, ttl=5, wait=10):
+            client.rpush("order", "E")
+            time.sleep(0.05)
+        out.put("done")
