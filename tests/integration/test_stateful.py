@@ -718,7 +718,7 @@ KNOWN_BUG_SHARED_OBJECT = False  # two locks and a semaphore (limit 10: never bu
 MAX_OPEN = 8
 # The objects a section enters: fresh per section or one per name, of the plain classes or of
 # subclasses whose hooks go through a decorator's wrapper.
-OBJECTS = ("fresh", "shared", "fresh wrapped", "shared wrapped")
+SECTION_OBJECTS = ("fresh", "shared", "fresh wrapped", "shared wrapped")
 
 
 class Stop(BaseException):
@@ -1020,7 +1020,7 @@ class Sections(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
     @rule(
-        how=st.sampled_from(["decorated", *(f"with {how}" for how in OBJECTS)]),
+        how=st.sampled_from(["decorated", *(f"with {how}" for how in SECTION_OBJECTS)]),
         name=st.sampled_from(SECTION_NAMES),
     )
     def enter(self, how: str, name: str) -> None:
@@ -1064,7 +1064,7 @@ class Sections(RuleBasedStateMachine):
         return "LockLost" if lost else None
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
-    @rule(how=st.sampled_from(OBJECTS), name=st.sampled_from(SECTION_NAMES))
+    @rule(how=st.sampled_from(SECTION_OBJECTS), name=st.sampled_from(SECTION_NAMES))
     def open_generator(self, how: str, name: str) -> None:
         gid = next(self.seq)
         what = f"generator {gid}: with {how} {name}"
@@ -1076,7 +1076,7 @@ class Sections(RuleBasedStateMachine):
         return [section for section in self.open if section.gid is not None]
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
-    @rule(how=st.sampled_from(OBJECTS), name=st.sampled_from(SECTION_NAMES))
+    @rule(how=st.sampled_from(SECTION_OBJECTS), name=st.sampled_from(SECTION_NAMES))
     def enter_stack(self, how: str, name: str) -> None:
         """A block entered through an ExitStack and handed out (pop_all()): it stays open,
         the owner's innermost, until the stack is closed, in any order, here or by another
@@ -1089,7 +1089,7 @@ class Sections(RuleBasedStateMachine):
         self.entered(name, token, None, what, "shared" in how).sid = sid
 
     @precondition(lambda self: len(self.open) < MAX_OPEN)
-    @rule(how=st.sampled_from(OBJECTS))
+    @rule(how=st.sampled_from(SECTION_OBJECTS))
     def hand_over_stack(self, how: str) -> None:
         """A semaphore block entered through an ExitStack by a thread that hands the stack
         to the owner and ends: not the owner's section (its current_lease() is unchanged),
