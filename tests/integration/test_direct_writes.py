@@ -220,7 +220,11 @@ def test_a_spare_connection_the_server_closed_is_reconnected_without_a_retry(
     try:
         with Lock("closed", provider="closed", wait=1):
             pass
-        (spare,) = _target("closed").spares.connections()  # type: ignore[union-attr]
+        for thread in threading.enumerate():  # (its first-use check of the server, in a
+            if thread.name == "redlock-deco-check":  # thread of its own, may take a slot too)
+                thread.join(5)
+        spares = _target("closed").spares.connections()  # type: ignore[union-attr]
+        assert 1 <= len(spares) <= drivers.SPARES
         mine = r.client_id()
         for entry in r.client_list():
             if int(entry["id"]) != mine:
@@ -229,7 +233,7 @@ def test_a_spare_connection_the_server_closed_is_reconnected_without_a_retry(
         with Lock("closed", provider="closed", wait=1) as lock:
             assert lock.owned()
         assert drivers.resent() == before  # reconnected before the write, not re-sent
-        assert _target("closed").spares.connections() == [spare]  # the same slot, reconnected
+        assert _target("closed").spares.connections() == spares  # the same slots, reconnected
     finally:
         client.close()
     assert r.dbsize() == 0
