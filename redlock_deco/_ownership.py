@@ -534,8 +534,17 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
     if name == "__aexit__":
 
         async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
-            if _by is None:  # (a subclass's own, reached through super(): the outer one's)
-                return await _bound(func, obj)(*exc)
+            ending = None
+            try:
+                if _by is None:  # (a subclass's own, reached through super(): the outer one's)
+                    ending = leaving(obj._blocks, None)
+                    return await _bound(func, obj)(*exc)
+            except BaseException as error:
+                if _by is None:  # (see exit_sync)
+                    ending = ending or leaving(obj._blocks, None)
+                    if ending is not None and ending.open:
+                        await obj._abort_block(ending, error)
+                raise
             before = _RUN_AS.get()
             try:
                 _RUN_AS.set((_by, mark()))
@@ -546,8 +555,22 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
         return ExitHook(_hook(_named(exit_async, func)))
 
     def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
-        if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses, the
-            return _bound(func, obj)(*exc)  # inner one's wrapper hid the exit the outer one ran as)
+        ending = None
+        try:
+            if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses,
+                # the inner one's wrapper hid the exit the outer one ran as)
+                ending = leaving(obj._blocks, None)
+                return _bound(func, obj)(*exc)
+        except BaseException as error:
+            # The hook raised with the block it ends still open -- cut before its
+            # super().__exit__() (a signal as a log call returned), or refused there (its own
+            # `with self:` through a stack another thread closes): the statement is over,
+            # and no other exit comes. It stayed held and renewed (review 85a, F1).
+            if _by is None:
+                ending = ending or leaving(obj._blocks, None)
+                if ending is not None and ending.open:
+                    obj._abort_block(ending, error)
+            raise
         before = _RUN_AS.get()
         try:
             _RUN_AS.set((_by, mark()))

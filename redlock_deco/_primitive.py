@@ -371,6 +371,11 @@ class Primitive(Base):
         for section in ownership.entered_all_since(self._blocks, since):
             guard.abort(section, exc)
 
+    def _abort_block(self, section: ownership.Section, exc: BaseException) -> None:
+        """Give up ``section``: a subclass's own exit hook raised before it was closed (see
+        ownership.overriding)."""
+        guard.abort(section, exc)
+
     @ownership.exit_hook  # (each entry through an ExitStack gets an exit of its own)
     def __exit__(
         self,
@@ -491,6 +496,10 @@ class AsyncPrimitive(Base):
         """:meth:`Primitive._abort_since` for asyncio."""
         for section in ownership.entered_all_since(self._blocks, since):
             await guard.abort_async(section, exc)
+
+    async def _abort_block(self, section: ownership.Section, exc: BaseException) -> None:
+        """:meth:`Primitive._abort_block` for asyncio."""
+        await guard.abort_async(section, exc)
 
     @ownership.exit_hook  # (see Primitive.__exit__)
     async def __aexit__(

@@ -758,6 +758,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "_ownership",
        "                obj._abort_since(since, exc)  # (no exit will come for them)\n",
        "                pass\n", "tests/integration/test_wrapped_hooks.py"),
+    py("cut-exit-hook-leaves-its-block", "an exit hook that raises (cut) before it reaches "
+       "the base's exit leaves its block open, held and renewed", "_ownership",
+       "                    obj._abort_block(ending, error)\n", "                    pass\n",
+       "tests/integration/test_wrapped_hooks.py"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",
