@@ -657,6 +657,25 @@ def _whole_on_checkout(pool: Any) -> None:
 
     get_connection.makes_whole = True  # type: ignore[attr-defined]
     pool.get_connection = get_connection
+    ensure = getattr(pool, "ensure_connection", None)
+    if ensure is None:
+        return
+
+    def ensure_connection(connection: Any) -> None:
+        try:
+            ensure(connection)
+        except BaseException:
+            # Closed before its next use: redis-py 8.2's drain of an idle connection's pushes
+            # swaps the parser's handlers for collecting stubs before its try, and puts them
+            # back in its finally; cut in between, the connection kept the stubs for good,
+            # and every invalidation after was dropped -- the cache served an overwritten
+            # value (the reply search, seed 594709374). Its connect sets the cache's anew.
+            counted = counting(connection)
+            if counted is not None:
+                _mark_uncounted(counted, idle=True)
+            raise
+
+    pool.ensure_connection = ensure_connection
 
 
 def _mark_owing_on_async_release(pool: Any) -> None:

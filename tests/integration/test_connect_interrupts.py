@@ -2215,3 +2215,50 @@ def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
     finally:
         redlock_deco.register_provider("default", server.url)
         client.close()
+
+
+def test_a_checkout_cut_before_its_drain_does_not_drop_later_invalidations(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py 8.2's checkout swaps the parser's push handlers for stubs that collect what it
+    reads, before the try whose finally puts them back: an interrupt in between left the
+    stubs on the connection for good, every invalidation after was dropped, and the cache
+    served an overwritten value (the reply search, seed 594709374: a cut at the drain's
+    deadline). A checkout cut short closes the connection before its next use; its connect
+    sets the cache's handler anew."""
+    if not hasattr(redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT"):
+        pytest.skip("redis-py < 8.2: its checkout does not drain the pushes so")
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    redlock_deco.register_provider("default", client)
+    try:
+        with Lock("guarded", ttl=5):
+            pass  # (the library's first call: it guards the client's pool)
+        with server.client() as other:
+            other.set("tracked", "old")
+            assert client.get("tracked") == b"old"  # (cached: the connection tracks it)
+            other.set("tracked", "older")  # (a push waits: the next checkout drains it)
+            other.ping()
+            timeout = redis.connection.PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT
+
+            class CutShort:  # (the drain's deadline, the line after the swap)
+                def __radd__(self, now: float) -> float:
+                    monkeypatch.setattr(
+                        redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT", timeout
+                    )
+                    raise KeyboardInterrupt
+
+            monkeypatch.setattr(
+                redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT", CutShort()
+            )
+            with pytest.raises(KeyboardInterrupt):
+                client.get("another")
+            assert client.get("tracked") == b"older"  # (tracked again)
+            other.set("tracked", "new")
+            other.ping()
+            assert client.get("tracked") == b"new"
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
