@@ -70,12 +70,15 @@ class _Hooks(type):
     held, and an older block's exit ended the generator's while its body ran."""
 
     def __setattr__(cls, name: str, value: Any) -> None:
-        if name in _HOOK_NAMES and not (
-            value is None or ownership.is_hook(value) or _base_hook(value)
-        ):
+        if name in _HOOK_NAMES and _unwrapped(value):
             value = ownership.overriding(value, name)
             type.__setattr__(cls, "_hooked", True)
         super().__setattr__(name, value)
+
+
+def _unwrapped(hook: Any) -> bool:
+    """Whether ``hook`` is a hook of the user's not yet wrapped (see ownership.overriding)."""
+    return not (hook is None or ownership.is_hook(hook) or _base_hook(hook))
 
 
 class Base(metaclass=_Hooks):
@@ -100,22 +103,20 @@ class Base(metaclass=_Hooks):
     api_name: str  # how its user writes it: "Lock", "redlock_deco.asyncio.Lock"
     noun = "lock"
     is_async = False
-    _hooked = False  # whether a subclass's own entry or exit is among its hooks (see overriding)
+    # Whether a hook of the class is one of the user's, wrapped (see _Hooks); inherited, so
+    # that hooks put on a base later are its subclasses' too.
+    _hooked = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        hooked = False
-        for name in ("__enter__", "__aenter__", "__exit__", "__aexit__"):
+        for name in _HOOK_NAMES:
             # The hook the class resolves to, if a subclass's own or a mixin's -- a function,
             # or a decorator's object (wrapt's: review 83a, F3) -- not the base's nor one
-            # already wrapped (review 77a, F2: a mixin's exit was left as it was).
+            # already wrapped (review 77a, F2: a mixin's exit was left as it was): set on
+            # the class, where the metaclass wraps it.
             own = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-            if not (own is None or ownership.is_hook(own) or _base_hook(own)):
-                own = ownership.overriding(own, name)  # (see there)
+            if _unwrapped(own):
                 setattr(cls, name, own)
-            hooked = hooked or ownership.is_hook(own)
-        if hooked:  # (else as its base: hooks put on the base later are its too)
-            cls._hooked = True
 
     def __copy__(self) -> NoReturn:
         # (A copy shared the original's leases and blocks, and renewed its own only while
@@ -369,7 +370,7 @@ class Primitive(Base):
         ownership.mark): a subclass's own entry hook raised after entering them (see
         ownership.overriding), and no ``__exit__`` will come."""
         for section in ownership.entered_all_since(self._blocks, since):
-            guard.abort(section, exc)
+            self._abort_block(section, exc)
 
     def _abort_block(self, section: ownership.Section, exc: BaseException) -> None:
         """Give up ``section``: a subclass's own exit hook raised before it was closed (see
@@ -495,7 +496,7 @@ class AsyncPrimitive(Base):
     async def _abort_since(self, since: int, exc: BaseException) -> None:
         """:meth:`Primitive._abort_since` for asyncio."""
         for section in ownership.entered_all_since(self._blocks, since):
-            await guard.abort_async(section, exc)
+            await self._abort_block(section, exc)
 
     async def _abort_block(self, section: ownership.Section, exc: BaseException) -> None:
         """:meth:`Primitive._abort_block` for asyncio."""

@@ -750,8 +750,8 @@ MUTANTS: tuple[Mutant, ...] = (
     py("subclass-enter-not-hooked", "a subclass's own __enter__/__aenter__ is left as it is (a "
        "decorator's wrapper on it is taken for the frame running the with statement)",
        "_primitive",
-       "        for name in (\"__enter__\", \"__aenter__\", \"__exit__\", \"__aexit__\"):\n",
-       "        for name in (\"__exit__\", \"__aexit__\"):\n",
+       "        for name in _HOOK_NAMES:\n",
+       "        for name in _HOOK_NAMES - {\"__enter__\", \"__aenter__\"}:\n",
        "tests/integration/test_wrapped_hooks.py"),
     py("entry-hooks-own-blocks-taken-for-leftovers", "a block an entry hook entered itself (a "
        "`with self:` inside it, super().__enter__() twice) is taken for a leftover of the with "
