@@ -736,24 +736,24 @@ def _logged(method: Any) -> Any:
     return wrapper
 
 
-class WrappedLock(Lock):
-    @_logged
-    def __enter__(self) -> Any:
-        return super().__enter__()
+def _wrapped_hooks(base: type[Any]) -> type[Any]:
+    """A subclass of ``base`` whose own hooks go through :func:`_logged`."""
 
-    @_logged
-    def __exit__(self, *exc: Any) -> Any:
-        return super().__exit__(*exc)
+    class Wrapped(base):  # type: ignore[valid-type,misc]
+        @_logged
+        def __enter__(self) -> Any:
+            return super().__enter__()
+
+        @_logged
+        def __exit__(self, *exc: Any) -> Any:
+            return super().__exit__(*exc)
+
+    Wrapped.__name__ = Wrapped.__qualname__ = f"Wrapped{base.__name__}"
+    return Wrapped
 
 
-class WrappedSemaphore(Semaphore):
-    @_logged
-    def __enter__(self) -> Any:
-        return super().__enter__()
-
-    @_logged
-    def __exit__(self, *exc: Any) -> Any:
-        return super().__exit__(*exc)
+WrappedLock = _wrapped_hooks(Lock)
+WrappedSemaphore = _wrapped_hooks(Semaphore)
 
 
 class SectionOwner:
