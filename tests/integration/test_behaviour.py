@@ -270,7 +270,7 @@ def test_function_error_wins_with_a_note_and_releases(api: Api, r: redis.Redis) 
 
 
 def test_prompt_hand_off_and_wake_on_expiry(api: Api, r: redis.Redis) -> None:
-    async def scenario(api: Api) -> tuple[float, float]:
+    async def hand_off() -> float:
         holder = api.Lock("h", ttl=10)
         await holder.acquire()
 
@@ -283,16 +283,20 @@ def test_prompt_hand_off_and_wake_on_expiry(api: Api, r: redis.Redis) -> None:
             await api.sleep(0.002)
         released = time.perf_counter()
         await holder.release()
-        hand_off = await api.join(handle) - released
+        return await api.join(handle) - released
 
+    async def scenario(api: Api) -> tuple[list[float], float]:
+        hand_offs = sorted([await hand_off() for _ in range(5)])
         r.set("lock:h", "crashed-holder", px=300)  # a holder that will never release
         started = time.monotonic()
         async with api.Lock("h", wait=5):
             waited = time.monotonic() - started
-        return hand_off, waited
+        return hand_offs, waited
 
-    hand_off, waited = api.run(scenario)
-    assert hand_off < 0.05, hand_off
+    hand_offs, waited = api.run(scenario)
+    # The median of five: one hand-off took 97 ms in CI's Valkey leg (four test workers on two
+    # cores), where a waiter polling as redis-py's Lock does (100 ms) would show it every time.
+    assert hand_offs[2] < 0.05, hand_offs
     assert 0.25 < waited < 0.45, waited
 
 
