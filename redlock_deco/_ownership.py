@@ -37,6 +37,7 @@ import gc
 import inspect
 import itertools
 import sys
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -133,6 +134,7 @@ class Section:
         "open",
         "owner",
         "stack",
+        "statement",
     )
 
     def __init__(
@@ -163,6 +165,9 @@ class Section:
         self.on: weakref.ref[Any] | None = None  # the callbacks its exits went on
         self.entry = (next(_sequence), lease)
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
+        # For a block a subclass's own entry hook entered: that hook's mark (see overriding),
+        # the same for every block one entry left open (a weighted super().__enter__() twice).
+        self.statement = 0
         self.open = True
 
     def __repr__(self) -> str:
@@ -213,11 +218,15 @@ def open_section(
             lease._reenter(section.entry[0])
         section.body, section.at = where.body, where.at
         hk = (lease.provider, lease.key)
-        if (where.exit is not None and where.exit.section is None
-                and keep is not None and getattr(where.obj, "_blocks", None) is keep):  # fmt: skip
+        if (where.exit is not None and keep is not None
+                and getattr(where.obj, "_blocks", None) is keep):  # fmt: skip
             # (the exit the stack read for this very object: a subclass's own __enter__
             # entering another primitive took the stack's exit for that one, review 77a, F2)
-            _take_exits(section, where)
+            taken = where.exit.section
+            if taken is None:
+                _take_exits(section, where)
+            elif taken.open and taken.keep is not None and taken.keep() is keep:
+                _share_exits(section, taken)
         if section.exit is None and where.at < 0:
             section.inside = where.here
         if code is not None:
@@ -265,6 +274,21 @@ def _take_exits(section: Section, where: Place) -> None:
     callbacks = where.keeper._exit_callbacks
     callbacks.append((where.sync, MethodType(second, where.obj)))
     section.on = weakref.ref(callbacks)
+
+
+def _share_exits(section: Section, taken: Section) -> None:
+    """A block the same entry through an ExitStack enters after ``taken`` -- a subclass's own
+    entry hook entering the object again: a weighted ``super().__enter__()`` twice, a
+    ``with self:`` inside it -- has the exits ``taken`` took (see _take_exits): none of its
+    own, it was the one block on the object a by-hand exit could mean, and the stack's
+    exits ended ``taken`` alone -- it stayed held and renewed while its thread lived (review
+    85a, F2). A block the hook's own statement leaves ends inside the entry (see exiting)."""
+    second = taken.exit() if taken.exit is not None else None
+    if second is None:
+        return
+    section.first = taken.first
+    section.exit = weakref.ref(second, _exit_gone(section))
+    section.on = taken.on
 
 
 def _stale(section: Section) -> bool:
@@ -316,9 +340,15 @@ def _can_run(exit: StackExit) -> bool:
                     return True  # (entry: (is_sync, the bound exit) on the stack's callbacks)
         elif inspect.iscoroutine(holder) and holder.cr_frame is not None:
             return True  # an AsyncExitStack's coroutine, suspended (one over has no frame)
-    # A running frame's locals are no object's referents: look at the frames that run.
-    for top in list(sys._current_frames().values()):
-        frame: Any = top
+    # A running frame's locals are no object's referents: look at the frames that run --
+    # for this thread, from the caller's: this frame, holding itself in a local, and every
+    # frame above it in another, outlived the call in a cycle, until the cyclic collector
+    # ran: a stack dropped unclosed in a caller was kept, and its block held and renewed
+    # (found by test_hook_shapes).
+    tops: dict[int, Any] = sys._current_frames()
+    tops[threading.get_ident()] = sys._getframe(1)
+    for top in tops.values():
+        frame = top
         while frame is not None:
             if (frame.f_globals.get("__name__") == "contextlib"
                     and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
@@ -343,8 +373,11 @@ def _exit_gone(section: Section) -> Callable[[Any], None]:
         first = section.first() if section.first is not None else None
         if first is not None:
             section.exit = weakref.ref(first, gone)
-        elif close(section):
-            section.dropped(section.lease)
+            return
+        blocks = section.keep() if section.keep is not None else None
+        for block in [section, *(statement_blocks(blocks, section) if blocks else ())]:
+            if close(block):  # (and the blocks its entry hook left with it: no exit of theirs)
+                block.dropped(block.lease)
 
     return gone
 
@@ -509,11 +542,17 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
                 try:
                     _ENTERING.set(_marked(before, obj, since))
                     entered = await _bound(func, obj)(*args, **kwargs)
+                    _one_statement(obj, since)
                     _ENTERING.set(before)
                     return entered
                 except BaseException as exc:
-                    _ENTERING.set(before)
-                    await obj._abort_since(since, exc)  # (no exit will come for them)
+                    try:  # (see enter_sync)
+                        _ENTERING.set(before)
+                        await _given_up_async(obj, lambda: _hook_entered(obj, since), exc)
+                    except BaseException:
+                        _ENTERING.set(before)
+                        await _given_up_async(obj, lambda: _hook_entered(obj, since), exc)
+                        raise
                     raise
 
             return _hook(_named(enter_async, func))
@@ -523,60 +562,81 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
             try:
                 _ENTERING.set(_marked(before, obj, since))
                 entered = _bound(func, obj)(*args, **kwargs)
+                _one_statement(obj, since)
                 _ENTERING.set(before)
                 return entered
             except BaseException as exc:
-                _ENTERING.set(before)
-                obj._abort_since(since, exc)  # (no exit will come for them)
+                # No exit will come for what the hook entered. Twice if a signal cuts the
+                # first: a signal as the hook's own exception was handled -- the mark's reset
+                # returning, the give-up beginning -- left it held and renewed (85a, F3).
+                try:
+                    _ENTERING.set(before)
+                    _given_up(obj, lambda: _hook_entered(obj, since), exc)
+                except BaseException:
+                    _ENTERING.set(before)
+                    _given_up(obj, lambda: _hook_entered(obj, since), exc)
+                    raise
                 raise
 
         return _hook(_named(enter_sync, func))
     if name == "__aexit__":
 
         async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
-            ending = None
+            ending = _by.section if _by is not None else None
             try:
                 if _by is None:  # (a subclass's own, reached through super(): the outer one's)
                     ending = leaving(obj._blocks, None)
                     return await _bound(func, obj)(*exc)
-            except BaseException as error:
-                if _by is None:  # (see exit_sync)
-                    ending = ending or leaving(obj._blocks, None)
-                    if ending is not None and ending.open:
-                        await obj._abort_block(ending, error)
+                if not hook_runs(_by):  # (see exit_sync)
+                    return await _settled(_base_exit(obj)(obj, *exc, _by=_by))
+                before = _RUN_AS.get()
+                try:
+                    _RUN_AS.set((_by, mark()))
+                    return await _bound(func, obj)(*exc)
+                finally:
+                    _RUN_AS.set(before)
+            except BaseException as error:  # (see exit_sync)
+                try:
+                    await _given_up_async(obj, lambda: _left_open(obj, _by, ending), error)
+                except BaseException:
+                    await _given_up_async(obj, lambda: _left_open(obj, _by, ending), error)
+                    raise
                 raise
-            before = _RUN_AS.get()
-            try:
-                _RUN_AS.set((_by, mark()))
-                return await _bound(func, obj)(*exc)
-            finally:
-                _RUN_AS.set(before)
 
         return ExitHook(_hook(_named(exit_async, func)))
 
     def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
-        ending = None
+        ending = _by.section if _by is not None else None
         try:
             if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses,
                 # the inner one's wrapper hid the exit the outer one ran as)
                 ending = leaving(obj._blocks, None)
                 return _bound(func, obj)(*exc)
+            if not hook_runs(_by):
+                # A block's second exit (see _take_exits) whose first ran, or still can: the
+                # user's hook once per block, not twice -- a hook pairing the block with a
+                # local lock of its own released it twice, the second time another thread's;
+                # and not at all for a block its entry hook gave up (review 86a, F3).
+                return _base_exit(obj)(obj, *exc, _by=_by)
+            before = _RUN_AS.get()
+            try:
+                _RUN_AS.set((_by, mark()))
+                return _bound(func, obj)(*exc)
+            finally:
+                _RUN_AS.set(before)
         except BaseException as error:
-            # The hook raised with the block it ends still open -- cut before its
-            # super().__exit__() (a signal as a log call returned), or refused there (its own
-            # `with self:` through a stack another thread closes): the statement is over,
-            # and no other exit comes. It stayed held and renewed (review 85a, F1).
-            if _by is None:
-                ending = ending or leaving(obj._blocks, None)
-                if ending is not None and ending.open:
-                    obj._abort_block(ending, error)
+            # The hook raised with the blocks it ends still open -- cut before its
+            # super().__exit__() (a signal as a log call returned), refused there (its own
+            # `with self:` through a stack another thread closes), or between the two exits
+            # of a weighted entry: the statement is over, and no other exit comes for them.
+            # They stayed held and renewed (review 85a, F1; through an ExitStack, 86a, F1;
+            # the second of two blocks, found by test_hook_shapes).
+            try:  # (twice if a signal cuts the first: see enter_sync)
+                _given_up(obj, lambda: _left_open(obj, _by, ending), error)
+            except BaseException:
+                _given_up(obj, lambda: _left_open(obj, _by, ending), error)
+                raise
             raise
-        before = _RUN_AS.get()
-        try:
-            _RUN_AS.set((_by, mark()))
-            return _bound(func, obj)(*exc)
-        finally:
-            _RUN_AS.set(before)
 
     return ExitHook(_hook(_named(exit_sync, func)))
 
@@ -586,6 +646,99 @@ def _bound(hook: Any, obj: Any) -> Any:
     its ``__get__`` -- a function's, a decorator object's (wrapt's) -- else as it is."""
     get = getattr(type(hook), "__get__", None)
     return get(hook, obj, type(obj)) if get is not None else hook
+
+
+def _hook_entered(obj: Any, since: int) -> list[Section]:
+    """The blocks of ``obj`` a subclass's own entry hook (its mark: ``since``) left open."""
+    return entered_all_since(obj._blocks, since)
+
+
+def _left_open(obj: Any, by: StackExit | None, ending: Section | None) -> list[Section]:
+    """The blocks an exit of ``obj`` (``by``: what it was called as) whose hook raised
+    leaves open: the block it ends (``ending``, if found as it began), and the others its
+    statement's entry left with it."""
+    if by is None and ending is None:
+        ending = leaving(obj._blocks, None)
+    return statement_blocks(obj._blocks, ending)
+
+
+def _given_up(obj: Any, find: Callable[[], list[Section]], error: BaseException) -> None:
+    """Give up the open blocks ``find()`` names: a subclass's own hook raised, and no exit
+    will come for them (see overriding). Its caller runs it again if a signal cuts it, and
+    it gives a block up again if a signal cuts that: cut after the block's close, before its
+    lease was given back, the lease stayed held and renewed with no block to find (85a, F3;
+    found again by test_hook_shapes). Giving one up twice changes nothing more."""
+    for section in find():
+        try:
+            obj._abort_block(section, error)
+        except BaseException:
+            obj._abort_block(section, error)
+            raise
+
+
+async def _given_up_async(
+    obj: Any, find: Callable[[], list[Section]], error: BaseException
+) -> None:
+    """:func:`_given_up` for an ``async with`` hook (awaiting what needs it: see _settled)."""
+    for section in find():
+        try:
+            await _settled(obj._abort_block(section, error))
+        except BaseException:
+            await _settled(obj._abort_block(section, error))
+            raise
+
+
+def _one_statement(obj: Any, since: int) -> None:
+    """Mark the blocks a subclass's own entry hook (its mark: ``since``) left open as one
+    statement's: an exit hook that raises gives them all up (see statement_blocks)."""
+    blocks = getattr(obj, "_blocks", None)
+    if isinstance(blocks, Blocks):
+        for section in entered_all_since(blocks, since):
+            section.statement = since
+
+
+def statement_blocks(blocks: Blocks, section: Section | None) -> list[Section]:
+    """The open blocks of ``blocks`` that are ``section`` or that its statement's entry hook
+    left open with it (see _one_statement), newest first."""
+    if section is None:
+        return []
+    statement = section.statement
+    return [
+        other
+        for other in reversed(list(blocks))
+        if other.open and (other is section or (statement and other.statement == statement))
+    ]
+
+
+def hook_runs(by: StackExit) -> bool:
+    """Whether a subclass's own exit hook runs as ``by``, an exit an ExitStack runs: as
+    contextlib's, yes; as a block's second (see _take_exits), only if that one ends what is
+    left of the block -- some of it open, and its first cannot run any more (see ends)."""
+    if by.first is None:
+        return True
+    section = by.section
+    blocks = section.keep() if section is not None and section.keep is not None else None
+    if section is None or blocks is None or not statement_blocks(blocks, section):
+        return False
+    first = by.first()
+    return first is None or not _can_run(first)
+
+
+def _base_exit(obj: Any) -> Any:
+    """The primitive's own exit (an ExitHook's function, taking ``_by``) under the
+    subclass's hooks of ``obj``."""
+    for cls in type(obj).__mro__:
+        hook = cls.__dict__.get("__aexit__" if obj.is_async else "__exit__")
+        if type(hook) is ExitHook and not is_hook(hook):
+            return hook.func
+    raise TypeError(f"{type(obj).__name__} has no exit of the package's")  # (cannot be)
+
+
+async def _settled(result: Any) -> Any:
+    """``result``, awaited if it is awaitable: an ``async with`` adapter on a sync primitive's
+    subclass gets the sync clean-up's None, or its exit's answer (review 86a, F2: ``await
+    None`` raised TypeError in place of the refusal)."""
+    return await result if inspect.isawaitable(result) else result
 
 
 def _named(wrapper: F, hook: Any) -> F:
@@ -916,9 +1069,25 @@ def exiting(blocks: Blocks, where: Place, by: StackExit | None = None) -> Sectio
     generator suspended inside one outlives a later block -- and the ending block would give
     back the generator's slot while keeping its own; and it took another owner's live
     semaphore block, whose body ran on without its slot: review 20, 04.)"""
-    if by is not None:
-        return by.section  # (one an entry took: see run_as; the caller checks ends())
+    if by is not None:  # (one an entry took: see run_as; the caller checks ends())
+        section = by.section
+        kept = section.keep() if section is not None and section.keep is not None else None
+        if section is not None and not section.open and kept is not None:
+            # Ended: the next block its statement's entry hook left open -- the exit of a
+            # weighted entry (super().__enter__() twice) through an ExitStack runs the
+            # base's twice as this one; the second block, with no exit of its own, stayed
+            # held and renewed while its thread lived (review 85a, F2).
+            rest = statement_blocks(kept, section)
+            return rest[0] if rest else section
+        return section
     owner = current_owner()
+    if where.exit is not None:
+        # Inside an entry through an ExitStack: a `with self:` of the subclass's own entry
+        # hook leaves the newest block that entry made (see _share_exits).
+        for section in reversed(blocks):
+            first = section.first() if section.first is not None else None
+            if first is where.exit and section.owner() is owner:
+                return section
     if where.stack is not None:
         # (a `with` statement's block of an ended owner is none a pushed exit can mean: its
         # own statement leaves it -- a generator's, once resumed -- or nothing does: a

@@ -365,16 +365,9 @@ class Primitive(Base):
                 guard.abort(section, exc)
             raise
 
-    def _abort_since(self, since: int, exc: BaseException) -> None:
-        """Give up the blocks this owner entered on the object since ``since`` (see
-        ownership.mark): a subclass's own entry hook raised after entering them (see
-        ownership.overriding), and no ``__exit__`` will come."""
-        for section in ownership.entered_all_since(self._blocks, since):
-            self._abort_block(section, exc)
-
     def _abort_block(self, section: ownership.Section, exc: BaseException) -> None:
-        """Give up ``section``: a subclass's own exit hook raised before it was closed (see
-        ownership.overriding)."""
+        """Give up ``section``: a subclass's own entry hook raised after entering it, or its
+        exit hook before closing it (see ownership.overriding); no exit will come for it."""
         guard.abort(section, exc)
 
     @ownership.exit_hook  # (each entry through an ExitStack gets an exit of its own)
@@ -492,11 +485,6 @@ class AsyncPrimitive(Base):
             if section is not None:
                 await guard.abort_async(section, exc)
             raise
-
-    async def _abort_since(self, since: int, exc: BaseException) -> None:
-        """:meth:`Primitive._abort_since` for asyncio."""
-        for section in ownership.entered_all_since(self._blocks, since):
-            await self._abort_block(section, exc)
 
     async def _abort_block(self, section: ownership.Section, exc: BaseException) -> None:
         """:meth:`Primitive._abort_block` for asyncio."""

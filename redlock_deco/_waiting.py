@@ -220,7 +220,8 @@ os.register_at_fork(after_in_child=_forked)
 
 class Board:
     """Who waits for which token on one subscriber. Pure bookkeeping; the callers hold their
-    own lock (sync) or run in one loop (asyncio)."""
+    own lock (sync) or run in one loop (asyncio) -- but for an abandoned loop's, which every
+    other subscriber of the process may clear (see AsyncWaiting._abandoned)."""
 
     __slots__ = ("counted", "waiting", "where")
 
@@ -234,9 +235,14 @@ class Board:
         registry.add(token)
 
     def forget(self, token: str, waiter: Any, cut_short: bool) -> None:
-        if self.waiting.get(token) is waiter:
-            del self.waiting[token]
+        # (One pop, not a read and then a delete: the subscribers of a process clear an
+        # abandoned loop's board each from its own thread (abandon_closed), and one's delete
+        # after the other's raised a KeyError out of an unrelated waiter's wait; review 86b.)
+        found = self.waiting.pop(token, None)
+        if found is waiter:
             registry.remove(token, cut_short, self.where)
+        elif found is not None:
+            self.waiting.setdefault(token, found)  # (another waiter's: kept)
 
     def deliver(self, message: str) -> tuple[Any, Claim | None]:
         """The waiter a grant message names; or (None, the claim to give back) for a waiter

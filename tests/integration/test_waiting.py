@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -128,3 +129,48 @@ def test_no_lost_wake_up_when_release_races_the_wait(r: redis.Redis) -> None:
     elapsed = time.monotonic() - started
     assert elapsed < 10, elapsed
     assert wait_for_empty(r) == 0
+
+
+def test_two_threads_forgetting_one_waiter_at_once_both_finish() -> None:
+    """Review 86b, F1 (LOW): the subscribers of a process clear an abandoned event loop's
+    board each from its own thread, and ``Board.forget`` read the entry, then deleted it: the
+    second thread's delete after the first's raised a KeyError out of an unrelated waiter's
+    wait. Here the second forget runs whole at each line of the first (a thread switch
+    there: nothing in it takes a lock), and both finish, the token forgotten exactly once."""
+    import sys
+
+    from redlock_deco import _waiting as waiting
+
+    def forget_interleaved(at: int) -> int:
+        board = waiting.Board(counted=True)
+        token, waiter = f"interleaved-{at}", object()
+        board.add(token, waiter)
+        waiting.registry.add(token)  # (a second registration: one forget must leave it)
+        lines = 0
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            nonlocal lines
+            if event == "line":
+                lines += 1
+                if lines == at:
+                    board.forget(token, waiter, cut_short=False)  # "another thread"
+            return local
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            return local if frame.f_code is waiting.Board.forget.__code__ else None
+
+        sys.settrace(tracer)
+        try:
+            board.forget(token, waiter, cut_short=False)
+        finally:
+            sys.settrace(None)
+        assert token not in board.waiting
+        left = waiting.registry.waiting.get(token)
+        waiting.registry.remove(token, cut_short=False)
+        assert left == 1, f"switched at line {at}: forgotten twice, or not at all"
+        return lines
+
+    lines = forget_interleaved(0)  # (no switch: how many lines it runs)
+    assert lines >= 2
+    for at in range(1, lines + 1):
+        forget_interleaved(at)

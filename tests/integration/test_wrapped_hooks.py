@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import functools
+import gc
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,9 @@ from typing import Any
 import pytest
 import redis
 import wrapt
+from support.elsewhere import another_gets_in, in_thread
 from support.interrupts import signal_cannot_land
+from support.user_decorators import Traced, awrapped, passthrough, wrapped, wrapt_logged
 
 from redlock_deco import Lock, LockNotAcquired, Semaphore
 from redlock_deco import _ownership as ownership
@@ -35,34 +36,14 @@ from redlock_deco.asyncio import Lock as AsyncLock
 NAME = "wrapped-hooks"
 
 
-def _wrapped(method: Any) -> Any:
-    """A decorator of the kind users put on methods (logging, tracing): its own frame."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return method(*args, **kwargs)
-
-    return wrapper
-
-
-def _awrapped(method: Any) -> Any:
-    """:func:`_wrapped` for a coroutine function."""
-
-    @functools.wraps(method)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return await method(*args, **kwargs)
-
-    return wrapper
-
-
 class _WrappedExitLock(Lock):
-    @_wrapped
+    @wrapped
     def __exit__(self, *exc: Any) -> Any:
         return super().__exit__(*exc)
 
 
 class _WrappedEnterLock(Lock):
-    @_wrapped
+    @wrapped
     def __enter__(self) -> Any:
         return super().__enter__()
 
@@ -77,7 +58,7 @@ class _HelperExitLock(Lock):
 
 
 class _TwoLevelLock(_WrappedExitLock):
-    @_wrapped
+    @wrapped
     def __exit__(self, *exc: Any) -> Any:
         return super().__exit__(*exc)
 
@@ -85,7 +66,7 @@ class _TwoLevelLock(_WrappedExitLock):
 class _ReenteringExitLock(Lock):
     flushing = False
 
-    @_wrapped
+    @wrapped
     def __exit__(self, *exc: Any) -> Any:
         if not self.flushing:  # (a last step under the lock, in a block of its own: 76a's)
             self.flushing = True
@@ -97,30 +78,14 @@ class _ReenteringExitLock(Lock):
         return super().__exit__(*exc)
 
 
-class _Traced:
-    """A method decorator written as a class (a descriptor), as some tracing libraries do."""
-
-    def __init__(self, method: Any) -> None:
-        functools.update_wrapper(self, method)
-        self.method = method
-
-    def __get__(self, obj: Any, cls: Any = None) -> Any:
-        return self if obj is None else functools.partial(self.method, obj)
-
-
 class _ClassDecoratedExitLock(Lock):
-    @_Traced
+    @Traced
     def __exit__(self, *exc: Any) -> Any:
         return super().__exit__(*exc)
 
 
-@wrapt.decorator
-def _wrapt_logged(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return wrapped(*args, **kwargs)
-
-
 class _WraptDecoratedExitLock(Lock):
-    @_wrapt_logged
+    @wrapt_logged
     def __exit__(self, *exc: Any) -> Any:
         return super().__exit__(*exc)
 
@@ -140,18 +105,18 @@ class _AssignedExitLock(Lock):  # its own exit, wrapped by hand once the class e
 
 
 for _patched in (_PatchedExitLock, _PatchedBaseExitLock):
-    wrapt.wrap_function_wrapper(_patched, "__exit__", lambda call, _, args, kw: call(*args, **kw))
-_AssignedExitLock.__exit__ = _wrapped(_AssignedExitLock.__dict__["__exit__"])  # type: ignore[method-assign]
+    wrapt.wrap_function_wrapper(_patched, "__exit__", passthrough)
+_AssignedExitLock.__exit__ = wrapped(_AssignedExitLock.__dict__["__exit__"])  # type: ignore[method-assign]
 
 
 class _WrappedAsyncExitLock(AsyncLock):
-    @_awrapped
+    @awrapped
     async def __aexit__(self, *exc: Any) -> Any:
         return await super().__aexit__(*exc)
 
 
 class _WrappedAsyncEnterLock(AsyncLock):
-    @_awrapped
+    @awrapped
     async def __aenter__(self) -> Any:
         return await super().__aenter__()
 
@@ -179,34 +144,11 @@ def _nothing_left(r: redis.Redis, what: str) -> None:
 
 
 def _in_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in another thread: its result, or its exception raised here."""
-    out: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            out.append((True, fn()))
-        except BaseException as exc:  # (a LockError is what the test looks for)
-            out.append((False, exc))
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(10)
-    assert out, "the thread did not finish"
-    ok, value = out[0]
-    if not ok:
-        raise value
-    return value
+    return in_thread(fn)
 
 
 def _another_gets_in() -> bool:
-    def attempt() -> bool:
-        try:
-            with Lock(NAME, ttl=5, wait=0):
-                return True
-        except LockNotAcquired:
-            return False
-
-    return bool(_in_thread(attempt))
+    return another_gets_in(NAME)
 
 
 @pytest.mark.timeout(30)
@@ -344,7 +286,7 @@ def test_an_async_generators_block_is_left_by_a_step_another_task_runs(
 class _CheckingLock(Lock):
     checking = False
 
-    @_wrapped
+    @wrapped
     def __enter__(self) -> Any:
         entered = super().__enter__()
         if not self.checking:  # (a protected step in a block of its own, as 76a's exit)
@@ -397,7 +339,7 @@ def test_an_async_entry_hook_entering_itself_keeps_its_blocks(r: redis.Redis) ->
     class Checking(AsyncLock):
         checking = False
 
-        @_awrapped
+        @awrapped
         async def __aenter__(self) -> Any:
             entered = await super().__aenter__()
             if not self.checking:
@@ -554,7 +496,7 @@ class _AuditedLock(Lock):
 
     left = 0
 
-    @_wrapped
+    @wrapped
     def __exit__(self, *exc: Any) -> Any:
         type(self).left += 1
         return super().__exit__(*exc)
@@ -615,3 +557,234 @@ def test_a_cancel_inside_an_async_exit_hook_before_the_base_leaves_nothing_held(
         pytest.skip("asyncio.timeout() is 3.11's")
     asyncio.run(scenario())
     _nothing_left(r, "a cancel inside an async exit hook")
+
+
+class _FlushingLock(Lock):
+    """An exit hook whose own work before the base's fails (a flush to a remote store)."""
+
+    def __exit__(self, *exc: Any) -> Any:
+        raise OSError("flush failed")
+
+
+class _FlushingSemaphore(Semaphore):
+    def __exit__(self, *exc: Any) -> Any:
+        raise OSError("flush failed")
+
+
+@pytest.mark.timeout(30)
+def test_an_exit_hook_raising_before_the_base_gives_a_stack_entrys_block_up(
+    r: redis.Redis,
+) -> None:
+    """Review 86a, F1 (MEDIUM): 85a F1's fix covered a ``with`` statement's block only. Entered
+    through an ExitStack, the exit runs as the stack's exit, whose path gave nothing up: the
+    block stayed held and renewed until the collector freed the error's traceback -- for good
+    while the error was kept (a retry library's last outcome). Collection is off here, and
+    the errors are kept."""
+    kept = []
+    gc.disable()
+    try:
+        for obj in (_FlushingLock(NAME, ttl=5, wait=0), _FlushingSemaphore(NAME, limit=1, ttl=5)):
+            with (
+                pytest.raises(OSError, match="flush failed") as raised,
+                contextlib.ExitStack() as stack,
+            ):
+                stack.enter_context(obj)
+            kept.append(raised.value)
+            assert not [block for block in obj._blocks if block.open], f"{obj!r}: left open"
+            _nothing_left(r, f"{type(obj).__name__}'s exit hook raising through a stack")
+    finally:
+        gc.enable()
+
+
+@pytest.mark.timeout(30)
+def test_an_async_exit_hook_raising_before_the_base_gives_a_stack_entrys_block_up(
+    r: redis.Redis,
+) -> None:
+    """:func:`test_an_exit_hook_raising_before_the_base_gives_a_stack_entrys_block_up` for an
+    AsyncExitStack."""
+
+    class Flushing(AsyncLock):
+        async def __aexit__(self, *exc: Any) -> Any:
+            raise OSError("flush failed")
+
+    async def scenario() -> OSError:
+        obj = Flushing(NAME, ttl=5, wait=0)
+        with pytest.raises(OSError, match="flush failed") as raised:
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(obj)
+        assert not [block for block in obj._blocks if block.open], "left open"
+        return raised.value
+
+    gc.disable()
+    try:
+        kept = asyncio.run(scenario())
+        _nothing_left(r, "an async exit hook raising through a stack")
+    finally:
+        gc.enable()
+    assert isinstance(kept, OSError)
+
+
+@pytest.mark.timeout(30)
+def test_an_async_adapter_on_a_sync_subclass_raises_its_own_errors(r: redis.Redis) -> None:
+    """Review 86a, F2 (LOW): ``async def __aenter__(self): return self.__enter__()`` on a sync
+    Lock's subclass is wrapped as an async entry hook, whose clean-up awaited the sync
+    object's (None): a busy lock raised ``TypeError: object NoneType can't be used in 'await'
+    expression``, not LockNotAcquired, and an exit hook's own error was replaced the same
+    way."""
+
+    class AsyncCompat(Lock):
+        async def __aenter__(self) -> Any:
+            return self.__enter__()
+
+        async def __aexit__(self, *exc: Any) -> Any:
+            return self.__exit__(*exc)
+
+    class Flushing(Lock):
+        async def __aenter__(self) -> Any:
+            return self.__enter__()
+
+        async def __aexit__(self, *exc: Any) -> Any:
+            raise OSError("flush failed")
+
+    async def scenario() -> None:
+        holder = Lock(NAME, ttl=5, wait=0)
+        assert holder.acquire()
+        try:
+            with pytest.raises(LockNotAcquired):
+                async with AsyncCompat(NAME, ttl=5, wait=0):
+                    pass
+        finally:
+            holder.release()
+        async with AsyncCompat(NAME, ttl=5, wait=0):
+            assert not _another_gets_in()
+        flushing = Flushing(NAME, ttl=5, wait=0)
+        with pytest.raises(OSError, match="flush failed"):
+            async with flushing:
+                pass
+        assert not flushing._blocks
+
+    asyncio.run(scenario())
+    _nothing_left(r, "an async adapter on a sync subclass")
+
+
+class _Counted(Lock):
+    exits = 0
+
+    def __exit__(self, *exc: Any) -> Any:
+        type(self).exits += 1
+        return super().__exit__(*exc)
+
+
+class _Validating(_Counted):
+    """An entry hook that refuses after entering (a check of its own)."""
+
+    def __enter__(self) -> Any:
+        super().__enter__()
+        raise ValueError("refused")
+
+
+@pytest.mark.timeout(30)
+def test_a_subclass_exit_hook_runs_once_per_stack_entry_and_never_for_a_refused_one(
+    r: redis.Redis,
+) -> None:
+    """Review 86a, F3 (LOW): a block entered through an ExitStack has two exits on the stack
+    (the second for an interrupt in contextlib's window), and each ran the subclass's own
+    exit hook: twice per entry -- a hook pairing the block with a local lock released it
+    twice, the second time another thread's -- and once for an entry its hook refused, which
+    Python never exits."""
+    before = _Counted.exits
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_Counted(NAME, ttl=5, wait=0))
+    assert _Counted.exits - before == 1
+    before = _Counted.exits
+    with contextlib.ExitStack() as stack, pytest.raises(ValueError, match="refused"):
+        stack.enter_context(_Validating(NAME, ttl=5, wait=0))
+    assert _Counted.exits == before, "an exit hook ran for an entry its hook refused"
+    _nothing_left(r, "exit hooks through a stack")
+
+
+@pytest.mark.timeout(30)
+def test_a_weighted_entry_through_a_stack_leaves_both_blocks_at_its_close(
+    r: redis.Redis,
+) -> None:
+    """Review 85a, F2 (stated as a limit until found again by test_hook_shapes): an entry
+    hook that enters twice, entered through an ExitStack -- the second block had no exit of
+    its own, and the hook's two ``super().__exit__()`` ended the first twice: the second
+    slot stayed held and renewed while the thread lived. It now shares the first's exits."""
+    slots = _TwoSlots(NAME, limit=2, ttl=5, wait=0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(slots)
+        assert slots.holders() == 2
+    assert not slots._blocks
+    handed_out = _TwoSlots(NAME, limit=2, ttl=5, wait=0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(handed_out)
+        handed = stack.pop_all()
+    _in_thread(handed.close)
+    assert not handed_out._blocks
+    _nothing_left(r, "a weighted entry through a stack")
+
+
+def _step(obj: Any) -> None:
+    """A protected step of an entry hook's own: a ``with obj:`` inside it (not recursing)."""
+    if not obj.stepping:
+        obj.stepping = True
+        try:
+            with obj:
+                pass
+        finally:
+            obj.stepping = False
+
+
+class _Stepping:
+    """A mixin whose entry hook has a protected step of its own (a ``with self:`` inside it)."""
+
+    stepping = False
+
+    def __enter__(self) -> Any:
+        entered = super().__enter__()  # type: ignore[misc]
+        _step(self)
+        return entered
+
+
+class _SteppingLock(_Stepping, Lock):
+    pass
+
+
+@pytest.mark.timeout(30)
+def test_a_stack_dropped_unclosed_is_given_up_without_the_cyclic_collector(
+    r: redis.Redis,
+) -> None:
+    """Found by test_hook_shapes: the check of whether a stack's exit can still run looked
+    at the running frames, this thread's from its own -- which its locals then held: a cycle
+    that kept every frame above it, and the stack a caller dropped unclosed, until the
+    cyclic collector ran; the block stayed held and renewed meanwhile."""
+
+    def hand_out() -> None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(_SteppingLock(NAME, ttl=5, wait=0))  # (its step asks that check)
+        # the stack is dropped here, unclosed: the block goes with it
+
+    gc.disable()
+    try:
+        hand_out()
+        _nothing_left(r, "a stack dropped unclosed")
+    finally:
+        gc.enable()
+
+
+class _TwoSlotsStepping(_Stepping, _TwoSlots):
+    """A weighted entry with a protected step of its own inside it."""
+
+
+@pytest.mark.timeout(30)
+def test_a_weighted_entry_through_a_stack_leaves_no_block_without_an_exit(r: redis.Redis) -> None:
+    """The second block of a weighted entry through an ExitStack has the first's exits
+    (test_hook_shapes found the step): without, the entry hook's own ``with self:`` step
+    inside it could not tell its block from that one, and raised LockError."""
+    slots = _TwoSlotsStepping(NAME, limit=4, ttl=5, wait=0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(slots)
+        assert slots.holders() == 2
+    assert not slots._blocks
+    _nothing_left(r, "a weighted entry with a step through a stack")
