@@ -583,15 +583,16 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
 
         async def exit_async(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
             ending = _by.section if _by is not None else None
-            try:
-                if _by is None:  # (a subclass's own, reached through super(): the outer one's)
+            try:  # (see exit_sync)
+                if _by is None:
                     ending = leaving(obj._blocks, None)
-                    return await _bound(func, obj)(*exc)
-                if not hook_runs(_by):  # (see exit_sync)
+                elif not hook_runs(_by):
                     return await _settled(_base_exit(obj)(obj, *exc, _by=_by))
                 before = _RUN_AS.get()
                 try:
-                    _RUN_AS.set((_by, mark()))
+                    run = _by or _leaving_as(ending)
+                    if run is not None:
+                        _RUN_AS.set((run, mark()))
                     return await _bound(func, obj)(*exc)
                 finally:
                     _RUN_AS.set(before)
@@ -608,11 +609,9 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
     def exit_sync(obj: Any, *exc: Any, _by: StackExit | None = None) -> Any:
         ending = _by.section if _by is not None else None
         try:
-            if _by is None:  # (see exit_async: review 75a, F3 -- two levels of subclasses,
-                # the inner one's wrapper hid the exit the outer one ran as)
+            if _by is None:
                 ending = leaving(obj._blocks, None)
-                return _bound(func, obj)(*exc)
-            if not hook_runs(_by):
+            elif not hook_runs(_by):
                 # A block's second exit (see _take_exits) whose first ran, or still can: the
                 # user's hook once per block, not twice -- a hook pairing the block with a
                 # local lock of its own released it twice, the second time another thread's;
@@ -620,7 +619,9 @@ def overriding(func: Callable[..., Any], name: str) -> Any:
                 return _base_exit(obj)(obj, *exc, _by=_by)
             before = _RUN_AS.get()
             try:
-                _RUN_AS.set((_by, mark()))
+                run = _by or _leaving_as(ending)
+                if run is not None:  # (else an outer subclass's, as it is: review 75a, F3)
+                    _RUN_AS.set((run, mark()))
                 return _bound(func, obj)(*exc)
             finally:
                 _RUN_AS.set(before)
@@ -646,6 +647,24 @@ def _bound(hook: Any, obj: Any) -> Any:
     its ``__get__`` -- a function's, a decorator object's (wrapt's) -- else as it is."""
     get = getattr(type(hook), "__get__", None)
     return get(hook, obj, type(obj)) if get is not None else hook
+
+
+def _leaving_as(section: Section | None) -> StackExit | None:
+    """What the base's exit reached inside a subclass's own exit (see run_as) ends: the
+    ``with`` statement's block ``section`` that exit is leaving -- also where no frame of the
+    statement is on the stack: the base's exit run in a task of its own (``asyncio.shield``,
+    a TaskGroup, ``wait_for`` on 3.10 and 3.11) ended another task's handed-out block, or
+    nothing (LockError, the cancel it replaced lost, the block held while the task lived:
+    review 87a, F2). The context a task starts with carries it there."""
+    if section is None:
+        return None
+    stand_in = StackExit(_no_exit)
+    stand_in.section = section
+    return stand_in
+
+
+def _no_exit(obj: Any, *exc: Any, _by: StackExit | None = None) -> None:
+    """A stand-in's exit (see _leaving_as): never run -- nothing holds a stand-in to run."""
 
 
 def _hook_entered(obj: Any, since: int) -> list[Section]:

@@ -32,6 +32,7 @@ from redlock_deco import Lock, LockNotAcquired, Semaphore
 from redlock_deco import _ownership as ownership
 from redlock_deco import _renewal as renewal
 from redlock_deco.asyncio import Lock as AsyncLock
+from redlock_deco.asyncio import Semaphore as AsyncSemaphore
 
 NAME = "wrapped-hooks"
 
@@ -788,3 +789,47 @@ def test_a_weighted_entry_through_a_stack_leaves_no_block_without_an_exit(r: red
         assert slots.holders() == 2
     assert not slots._blocks
     _nothing_left(r, "a weighted entry with a step through a stack")
+
+
+@pytest.mark.timeout(30)
+def test_a_base_exit_shielded_in_a_task_of_its_own_ends_the_statements_block(
+    r: redis.Redis,
+) -> None:
+    """Review 87a, F2 (MEDIUM): ``await asyncio.shield(super().__aexit__(*exc))`` runs the
+    base's exit in a task of its own, where no frame of the statement is: it raised
+    LockError in place of a cancel that came in the body (the CancelledError lost), or, with
+    a block on the semaphore entered by hand by a task that had ended, silently ended that
+    block -- its work going on without its slot -- and kept its own. The block the
+    subclass's exit is leaving now reaches the base's exit through the task's context."""
+
+    class Shielded(AsyncSemaphore):
+        async def __aexit__(self, *exc: Any) -> Any:
+            return await asyncio.shield(super().__aexit__(*exc))
+
+    async def scenario() -> None:
+        sem = Shielded(NAME, limit=2, ttl=5, wait=0)
+
+        async def cancelled_inside() -> None:
+            async with sem:
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+                await asyncio.sleep(0.01)
+
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled_inside()
+        assert not sem._blocks and await sem.holders() == 0
+
+        async def hand_entry() -> None:
+            await sem.__aenter__()  # (by hand, in a task that ends: a handed-out block)
+
+        await asyncio.create_task(hand_entry())
+        handed = sem._blocks[0]
+        async with sem:
+            pass
+        assert sem._blocks == [handed] and handed.open, "the handed-out block was ended"
+        await asyncio.create_task(sem.__aexit__(None, None, None))  # (its by-hand exit)
+        assert not sem._blocks
+
+    asyncio.run(scenario())
+    _nothing_left(r, "a shielded base exit")

@@ -111,6 +111,30 @@ def before_8_2(why: str) -> str:
     return f"with redis-py {redis.__version__}: {why}" if _REDIS_8_2 else ""
 
 
+# A subclass's own exit (the sync wrapper), as it finds the block it leaves and tells the base's.
+INNER_EXIT = (
+    "            if _by is None:\n"
+    "                ending = leaving(obj._blocks, None)\n"
+    "            elif not hook_runs(_by):\n"
+    "                # A block's second exit (see _take_exits) whose first ran, or still can: the\n"
+    "                # user's hook once per block, not twice -- a hook pairing the block with a\n"
+    "                # local lock of its own released it twice, the second time another thread's;\n"
+    "                # and not at all for a block its entry hook gave up (review 86a, F3).\n"
+    "                return _base_exit(obj)(obj, *exc, _by=_by)\n"
+    "            before = _RUN_AS.get()\n"
+    "            try:\n"
+    "                run = _by or _leaving_as(ending)\n"
+    "                if run is not None:  # (else an outer subclass's, as it is: review 75a, F3)\n"
+    "                    _RUN_AS.set((run, mark()))\n"
+)
+INNER_EXIT_BY_PLACE = INNER_EXIT.replace(
+    "ending = leaving(obj._blocks, None)", "ending = exiting(obj._blocks, place(obj._blocks))"
+).replace(
+    "                if run is not None:  # (else an outer subclass's, as it is: review 75a, F3)\n"
+    "                    _RUN_AS.set((run, mark()))\n",
+    "                _RUN_AS.set((run, mark()) if run is not None else None)\n",
+)
+
 # The asyncio renewal round's check for an extend() it waited behind (_renewal.AsyncRenewer).
 RENEWED_MEANWHILE = (
     "    async def _run(self, job: Job) -> None:\n"
@@ -851,6 +875,18 @@ MUTANTS: tuple[Mutant, ...] = (
        "        found = self.waiting.get(token)\n        if found is waiter:\n"
        "            del self.waiting[token]\n",
        "tests/integration/test_waiting.py::test_two_threads_forgetting_one_waiter_at_once_both_finish"),
+    py("shielded-base-exit-ends-another-block", "the base's exit reached inside a subclass's "
+       "own __aexit__ in a task of its own (asyncio.shield) is not told which block the "
+       "statement leaves", "_ownership",
+       "                    run = _by or _leaving_as(ending)\n",
+       "                    run = _by\n",
+       "tests/integration/test_wrapped_hooks.py::"
+       "test_a_base_exit_shielded_in_a_task_of_its_own_ends_the_statements_block"),
+    py("forked-uvloop-subscription-kept", "a forked child leaves its copy of an asyncio "
+       "subscription's socket open when the transport's socket is no socket.socket (uvloop)",
+       "_waiting", "    elif sock is not None:\n", "    elif False:\n",
+       "tests/integration/test_handoff.py::"
+       "test_a_forked_child_does_not_keep_its_dead_parents_waiters_listening"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",
@@ -868,9 +904,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "        elif not module.startswith(\"redlock_deco\"):\n",
        "tests/integration/test_stack_windows.py"),
     py("inner-subclass-exit-hides-outer", "a subclass's own exit reached through super() from "
-       "another subclass's records that it was run as no stack's exit", "_ownership",
-       "        if _by is None:  # (see exit_async: review 75a, F3",
-       "        if False:  # (see exit_async: review 75a, F3",
+       "another subclass's records that it was run as no stack's exit (it finds its block "
+       "by place alone, and overwrites the outer one's when it finds none: either alone is "
+       "masked by the other)", "_ownership", INNER_EXIT, INNER_EXIT_BY_PLACE,
        "tests/integration/test_stack_windows.py"),
     py("run-as-for-inner-blocks", "what a subclass's own exit was run as is taken by the exit of "
        "a block entered inside it", "_ownership",
