@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -272,7 +273,11 @@ def _expected(run: Run) -> None:
     shape = run.shape
     faults = shape.enter_fault != "none" or shape.exit_fault != "none"
     if run.cancelled:
-        assert isinstance(run.raised, (asyncio.CancelledError, HookError)), (
+        # (3.10 has no Task.cancelling(): a cancel redis-py drops as it sends a command is
+        # lost -- stated in docs/asyncio.md, "Cancellation"; what it left is checked all the
+        # same)
+        lost = run.raised is None and sys.version_info < (3, 11)
+        assert lost or isinstance(run.raised, (asyncio.CancelledError, HookError)), (
             f"{run}: the cancel was lost"
         )
         return

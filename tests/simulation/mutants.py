@@ -887,6 +887,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "_waiting", "    elif sock is not None:\n", "    elif False:\n",
        "tests/integration/test_handoff.py::"
        "test_a_forked_child_does_not_keep_its_dead_parents_waiters_listening"),
+    py("subscriber-started-with-no-time-left", "an asyncio waiter whose wait has run out "
+       "(a replicated attempt's WAIT took it all) still starts the loop's grant subscriber",
+       "_waiting",
+       "        if timeout <= 0 and not self.listening:\n            # The wait ran out",
+       "        if False:\n            # The wait ran out",
+       "tests/integration/test_waiting.py::test_a_wait_that_ran_out_starts_no_subscriber"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",
