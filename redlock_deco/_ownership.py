@@ -167,7 +167,7 @@ class Section:
         self.keep: weakref.ref[Blocks] | None = None  # its object's open blocks
         # For a block a subclass's own entry hook entered: that hook's mark (see overriding),
         # the same for every block one entry left open (a weighted super().__enter__() twice).
-        self.statement = 0
+        self.statement: int | None = None
         self.open = True
 
     def __repr__(self) -> str:
@@ -712,8 +712,13 @@ def _one_statement(obj: Any, since: int) -> None:
     statement's: an exit hook that raises gives them all up (see statement_blocks)."""
     blocks = getattr(obj, "_blocks", None)
     if isinstance(blocks, Blocks):
+        frame = place(blocks).frame
         for section in entered_all_since(blocks, since):
-            section.statement = since
+            # (the statement's own, entered from its frame: not a generator's block started
+            # inside the hook, which its own statement leaves -- given up with this one when
+            # the exit hook raised, while the generator ran on inside it: review 88a, F2)
+            if section.frame == frame:
+                section.statement = since
 
 
 def statement_blocks(blocks: Blocks, section: Section | None) -> list[Section]:
@@ -725,7 +730,8 @@ def statement_blocks(blocks: Blocks, section: Section | None) -> list[Section]:
     return [
         other
         for other in reversed(list(blocks))
-        if other.open and (other is section or (statement and other.statement == statement))
+        if other.open
+        and (other is section or (statement is not None and other.statement == statement))
     ]
 
 
@@ -825,7 +831,18 @@ def run_as(blocks: Blocks, by: StackExit | None, where: Place) -> StackExit | No
     if section is None or section.keep is None or section.keep() is not blocks:
         return None
     inner = exiting(blocks, where)  # (what it would end as a plain exit)
-    return None if inner is not None and inner.entry[0] > since else exit
+    if inner is not None and inner.entry[0] > since:
+        return None
+    if (exit.func is _no_exit and inner is not None and inner.frame == where.frame
+            and inner not in statement_blocks(blocks, section)):  # fmt: skip
+        # A stand-in (see _leaving_as) is for the base's exit of the very statement, where
+        # no frame of it may be on the stack: not for another block's exit that its own
+        # frame finds -- a generator suspended in an older block, closed (or collected)
+        # inside the exit hook, ended the statement's block, or nothing: its own stayed
+        # held for good (review 88a, F1). (A block found otherwise -- the only one handed
+        # out -- is no match for an exit in a task of its own: 87a, F2.)
+        return None
+    return exit
 
 
 class Place(NamedTuple):
@@ -893,7 +910,12 @@ def place(blocks: Blocks | None = None) -> Place:
                     if type(taken) is StackExit and stack is not None:
                         entry = (taken, owner, names.get("cm"), name == "enter_context")
         elif not module.startswith("redlock_deco") and not _own_hook(frame, blocks):
-            hook = _hook_above(frame, blocks) if blocks is not None and blocks.hooked else None
+            # (A generator's frame is its own statement's, never a hook's helper: one advanced
+            # inside an entry hook, entering the object, was taken for the hook's statement,
+            # and its block ended by that statement's exit: review 88a, F2.)
+            hook = None
+            if blocks is not None and blocks.hooked and not _in_generator(frame):
+                hook = _hook_above(frame, blocks)
             if hook is None:
                 break
             frame = hook  # (what runs between is the hook's: a wrapper, a helper)
@@ -907,6 +929,10 @@ def place(blocks: Blocks | None = None) -> Place:
     generator = code if code.co_flags & _SUSPENDS else None
     here = frame if code.co_flags & _MAY_SUSPEND else None
     return Place(id(frame), generator, stack, code, at, exit, keeper, obj, sync, here)
+
+
+def _in_generator(frame: Any) -> bool:
+    return bool(frame.f_code.co_flags & _SUSPENDS)
 
 
 def _hook_above(frame: Any, blocks: Blocks) -> Any:

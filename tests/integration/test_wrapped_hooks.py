@@ -18,7 +18,7 @@ import copy
 import gc
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -833,3 +833,106 @@ def test_a_base_exit_shielded_in_a_task_of_its_own_ends_the_statements_block(
 
     asyncio.run(scenario())
     _nothing_left(r, "a shielded base exit")
+
+
+class _ClosingExitLock(Lock):
+    """An exit hook that closes a generator suspended in an older block of the object."""
+
+    pending: Any = None
+
+    def __exit__(self, *exc: Any) -> Any:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.close()
+        return super().__exit__(*exc)
+
+
+@pytest.mark.timeout(30)
+def test_an_older_blocks_exit_inside_an_exit_hook_ends_its_own_block(r: redis.Redis) -> None:
+    """Review 88a, F1 (MEDIUM): every subclass exit passes the block it leaves to the base's
+    exit (for one run in a task of its own, 87a F2); another exit of the object inside the
+    hook -- a generator suspended in an older block, closed (or collected) there -- took it:
+    the statement's block ended twice over, and the generator's stayed held for good."""
+    obj = _ClosingExitLock(NAME, ttl=5, wait=0)
+
+    def suspended() -> Iterator[None]:
+        with obj:
+            yield
+
+    gen = suspended()
+    next(gen)
+    obj.pending = gen
+    with obj:
+        pass
+    assert not obj._blocks, "the generator's block stayed open"
+    _nothing_left(r, "a generator closed inside an exit hook")
+
+
+class _AdvancingLock(Lock):
+    """An entry hook that advances a generator entering the object, and an exit hook that
+    raises after the base's (an audit that fails)."""
+
+    gen: Any = None
+    fail = False
+
+    def __enter__(self) -> Any:
+        entered = super().__enter__()
+        gen, self.gen = self.gen, None
+        if gen is not None:
+            next(gen)  # (it enters `with self:` and stays there)
+        return entered
+
+    def __exit__(self, *exc: Any) -> Any:
+        left = super().__exit__(*exc)
+        if self.fail:
+            raise OSError("audit failed")
+        return left
+
+
+@pytest.mark.timeout(30)
+def test_a_generators_block_started_inside_an_entry_hook_is_its_own(r: redis.Redis) -> None:
+    """Review 88a, F2 (HIGH): a generator advanced inside an entry hook, entering the object,
+    was taken for the hook's helper -- its block for the statement's: when the exit hook
+    raised, it was given up with the statement's, and another thread got in while the
+    generator ran on inside its block, told nothing."""
+    obj = _AdvancingLock(NAME, ttl=5, wait=0)
+    inside: list[bool] = []
+
+    def steps() -> Iterator[None]:
+        with obj:
+            yield
+            inside.append(_another_gets_in())
+            yield
+
+    gen = steps()
+    obj.gen, obj.fail = gen, True
+    with pytest.raises(OSError, match="audit failed"), obj:
+        pass
+    obj.fail = False
+    next(gen)
+    assert inside == [False], "another thread got in beside the generator's block"
+    gen.close()
+    _nothing_left(r, "a generator's block started inside an entry hook")
+
+
+class _ProbingExitLock(Lock):
+    """An exit hook with a protected step of its own through the base's hooks by hand."""
+
+    def __exit__(self, *exc: Any) -> Any:
+        Lock.__enter__(self)
+        Lock.__exit__(self, None, None, None)
+        return super().__exit__(*exc)
+
+
+@pytest.mark.timeout(30)
+def test_a_step_inside_a_stack_exits_hook_leaves_its_own_block(r: redis.Redis) -> None:
+    """Review 76a, F1, by the base's hooks called by hand: the stack's exit the hook runs as
+    is for the base's exit of its own block, not for that of a block entered inside the
+    hook (which it ended in place of the stack's, the step's staying held)."""
+    obj = _ProbingExitLock(NAME, ttl=5, wait=0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(obj)
+        handed = stack.pop_all()
+    handed.close()
+    assert not obj._blocks
+    _nothing_left(r, "a step inside a stack exit's hook")

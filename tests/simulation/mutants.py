@@ -829,9 +829,9 @@ MUTANTS: tuple[Mutant, ...] = (
     py("exit-hook-gives-up-its-block-alone", "an exit hook that raises gives up the block it "
        "ends, not the others its statement's entry hook left open (a weighted "
        "super().__enter__() twice)", "_ownership",
-       "        if other.open and (other is section or (statement and other.statement == "
+       "        and (other is section or (statement is not None and other.statement == "
        "statement))\n",
-       "        if other.open and other is section\n", "tests/integration/test_hook_shapes.py"),
+       "        and other is section\n", "tests/integration/test_hook_shapes.py"),
     py("stack-exit-hook-gives-nothing-up", "an exit hook that raises before the base's, run as "
        "an ExitStack's exit, gives its block up only if it was a with statement's", "_ownership",
        "    if by is None and ending is None:\n        ending = leaving(obj._blocks, None)\n",
@@ -893,12 +893,23 @@ MUTANTS: tuple[Mutant, ...] = (
        "        if timeout <= 0 and not self.listening:\n            # The wait ran out",
        "        if False:\n            # The wait ran out",
        "tests/integration/test_waiting.py::test_a_wait_that_ran_out_starts_no_subscriber"),
+    py("generator-taken-for-a-hooks-helper", "a generator advanced inside an entry hook, "
+       "entering the object, is taken for the hook's helper: its block for the statement's",
+       "_ownership",
+       "            if blocks is not None and blocks.hooked and not _in_generator(frame):\n",
+       "            if blocks is not None and blocks.hooked:\n",
+       "tests/integration/test_wrapped_hooks.py"),
+    py("stand-in-taken-by-another-blocks-exit", "the stand-in for the block a subclass's exit "
+       "leaves is taken by another block's exit inside the hook (a generator closed there)",
+       "_ownership",
+       "    if (exit.func is _no_exit and inner is not None and inner.frame == where.frame\n",
+       "    if (False and inner is not None and inner.frame == where.frame\n",
+       "tests/integration/test_wrapped_hooks.py"),
     py("hook-frames-taken-for-the-statement", "the user's frames between a subclass's own hook "
        "and the base's (a decorator's wrapper, a helper) are taken for the frame running the "
        "with statement", "_ownership",
-       "            hook = _hook_above(frame, blocks) if blocks is not None and blocks.hooked "
-       "else None\n",
-       "            hook = None\n", "tests/integration/test_wrapped_hooks.py"),
+       "                hook = _hook_above(frame, blocks)\n",
+       "                pass\n", "tests/integration/test_wrapped_hooks.py"),
     py("exit-read-by-hand-is-a-stack-exit", "an exit read off the class and called by hand "
        "(a subclass naming Lock.__exit__) is taken for one an entry through a stack took",
        "_ownership", "    if by is not None and by.section is not None:\n        return by\n",
@@ -916,8 +927,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_stack_windows.py"),
     py("run-as-for-inner-blocks", "what a subclass's own exit was run as is taken by the exit of "
        "a block entered inside it", "_ownership",
-       "    return None if inner is not None and inner.entry[0] > since else exit\n",
-       "    return exit\n", "tests/integration/test_stack_windows.py"),
+       "    if inner is not None and inner.entry[0] > since:\n        return None\n",
+       "    if False:\n        return None\n", "tests/integration/test_stack_windows.py",
+       "tests/integration/test_wrapped_hooks.py"),
     py("same-frame-any-owner", "a by-hand exit ends another owner's block entered from a frame "
        "with the same id (a reused id: that owner's block goes while its body runs)",
        "_ownership",
