@@ -436,9 +436,11 @@ class _ReadersHandedOff:
             thread.join(10)
         assert self.entered, f"the other reader never got in after {where}"
         if real:  # (a cut no real signal makes skips handlers: the reading stays taken)
-            # (a round trip or two; its recheck, RECHECK, without the server asked at once)
+            # (a round trip or two; its recheck, RECHECK, without the server asked at once --
+            # the reader queued a few ms before the release, so a second less those. Not half
+            # of it: 0.52 s once, in CI's interrupts leg on a machine loaded 4 to 1.)
             delay = self.entered[0] - self.released[0]
-            assert delay < RECHECK / 2, f"the other reader got in {delay:.2f} s late after {where}"
+            assert delay < RECHECK * 0.75, f"the other reader got in {delay:.2f} s after {where}"
 
 
 def _readers_handed_off(r: redis.Redis) -> Callable[[], None]:
