@@ -25,6 +25,7 @@ with a seed its failures print (``REDLOCK_DECO_SEED`` replays one);
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import inspect
 import os
@@ -2180,16 +2181,14 @@ def line_of(code: Any, text: str) -> int:
     return next(first + index for index, line in enumerate(lines) if text in line)
 
 
-def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
+@contextlib.contextmanager
+def _tracking_client(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """redis-py 8.2's checkout reads the pushes waiting on an idle connection and applies them
-    only once it has read them all: an interrupt in between -- here at the purge after the
-    invalidation's read -- dropped it with the connection left open, and the cache served the
-    overwritten value for good (the reply search, seed 420572596). A checkout cut short empties
-    the cache. (redis-py 8.1 and earlier apply each push as it is read.)"""
+) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    """A client-side caching client (the default provider) whose idle connection tracks
+    "tracked" (cached as "old", after the library's first call guarded its pool), and a plain
+    client of the server to change it with."""
     caching_allowed(server, monkeypatch)
-    from redis._parsers.socket import SocketBuffer
     from redis.cache import CacheConfig
 
     client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
@@ -2200,8 +2199,25 @@ def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
         with server.client() as other:
             other.set("tracked", "old")
             assert client.get("tracked") == b"old"  # (cached: the connection tracks it)
-            other.set("tracked", "new")  # (an invalidation waits on the idle connection)
-            other.ping()
+            yield client, other
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+
+
+def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py 8.2's checkout reads the pushes waiting on an idle connection and applies them
+    only once it has read them all: an interrupt in between -- here at the purge after the
+    invalidation's read -- dropped it with the connection left open, and the cache served the
+    overwritten value for good (the reply search, seed 420572596). A checkout cut short empties
+    the cache. (redis-py 8.1 and earlier apply each push as it is read.)"""
+    from redis._parsers.socket import SocketBuffer
+
+    with _tracking_client(server, monkeypatch) as (client, other):
+        other.set("tracked", "new")  # (an invalidation waits on the idle connection)
+        other.ping()
         purge = SocketBuffer.purge
 
         def cut_short(buffer: SocketBuffer) -> None:
@@ -2212,9 +2228,6 @@ def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
         with pytest.raises(KeyboardInterrupt):
             client.get("another")  # (its checkout reads the invalidation; on 8.1, its drain)
         assert client.get("tracked") == b"new"
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
 
 
 def test_a_checkout_cut_before_its_drain_does_not_drop_later_invalidations(
@@ -2228,37 +2241,22 @@ def test_a_checkout_cut_before_its_drain_does_not_drop_later_invalidations(
     sets the cache's handler anew."""
     if not hasattr(redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT"):
         pytest.skip("redis-py < 8.2: its checkout does not drain the pushes so")
-    caching_allowed(server, monkeypatch)
-    from redis.cache import CacheConfig
+    with _tracking_client(server, monkeypatch) as (client, other):
+        other.set("tracked", "older")  # (a push waits: the next checkout drains it)
+        other.ping()
+        timeout = redis.connection.PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT
 
-    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass  # (the library's first call: it guards the client's pool)
-        with server.client() as other:
-            other.set("tracked", "old")
-            assert client.get("tracked") == b"old"  # (cached: the connection tracks it)
-            other.set("tracked", "older")  # (a push waits: the next checkout drains it)
-            other.ping()
-            timeout = redis.connection.PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT
+        class CutShort:  # (the drain's deadline, the line after the swap)
+            def __radd__(self, now: float) -> float:
+                monkeypatch.setattr(
+                    redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT", timeout
+                )
+                raise KeyboardInterrupt
 
-            class CutShort:  # (the drain's deadline, the line after the swap)
-                def __radd__(self, now: float) -> float:
-                    monkeypatch.setattr(
-                        redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT", timeout
-                    )
-                    raise KeyboardInterrupt
-
-            monkeypatch.setattr(
-                redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT", CutShort()
-            )
-            with pytest.raises(KeyboardInterrupt):
-                client.get("another")
-            assert client.get("tracked") == b"older"  # (tracked again)
-            other.set("tracked", "new")
-            other.ping()
-            assert client.get("tracked") == b"new"
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
+        monkeypatch.setattr(redis.connection, "PENDING_PUSH_NOTIFICATIONS_READ_TIMEOUT", CutShort())
+        with pytest.raises(KeyboardInterrupt):
+            client.get("another")
+        assert client.get("tracked") == b"older"  # (tracked again)
+        other.set("tracked", "new")
+        other.ping()
+        assert client.get("tracked") == b"new"
