@@ -333,30 +333,45 @@ def _can_run(exit: StackExit) -> bool:
     """Whether ``exit`` (contextlib's exit of a block) may still be run: it is on a stack, or
     a frame of contextlib that is running or suspended -- not one that is over, kept by a
     traceback -- holds it, about to push or call it."""
-    for holder in gc.get_referrers(exit):
-        if type(holder) is MethodType and holder.__func__ is exit:
-            for entry in gc.get_referrers(holder):
-                if type(entry) is tuple and any(type(d) is deque for d in gc.get_referrers(entry)):
-                    return True  # (entry: (is_sync, the bound exit) on the stack's callbacks)
-        elif inspect.iscoroutine(holder) and holder.cr_frame is not None:
-            return True  # an AsyncExitStack's coroutine, suspended (one over has no frame)
-    # A running frame's locals are no object's referents: look at the frames that run --
-    # for this thread, from the caller's: this frame, holding itself in a local, and every
-    # frame above it in another, outlived the call in a cycle, until the cyclic collector
-    # ran: a stack dropped unclosed in a caller was kept, and its block held and renewed
-    # (found by test_hook_shapes).
-    tops: dict[int, Any] = sys._current_frames()
-    tops[threading.get_ident()] = sys._getframe(1)
-    for top in tops.values():
-        frame = top
-        while frame is not None:
-            if (frame.f_globals.get("__name__") == "contextlib"
-                    and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
-                for value in (frame.f_locals.get("_exit"), frame.f_locals.get("cb")):
-                    if value is exit or getattr(value, "__func__", None) is exit:
-                        return True
-            frame = frame.f_back
-    return False
+    # Under a Python trace function (a debugger, a test's tracer) Python 3.10 copies a frame's
+    # locals into a dict it keeps, at each event: ``holder`` became that very dict (it
+    # refers to ``exit``), a dict holding itself and, through ``tops``, the callers' frames:
+    # a stack dropped unclosed there, and its block, were kept until the cyclic collector
+    # ran (CI's 3.10 leg, test_hook_shapes). The finally unbinds them before the last copy.
+    holder: Any = None
+    top: Any = None
+    frame: Any = None
+    tops: dict[int, Any] = {}
+    try:
+        for holder in gc.get_referrers(exit):
+            if type(holder) is MethodType and holder.__func__ is exit:
+                for entry in gc.get_referrers(holder):
+                    if type(entry) is tuple and any(
+                        type(d) is deque for d in gc.get_referrers(entry)
+                    ):
+                        return True  # (entry: (is_sync, the bound exit) on the stack's callbacks)
+            elif inspect.iscoroutine(holder) and holder.cr_frame is not None:
+                return True  # an AsyncExitStack's coroutine, suspended (one over has no frame)
+        # A running frame's locals are no object's referents: look at the frames that run --
+        # for this thread, from the caller's: this frame, holding itself in a local, and every
+        # frame above it in another, outlived the call in a cycle, until the cyclic collector
+        # ran: a stack dropped unclosed in a caller was kept, and its block held and renewed
+        # (found by test_hook_shapes).
+        tops = sys._current_frames()
+        tops[threading.get_ident()] = sys._getframe(1)
+        for top in tops.values():
+            frame = top
+            while frame is not None:
+                if (frame.f_globals.get("__name__") == "contextlib"
+                        and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
+                    for value in (frame.f_locals.get("_exit"), frame.f_locals.get("cb")):
+                        if value is exit or getattr(value, "__func__", None) is exit:
+                            return True
+                frame = frame.f_back
+        return False
+    finally:
+        holder = entry = top = frame = value = None
+        tops = {}
 
 
 def _exit_gone(section: Section) -> Callable[[Any], None]:

@@ -774,6 +774,34 @@ def test_a_stack_dropped_unclosed_is_given_up_without_the_cyclic_collector(
         gc.enable()
 
 
+@pytest.mark.timeout(30)
+def test_a_stack_dropped_unclosed_under_a_tracer_is_given_up_without_the_cyclic_collector(
+    r: redis.Redis,
+) -> None:
+    """The same under a Python trace function (a debugger's): Python 3.10 then copies each
+    traced frame's locals into a dict it keeps, and that check's loop over the exit's
+    referrers took the dict itself as one, a dict holding itself and the frames above: the
+    block stayed held until the cyclic collector ran (CI's 3.10 leg, test_hook_shapes)."""
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return tracer
+
+    def hand_out() -> None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(_SteppingLock(NAME, ttl=5, wait=0))
+
+    gc.disable()
+    sys.settrace(tracer)
+    try:
+        hand_out()
+    finally:
+        sys.settrace(None)
+    try:
+        _nothing_left(r, "a stack dropped unclosed under a tracer")
+    finally:
+        gc.enable()
+
+
 class _TwoSlotsStepping(_Stepping, _TwoSlots):
     """A weighted entry with a protected step of its own inside it."""
 
