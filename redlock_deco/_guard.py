@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -357,10 +359,29 @@ def _dropped(lease: Lease) -> None:
         renewal.renewer().add_from_finalizer(Cleanup(lease.claim, lease.target, time.monotonic()))
 
 
-def _dropped_async(lease: Lease) -> None:
-    """:func:`_dropped` for asyncio (where only a KeyboardInterrupt, not a cancellation, can
-    come at a line): stop renewing; the loop's shutdown releases it, or its ttl ends it."""
+def _dropped_async(loop: weakref.ref[asyncio.AbstractEventLoop], lease: Lease) -> None:
+    """:func:`_dropped` for asyncio: stop renewing it, and release it on ``loop``, its own,
+    at that loop's next turn, in a task of its own (nobody is left to hear a loss). Runs in
+    a finalizer, in whatever thread collected the section: nothing but the loop's
+    thread-safe ``call_soon``, in an empty context (the collector's is some other code's).
+    Left to the loop's shutdown (closing, it releases what its tasks held) or its ttl once
+    that loop is closed. (Orphaned only, the lease of a stack dropped unclosed, or closed by
+    a task cancelled before its first step, stayed held by nobody for its ttl.)"""
     lease._orphan()
+    found = loop()
+    if found is None or lease.pid != os.getpid():
+        return
+    with contextlib.suppress(RuntimeError):  # (closed)
+        found.call_soon_threadsafe(_give_back_dropped, lease, context=contextvars.Context())
+
+
+def _give_back_dropped(lease: Lease) -> None:
+    worker.background(_give_back_quietly(lease), "redlock-deco-release", lease._orphan)
+
+
+def _dropped_here() -> Callable[[Lease], None]:
+    """:func:`_dropped_async` for a section opened in the running loop."""
+    return partial(_dropped_async, weakref.ref(asyncio.get_running_loop()))
 
 
 def open_section(
@@ -970,7 +991,7 @@ async def open_section_async(
     held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
     if held is not None:
         _check_reentry(held, kind, options, key)
-        return ownership.open_section(held, owner, fresh=False, dropped=_dropped_async,
+        return ownership.open_section(held, owner, fresh=False, dropped=_dropped_here(),
                                        place=place, keep=keep)  # fmt: skip
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
     taken: list[Lease] = []
@@ -978,7 +999,7 @@ async def open_section_async(
         lease = await _take_async(kind, options, name, key, 0 if reason else wait,
                                   ownership.liveness(owner), taken)  # fmt: skip
         if lease is not None:
-            return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_async,
+            return ownership.open_section(lease, owner, fresh=True, dropped=_dropped_here(),
                                            place=place, keep=keep)  # fmt: skip
     except BaseException as exc:
         for lease in taken:
@@ -1066,16 +1087,10 @@ def _close_section_soon(section: ownership.Section | None) -> None:
     """Close ``section`` from the exit of a coroutine being closed (``coroutine.close()``:
     the collector dropping a task still pending inside the block), where nothing may be
     awaited: its first await that suspended made the coroutine "ignore GeneratorExit", and
-    the exit's own clean-up ran later, with no running loop (review 79a). The release is a
-    task of its own (nobody is left to hear a loss); without a running loop, the lease is
-    left to its ttl, unrenewed."""
-    if section is None or not ownership.close(section):
-        return
-    lease = section.lease
-    try:
-        worker.background(_give_back_quietly(lease), "redlock-deco-release", lease._orphan)
-    except RuntimeError:  # (no running loop)
-        lease._orphan()
+    the exit's own clean-up ran later, with no running loop (review 79a). Released as a
+    section dropped open is (see _dropped_async)."""
+    if section is not None and ownership.close(section):
+        section.dropped(section.lease)
 
 
 async def _give_back_quietly(lease: Lease) -> None:

@@ -277,6 +277,14 @@ def _expected(run: Run) -> None:
         # lost -- stated in docs/asyncio.md, "Cancellation"; what it left is checked all the
         # same)
         lost = run.raised is None and sys.version_info < (3, 11)
+        # (Before 3.13, CPython itself loses a cancel that reaches a task running an async
+        # generator's aclose() before its first step, whatever the generator's context
+        # manager: test_cancellation's test_a_cancel_lost_by_aclose_is_pythons_own)
+        lost = lost or (
+            run.raised is None
+            and (run.entry, run.end) == ("generator", "elsewhere")
+            and sys.version_info < (3, 13)
+        )
         assert lost or isinstance(run.raised, (asyncio.CancelledError, HookError)), (
             f"{run}: the cancel was lost"
         )
@@ -293,13 +301,6 @@ def check(url: str, shape: Shape, entry: str, end: str, fraction: float) -> None
     async def scenario() -> None:
         counted = await run_statement(url, shape, entry, end, None)
         _expected(counted)
-        if end == "elsewhere":
-            # Open, found by this search (not yet fixed): a task awaiting another that closes
-            # the block, cancelled -- the cancel goes to that task -- lost the cancel when it
-            # came before that task's first step (an async generator's aclose()), and once
-            # left a handed-out stack's lease to lapse by its ttl, not given back. Cancels
-            # of the task that ends the block itself are drawn ("here", "leave").
-            return
         cut = await run_statement(url, shape, entry, end, 1 + int(fraction * counted.turns))
         _expected(cut)
 

@@ -390,3 +390,40 @@ async def _eventually(check: Callable[[], object], within: float = 5.0) -> bool:
             return False
         await asyncio.sleep(0.01)
     return True
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("dropper", ["its loop", "another thread"])
+def test_an_async_stack_never_closed_gives_its_lease_back_at_once(
+    r: redis.Redis, dropper: str
+) -> None:
+    """Found by test_async_hook_shapes: a task closing a handed-out AsyncExitStack, cancelled
+    before its first step, never runs ``aclose()`` (asyncio throws the cancel into a
+    coroutine not yet started), and the stack goes unclosed. Its block's lease was only
+    orphaned: held by nobody for its ttl, where a sync block dropped open is given back at
+    once. It is given back on its own loop, whichever thread drops the stack."""
+
+    async def scenario() -> None:
+        lock = redlock_deco.asyncio.Lock("never-closed", ttl=TTL)
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(lock)
+            handed = [stack.pop_all()]
+        closing = asyncio.ensure_future(handed[0].aclose())
+        closing.cancel()  # (before its first step)
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        del closing
+        assert r.exists("lock:never-closed")  # (aclose() never ran)
+        if dropper == "its loop":
+            handed.clear()
+        else:
+            await asyncio.to_thread(handed.clear)  # (the finalizer runs in that thread)
+        assert await _eventually(lambda: not r.exists("lock:never-closed"), within=2)
+        async with redlock_deco.asyncio.Lock("never-closed", ttl=TTL, wait=0):
+            pass
+
+    gc.disable()  # (given back as the stack goes, not when the cyclic collector runs)
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()

@@ -135,6 +135,30 @@ INNER_EXIT_BY_PLACE = INNER_EXIT.replace(
     "                _RUN_AS.set((run, mark()) if run is not None else None)\n",
 )
 
+# The walk over the running frames in _ownership._can_run, through the end of its finally.
+CAN_RUN_FRAMES = (
+    "        tops = sys._current_frames()\n"
+    "        tops[threading.get_ident()] = sys._getframe(1)\n"
+    "        for top in tops.values():\n"
+    "            frame = top\n"
+    "            while frame is not None:\n"
+    '                if (frame.f_globals.get("__name__") == "contextlib"\n'
+    "                        and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip\n"
+    '                    for value in (frame.f_locals.get("_exit"), frame.f_locals.get("cb")):\n'
+    '                        if value is exit or getattr(value, "__func__", None) is exit:\n'
+    "                            return True\n"
+    "                frame = frame.f_back\n"
+    "        return False\n"
+    "    finally:\n"
+    "        holder = entry = top = frame = value = None\n"
+    "        tops = {}\n"
+)
+CAN_RUN_FRAMES_FROM_ITS_OWN = CAN_RUN_FRAMES.replace(
+    "        tops[threading.get_ident()] = sys._getframe(1)\n", ""
+).replace(
+    "        holder = entry = top = frame = value = None\n        tops = {}\n", "        pass\n"
+)
+
 # The asyncio renewal round's check for an extend() it waited behind (_renewal.AsyncRenewer).
 RENEWED_MEANWHILE = (
     "    async def _run(self, job: Job) -> None:\n"
@@ -740,10 +764,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if True:\n", "tests/integration/test_stack_windows.py"),
     py("can-run-blind-to-running-frames", "contextlib's exit about to be pushed by a running "
        "entry counts as never to run", "_ownership",
-       "                    if value is exit or getattr(value, \"__func__\", None) is exit:\n"
-       "                        return True\n",
-       "                    if value is exit or getattr(value, \"__func__\", None) is exit:\n"
-       "                        pass\n", "tests/integration/test_stack_windows.py"),
+       "                        if value is exit or getattr(value, \"__func__\", None) is exit:\n"
+       "                            return True\n",
+       "                        if value is exit or getattr(value, \"__func__\", None) is exit:\n"
+       "                            pass\n", "tests/integration/test_stack_windows.py"),
     py("can-run-blind-to-stacks", "contextlib's exit on a stack (handed on by pop_all() between "
        "the two pushes) counts as never to run", "_ownership",
        "                    return True  # (entry: (is_sync, the bound exit)",
@@ -851,9 +875,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "                _share_exits(section, taken)\n", "                pass\n",
        "tests/integration/test_wrapped_hooks.py"),
     py("can-run-looks-from-its-own-frame", "the check whether a stack's exit can still run "
-       "looks at this thread's frames from its own, held in its locals (a cycle)", "_ownership",
-       "    tops[threading.get_ident()] = sys._getframe(1)\n", "",
-       "tests/integration/test_wrapped_hooks.py"),
+       "looks at this thread's frames from its own, held in its locals (a cycle), and keeps "
+       "its locals to the end (either alone is masked by the other)", "_ownership",
+       CAN_RUN_FRAMES, CAN_RUN_FRAMES_FROM_ITS_OWN, "tests/integration/test_wrapped_hooks.py"),
     py("hook-give-up-not-repeated", "a signal cutting the give-up of what a raising exit hook "
        "left open is not followed by a second one", "_ownership",
        "            except BaseException:\n"
@@ -893,6 +917,14 @@ MUTANTS: tuple[Mutant, ...] = (
        "        if timeout <= 0 and not self.listening:\n            # The wait ran out",
        "        if False:\n            # The wait ran out",
        "tests/integration/test_waiting.py::test_a_wait_that_ran_out_starts_no_subscriber"),
+    py("dropped-async-section-left-to-its-ttl", "an asyncio section dropped open (a stack "
+       "never closed: its closing task cancelled before its first step) only stops renewing, "
+       "and its lease stays held by nobody for its ttl", "_guard",
+       "        found.call_soon_threadsafe(_give_back_dropped, lease, "
+       "context=contextvars.Context())\n",
+       "        pass\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_an_async_stack_never_closed_gives_its_lease_back_at_once"),
     py("generator-taken-for-a-hooks-helper", "a generator advanced inside an entry hook, "
        "entering the object, is taken for the hook's helper: its block for the statement's",
        "_ownership",
