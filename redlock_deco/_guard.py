@@ -36,7 +36,7 @@ from . import _renewal as renewal
 from . import _tokens as tokens
 from . import _worker as worker
 from ._errors import LockError, LockLost, LockNotReplicated, ProviderError, add_note
-from ._lifecycle import Cleanup, Lease
+from ._lifecycle import Cleanup, Lease, Left
 from ._options import LeaseOptions
 from ._protocol import (
     Claim,
@@ -384,6 +384,53 @@ def _dropped_here() -> Callable[[Lease], None]:
     return partial(_dropped_async, weakref.ref(asyncio.get_running_loop()))
 
 
+def _across_modes(lease: Lease, key: str) -> LockError:
+    """A sync section inside an asyncio one of the same task on the same name, or the
+    reverse: one lease cannot serve both. (Counted as a re-entry, the lease's last exit ran
+    the other mode's give-back -- an asyncio release from sync code, a sync one awaited --
+    which failed, and the name stayed held until its ttl: review 89a, F3.)"""
+    taken = "an asyncio" if isinstance(lease.io, asyncio.Lock) else "a sync"
+    asked = "a sync" if taken == "an asyncio" else "an asyncio"
+    return LockError(
+        f"this task holds {key!r} through {taken} lock, and {asked} one asks for it again "
+        "inside: one lease cannot serve both, so this is refused. In async code use "
+        "redlock_deco.asyncio's primitives (a sync lock blocks the event loop), or run the "
+        "sync code in a thread (asyncio.to_thread), which waits for the task's lease as "
+        "any other owner does",
+        name=lease.name,
+        key=key,
+    )
+
+
+def _reentry(
+    owner: ownership.Owner,
+    kind: Kind,
+    options: LeaseOptions,
+    key: str,
+    dropped: Callable[[Lease], None],
+    place: ownership.Place | None,
+    keep: ownership.Blocks | None,
+    *,
+    asynchronous: bool,
+) -> tuple[ownership.Section | None, bool]:
+    """A section re-entering the lease of one of ``owner``'s open sections on ``key``, if
+    any; and whether that lease's last section left as this looked (another thread closed
+    it: the lease is on its way back, so the name is taken anew, and a wait for it is no
+    wait for itself)."""
+    held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
+    if held is None:
+        return None, False
+    _check_reentry(held, kind, options, key)
+    if isinstance(held.io, asyncio.Lock) != asynchronous:
+        raise _across_modes(held, key)
+    try:
+        section = ownership.open_section(held, owner, fresh=False, dropped=dropped,
+                                         place=place, keep=keep)  # fmt: skip
+    except Left:
+        return None, True
+    return section, False
+
+
 def open_section(
     kind: Kind,
     options: LeaseOptions,
@@ -398,12 +445,12 @@ def open_section(
     of its open sections, or take a new one; None if ``wait`` ran out. ``keep``: the list
     of an object's open ``with`` blocks, which the section joins."""
     owner = ownership.current_owner()
-    held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
-    if held is not None:
-        _check_reentry(held, kind, options, key)
-        return ownership.open_section(held, owner, fresh=False, dropped=_dropped, place=place,
-                                       keep=keep)  # fmt: skip
-    reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
+    section, left = _reentry(owner, kind, options, key, _dropped, place, keep,
+                             asynchronous=False)  # fmt: skip
+    if section is not None:
+        return section
+    reason = None if left else _waits_for_itself(owner, kind, options, key, wait,
+                                                 blocks_thread=True)  # fmt: skip
     taken: list[Lease] = []
     try:
         lease = _take(kind, options, name, key, 0 if reason else wait, ownership.liveness(owner),
@@ -988,12 +1035,12 @@ async def open_section_async(
 ) -> ownership.Section | None:
     """:func:`open_section` for the current task."""
     owner = _current_task()
-    held = ownership.reentered(owner, (options.provider, key)) if kind.reentrant else None
-    if held is not None:
-        _check_reentry(held, kind, options, key)
-        return ownership.open_section(held, owner, fresh=False, dropped=_dropped_here(),
-                                       place=place, keep=keep)  # fmt: skip
-    reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=False)
+    section, left = _reentry(owner, kind, options, key, _dropped_here(), place, keep,
+                             asynchronous=True)  # fmt: skip
+    if section is not None:
+        return section
+    reason = None if left else _waits_for_itself(owner, kind, options, key, wait,
+                                                 blocks_thread=False)  # fmt: skip
     taken: list[Lease] = []
     try:
         lease = await _take_async(kind, options, name, key, 0 if reason else wait,

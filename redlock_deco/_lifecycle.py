@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,7 @@ class Lease:
     """
 
     __slots__ = (
+        "_gate",
         "_source",
         "acquired_at",
         "alive",
@@ -78,6 +80,7 @@ class Lease:
         "fencing_token",
         "hold_until",
         "io",
+        "left",
         "name",
         "next_renew",
         "on_lost",
@@ -128,6 +131,14 @@ class Lease:
         # The owner's open sections on it (a set, not a count: leaving one twice, as the
         # clean-up of an interrupted exit may, must not leave an outer section unprotected).
         self.sections: set[object] = set()
+        # Its last section has left: it is on its way back and is never re-entered. Set
+        # with that last exit, under ``_gate``, as a re-entry's check and count are: apart,
+        # another thread closing the owner's last section (a handed-out stack, a generator's
+        # step, a finalizer) came between the owner's check and its count, and a nested
+        # block ran on a lease being given back while another holder got in (review 89a,
+        # F1). Re-entrant: a signal handler's own section may open and close in between.
+        self.left: bool = False
+        self._gate = threading.RLock()
         self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms: int = claim.ttl_ms
         self.set_ms: int = claim.ttl_ms  # what the request behind the recorded expiry set
@@ -200,21 +211,32 @@ class Lease:
     def _reenter(self, section: object) -> None:
         """A nested section of the owner enters again (re-entrant locks). A lease it knows to
         be over cannot be re-entered: that call would run unprotected, so it fails loudly
-        instead."""
-        if self.state is not State.HELD or self.remaining() == 0:
-            raise LockLost(
-                f"re-entering {self.key!r}, but this owner's lease on it has ended (expired "
-                "or taken over): the outer holder no longer protects this call",
-                name=self.name,
-                key=self.key,
-            )
-        self.sections.add(section)
+        instead; one whose last section has just left (in another thread) raises
+        :class:`Left`, and the caller takes the name anew."""
+        with self._gate:
+            left = self.left
+            ended = self.state is not State.HELD or self.remaining() == 0
+            if not left and not ended:
+                self.sections.add(section)
+                return
+        if left:
+            raise Left
+        raise LockLost(
+            f"re-entering {self.key!r}, but this owner's lease on it has ended (expired "
+            "or taken over): the outer holder no longer protects this call",
+            name=self.name,
+            key=self.key,
+        )
 
     def _exit(self, section: object) -> bool:
         """A section left (leaving it again changes nothing); True once no section of the
         owner is open on it: the lease is then to be given back."""
-        self.sections.discard(section)
-        return not self.sections
+        with self._gate:
+            self.sections.discard(section)
+            if self.sections:
+                return False
+            self.left = True
+            return True
 
     def _renewed(self, started: float, ttl_ms: int, *, keep_length: bool = False) -> None:
         """The server set the lease to ``ttl_ms`` by a request sent at ``started``.
@@ -294,6 +316,11 @@ class Lease:
         """The owner gave it back (whatever the server said: a lost lease stays LOST)."""
         if self.state is not State.LOST:
             self.state = State.RELEASED
+
+
+class Left(Exception):
+    """A re-entry found the lease's last section gone (see Lease.left): not an error of the
+    caller's, who takes the name anew."""
 
 
 class Cleanup:

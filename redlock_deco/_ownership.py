@@ -40,7 +40,7 @@ import sys
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, ExitStack
 from contextvars import ContextVar
 from types import FunctionType, MethodType
@@ -333,45 +333,53 @@ def _can_run(exit: StackExit) -> bool:
     """Whether ``exit`` (contextlib's exit of a block) may still be run: it is on a stack, or
     a frame of contextlib that is running or suspended -- not one that is over, kept by a
     traceback -- holds it, about to push or call it."""
-    # Under a Python trace function (a debugger, a test's tracer) Python 3.10 copies a frame's
-    # locals into a dict it keeps, at each event: ``holder`` became that very dict (it
-    # refers to ``exit``), a dict holding itself and, through ``tops``, the callers' frames:
-    # a stack dropped unclosed there, and its block, were kept until the cyclic collector
-    # ran (CI's 3.10 leg, test_hook_shapes). The finally unbinds them before the last copy.
-    holder: Any = None
-    top: Any = None
-    frame: Any = None
-    tops: dict[int, Any] = {}
-    try:
-        for holder in gc.get_referrers(exit):
-            if type(holder) is MethodType and holder.__func__ is exit:
-                for entry in gc.get_referrers(holder):
-                    if type(entry) is tuple and any(
-                        type(d) is deque for d in gc.get_referrers(entry)
-                    ):
-                        return True  # (entry: (is_sync, the bound exit) on the stack's callbacks)
-            elif inspect.iscoroutine(holder) and holder.cr_frame is not None:
-                return True  # an AsyncExitStack's coroutine, suspended (one over has no frame)
-        # A running frame's locals are no object's referents: look at the frames that run --
-        # for this thread, from the caller's: this frame, holding itself in a local, and every
-        # frame above it in another, outlived the call in a cycle, until the cyclic collector
-        # ran: a stack dropped unclosed in a caller was kept, and its block held and renewed
-        # (found by test_hook_shapes).
-        tops = sys._current_frames()
-        tops[threading.get_ident()] = sys._getframe(1)
-        for top in tops.values():
-            frame = top
-            while frame is not None:
-                if (frame.f_globals.get("__name__") == "contextlib"
-                        and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip
-                    for value in (frame.f_locals.get("_exit"), frame.f_locals.get("cb")):
-                        if value is exit or getattr(value, "__func__", None) is exit:
-                            return True
-                frame = frame.f_back
+    # No local of this frame is ever one of the referrers it looks at: under a Python trace
+    # function (a debugger, a test's tracer) Python 3.10 copies a frame's locals into a dict
+    # it keeps, which refers to ``exit`` -- a loop variable over its referrers became that
+    # very dict, a dict holding itself and, through ``tops``, the callers' frames: a stack
+    # dropped unclosed there, and its block, were kept until the cyclic collector ran (CI's
+    # 3.10 leg, test_hook_shapes). The generators' own frames end with the call.
+    if any(_pushed(holder, exit) for holder in gc.get_referrers(exit)):
+        return True
+    # A running frame's locals are no object's referents: look at the frames that run --
+    # for this thread, from the caller's: this frame, holding itself in a local, and every
+    # frame above it in another, outlived the call in a cycle, until the cyclic collector
+    # ran: a stack dropped unclosed in a caller was kept, and its block held and renewed
+    # (found by test_hook_shapes).
+    tops = sys._current_frames()
+    tops[threading.get_ident()] = sys._getframe(1)
+    return any(_about_to_run(frame, exit) for frame in _running(tops))
+
+
+def _pushed(holder: Any, exit: StackExit) -> bool:
+    """Whether ``holder``, a referrer of ``exit``, is it bound and on a stack's callbacks
+    (an entry ``(is_sync, the bound exit)``), or an AsyncExitStack's suspended coroutine
+    (one that is over has no frame)."""
+    if type(holder) is MethodType and holder.__func__ is exit:
+        return any(_on_a_stack(entry) for entry in gc.get_referrers(holder))
+    return inspect.iscoroutine(holder) and holder.cr_frame is not None
+
+
+def _on_a_stack(entry: Any) -> bool:
+    return type(entry) is tuple and any(type(d) is deque for d in gc.get_referrers(entry))
+
+
+def _running(tops: dict[int, Any]) -> Iterator[Any]:
+    """The frames of ``tops`` and every frame above each."""
+    for top in tops.values():
+        frame = top
+        while frame is not None:
+            yield frame
+            frame = frame.f_back
+
+
+def _about_to_run(frame: Any, exit: StackExit) -> bool:
+    """Whether ``frame`` is one of contextlib's stack methods holding ``exit``."""
+    if (frame.f_globals.get("__name__") != "contextlib"
+            or frame.f_code.co_name not in _STACK_METHODS):  # fmt: skip
         return False
-    finally:
-        holder = entry = top = frame = value = None
-        tops = {}
+    found = (frame.f_locals.get("_exit"), frame.f_locals.get("cb"))
+    return any(value is exit or getattr(value, "__func__", None) is exit for value in found)
 
 
 def _exit_gone(section: Section) -> Callable[[Any], None]:
@@ -390,8 +398,12 @@ def _exit_gone(section: Section) -> Callable[[Any], None]:
             section.exit = weakref.ref(first, gone)
             return
         blocks = section.keep() if section.keep is not None else None
-        for block in [section, *(statement_blocks(blocks, section) if blocks else ())]:
-            if close(block):  # (and the blocks its entry hook left with it: no exit of theirs)
+        # (and the blocks its entry hook left with it: no exit of theirs). Each once: closed
+        # twice, it was "the last" twice, and given back twice -- the second release found
+        # the key gone and reported the lease lost (review 89a, F2).
+        ending = statement_blocks(blocks, section) if blocks else []
+        for block in ending if section in ending else [section, *ending]:
+            if close(block):
                 block.dropped(block.lease)
 
     return gone

@@ -401,7 +401,13 @@ def test_an_async_stack_never_closed_gives_its_lease_back_at_once(
     before its first step, never runs ``aclose()`` (asyncio throws the cancel into a
     coroutine not yet started), and the stack goes unclosed. Its block's lease was only
     orphaned: held by nobody for its ttl, where a sync block dropped open is given back at
-    once. It is given back on its own loop, whichever thread drops the stack."""
+    once. It is given back on its own loop, whichever thread drops the stack, once (review
+    89a, F2: closed twice, it was given back twice, and the second release reported the
+    lease lost to the listeners)."""
+    kinds: list[str] = []
+
+    def listener(event: Any) -> None:
+        kinds.append(event.kind)
 
     async def scenario() -> None:
         lock = redlock_deco.asyncio.Lock("never-closed", ttl=TTL)
@@ -419,11 +425,77 @@ def test_an_async_stack_never_closed_gives_its_lease_back_at_once(
         else:
             await asyncio.to_thread(handed.clear)  # (the finalizer runs in that thread)
         assert await _eventually(lambda: not r.exists("lock:never-closed"), within=2)
+        await asyncio.sleep(0.1)  # (a second give-back would be out by now)
+        assert kinds == ["acquired", "released"], kinds
         async with redlock_deco.asyncio.Lock("never-closed", ttl=TTL, wait=0):
             pass
 
     gc.disable()  # (given back as the stack goes, not when the cyclic collector runs)
+    redlock_deco.add_listener(listener)
     try:
         asyncio.run(scenario())
     finally:
+        redlock_deco.remove_listener(listener)
         gc.enable()
+
+
+@pytest.mark.timeout(120)
+def test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry(r: redis.Redis) -> None:
+    """Review 89a, F1 (HIGH): another thread closing the owner's last section (a handed-out
+    stack) came between the owner's re-entry check and its count: the nested block opened
+    on a lease being given back, and another holder got in beside its body (LockLost only at
+    its exit). Here the close starts in its own thread at each line of the re-entry, and is
+    given a moment there: either the nested block re-enters a lease it keeps, or it takes
+    the name anew -- never a lease on its way back -- and the close raises nothing."""
+    from support.elsewhere import AtLine, another_gets_in
+
+    from redlock_deco import _guard as guard
+    from redlock_deco import _lifecycle as lifecycle
+    from redlock_deco import _ownership as ownership
+
+    watched = {
+        guard.open_section.__code__,
+        guard._reentry.__code__,
+        ownership.reentered.__code__,
+        ownership.open_section.__code__,
+        lifecycle.Lease._reenter.__code__,
+    }
+
+    def run(at: int) -> int:
+        name = f"reentry-race-{at}"
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(redlock_deco.Lock(name, ttl=TTL))
+            handed = stack.pop_all()
+        raised: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                handed.close()
+            except BaseException as exc:
+                raised.append(exc)
+
+        closer = threading.Thread(target=close)
+
+        def switched_in() -> None:
+            closer.start()
+            closer.join(0.2)  # (blocked on the lease's gate: it goes on after)
+
+        inner = redlock_deco.Lock(name, ttl=TTL, wait=5)
+        with AtLine(watched, at, switched_in) as reentry, inner:
+            sys.settrace(None)
+            if at:
+                closer.join(10)
+            lease = inner.lease
+            assert lease is not None and lease.held, f"line {at}: {lease!r} not held"
+            assert not another_gets_in(name), f"line {at}: another holder got in"
+        if not at:
+            closer.start()
+        closer.join(10)
+        assert not raised, f"line {at}: the handed-out stack's close raised {raised[0]!r}"
+        assert wait_until(lambda: not r.exists(f"lock:{name}"), 2), f"line {at}: still held"
+        return reentry.lines
+
+    lines = run(0)  # (no close inside: how many lines the re-entry runs)
+    assert lines > 10
+    for at in range(1, lines + 1):
+        run(at)

@@ -136,6 +136,39 @@ def test_sync_blocks_in_tasks_that_do_not_overlap_each_take_the_lock(r: redis.Re
     assert r.dbsize() == 0
 
 
+@pytest.mark.timeout(30)
+def test_a_section_of_the_other_kind_inside_a_tasks_section_is_refused(r: redis.Redis) -> None:
+    """Review 89a, F3 (MEDIUM): a sync section inside an asyncio one of the same task and
+    name (or the reverse) was counted as a re-entry, and when the inner one was the last to
+    go (entered through a stack, closed later) the lease's last exit ran the other kind's
+    release -- an asyncio release from sync code, a sync one awaited -- which failed, and
+    the name stayed held until its ttl. Refused at once, before anything is entered."""
+
+    @locked("modes", ttl=30)
+    def helper() -> None:
+        pass
+
+    async def scenario() -> None:
+        async with redlock_deco.asyncio.Lock("modes", ttl=30):
+            with (
+                pytest.raises(LockError, match="one lease cannot serve both"),
+                Lock("modes", ttl=30),
+            ):
+                pass
+            with pytest.raises(LockError, match="one lease cannot serve both"):
+                helper()
+            assert r.exists("lock:modes")  # (the outer block's, still)
+        assert not r.exists("lock:modes")
+        with Lock("modes", ttl=30):
+            with pytest.raises(LockError, match="one lease cannot serve both"):
+                async with redlock_deco.asyncio.Lock("modes", ttl=30):
+                    pass
+            helper()  # (the same kind: re-entered)
+        assert not r.exists("lock:modes")
+
+    asyncio.run(scenario())
+
+
 def test_a_section_re_enters_only_an_open_section_of_its_own_owner(api: Api) -> None:
     async def inner_body() -> str:
         return "inner"

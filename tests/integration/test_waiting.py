@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from functools import partial
 
 import pytest
 import redis
+from support.elsewhere import AtLine
 
 from redlock_deco import Lock, locked
 from redlock_deco.testing import RedisServer
@@ -137,8 +138,6 @@ def test_two_threads_forgetting_one_waiter_at_once_both_finish() -> None:
     second thread's delete after the first's raised a KeyError out of an unrelated waiter's
     wait. Here the second forget runs whole at each line of the first (a thread switch
     there: nothing in it takes a lock), and both finish, the token forgotten exactly once."""
-    import sys
-
     from redlock_deco import _waiting as waiting
 
     def forget_interleaved(at: int) -> int:
@@ -146,29 +145,14 @@ def test_two_threads_forgetting_one_waiter_at_once_both_finish() -> None:
         token, waiter = f"interleaved-{at}", object()
         board.add(token, waiter)
         waiting.registry.add(token)  # (a second registration: one forget must leave it)
-        lines = 0
-
-        def local(frame: Any, event: str, arg: Any) -> Any:
-            nonlocal lines
-            if event == "line":
-                lines += 1
-                if lines == at:
-                    board.forget(token, waiter, cut_short=False)  # "another thread"
-            return local
-
-        def tracer(frame: Any, event: str, arg: Any) -> Any:
-            return local if frame.f_code is waiting.Board.forget.__code__ else None
-
-        sys.settrace(tracer)
-        try:
+        other = partial(board.forget, token, waiter, cut_short=False)  # "another thread"
+        with AtLine({waiting.Board.forget.__code__}, at, other) as switched:
             board.forget(token, waiter, cut_short=False)
-        finally:
-            sys.settrace(None)
         assert token not in board.waiting
         left = waiting.registry.waiting.get(token)
         waiting.registry.remove(token, cut_short=False)
         assert left == 1, f"switched at line {at}: forgotten twice, or not at all"
-        return lines
+        return switched.lines
 
     lines = forget_interleaved(0)  # (no switch: how many lines it runs)
     assert lines >= 2

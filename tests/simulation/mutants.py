@@ -135,30 +135,6 @@ INNER_EXIT_BY_PLACE = INNER_EXIT.replace(
     "                _RUN_AS.set((run, mark()) if run is not None else None)\n",
 )
 
-# The walk over the running frames in _ownership._can_run, through the end of its finally.
-CAN_RUN_FRAMES = (
-    "        tops = sys._current_frames()\n"
-    "        tops[threading.get_ident()] = sys._getframe(1)\n"
-    "        for top in tops.values():\n"
-    "            frame = top\n"
-    "            while frame is not None:\n"
-    '                if (frame.f_globals.get("__name__") == "contextlib"\n'
-    "                        and frame.f_code.co_name in _STACK_METHODS):  # fmt: skip\n"
-    '                    for value in (frame.f_locals.get("_exit"), frame.f_locals.get("cb")):\n'
-    '                        if value is exit or getattr(value, "__func__", None) is exit:\n'
-    "                            return True\n"
-    "                frame = frame.f_back\n"
-    "        return False\n"
-    "    finally:\n"
-    "        holder = entry = top = frame = value = None\n"
-    "        tops = {}\n"
-)
-CAN_RUN_FRAMES_FROM_ITS_OWN = CAN_RUN_FRAMES.replace(
-    "        tops[threading.get_ident()] = sys._getframe(1)\n", ""
-).replace(
-    "        holder = entry = top = frame = value = None\n        tops = {}\n", "        pass\n"
-)
-
 # The asyncio renewal round's check for an extend() it waited behind (_renewal.AsyncRenewer).
 RENEWED_MEANWHILE = (
     "    async def _run(self, job: Job) -> None:\n"
@@ -442,8 +418,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "    return masters * limit // (limit + 1) + 1", "    return masters // 2 + 1",
        "tests/test_core_quorum.py"),
     py("reenter-ended-lease", "a lease that ended by the clock can be re-entered", "_lifecycle",
-       "        if self.state is not State.HELD or self.remaining() == 0:",
-       "        if self.state is not State.HELD:", "tests/test_core_renewal.py"),
+       "            ended = self.state is not State.HELD or self.remaining() == 0\n",
+       "            ended = self.state is not State.HELD\n", "tests/test_core_renewal.py"),
     # -- ownership and the guard (issue 22 A.4/A.5): the real-server tests that state them -
     py("reenter-any-owner", "a section re-enters a name held by any owner on its thread (another "
        "task of the loop), not only its own", "_ownership",
@@ -764,14 +740,13 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if True:\n", "tests/integration/test_stack_windows.py"),
     py("can-run-blind-to-running-frames", "contextlib's exit about to be pushed by a running "
        "entry counts as never to run", "_ownership",
-       "                        if value is exit or getattr(value, \"__func__\", None) is exit:\n"
-       "                            return True\n",
-       "                        if value is exit or getattr(value, \"__func__\", None) is exit:\n"
-       "                            pass\n", "tests/integration/test_stack_windows.py"),
+       "    return any(value is exit or getattr(value, \"__func__\", None) is exit for value in "
+       "found)\n",
+       "    return False\n", "tests/integration/test_stack_windows.py"),
     py("can-run-blind-to-stacks", "contextlib's exit on a stack (handed on by pop_all() between "
        "the two pushes) counts as never to run", "_ownership",
-       "                    return True  # (entry: (is_sync, the bound exit)",
-       "                    pass  # (entry: (is_sync, the bound exit)",
+       "        return any(_on_a_stack(entry) for entry in gc.get_referrers(holder))\n",
+       "        return False\n",
        "tests/integration/test_stack_windows.py"),
     py("stale-stack-block-kept", "a block cut off from contextlib's exit stays held until its "
        "stack's next close, whoever enters the object", "_ownership",
@@ -788,9 +763,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "        pass\n", "tests/integration/test_stack_windows.py"),
     py("exit-gone-kept-open", "a block whose every exit is collected unrun (its stack dropped "
        "unclosed) stays held", "_ownership",
-       "            if close(block):  # (and the blocks its entry hook left with it: no exit of "
-       "theirs)\n",
-       "            if False:\n",
+       "            if close(block):\n                block.dropped(block.lease)\n",
+       "            if False:\n                block.dropped(block.lease)\n",
        "tests/integration/test_kept_interrupts.py"),
     py("subclass-exit-not-hooked", "a subclass's own __exit__/__aexit__ is left as it is (its "
        "stack entries get no exit of their own: a stack's exit ends the frame's newest block)",
@@ -875,9 +849,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "                _share_exits(section, taken)\n", "                pass\n",
        "tests/integration/test_wrapped_hooks.py"),
     py("can-run-looks-from-its-own-frame", "the check whether a stack's exit can still run "
-       "looks at this thread's frames from its own, held in its locals (a cycle), and keeps "
-       "its locals to the end (either alone is masked by the other)", "_ownership",
-       CAN_RUN_FRAMES, CAN_RUN_FRAMES_FROM_ITS_OWN, "tests/integration/test_wrapped_hooks.py"),
+       "looks at this thread's frames from its own, held in its locals (a cycle)",
+       "_ownership", "    tops[threading.get_ident()] = sys._getframe(1)\n", "",
+       "tests/integration/test_wrapped_hooks.py"),
     py("hook-give-up-not-repeated", "a signal cutting the give-up of what a raising exit hook "
        "left open is not followed by a second one", "_ownership",
        "            except BaseException:\n"
@@ -925,6 +899,30 @@ MUTANTS: tuple[Mutant, ...] = (
        "        pass\n",
        "tests/integration/test_handed_out_blocks.py::"
        "test_an_async_stack_never_closed_gives_its_lease_back_at_once"),
+    py("reentry-blind-to-a-last-exit", "a re-entry does not see that the lease's last "
+       "section has just left in another thread (a handed-out stack closed there): it opens "
+       "a nested block on a lease on its way back", "_lifecycle",
+       "            left = self.left\n", "            left = False\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry"),
+    py("reentry-checked-apart-from-its-count", "a re-entry's check of the lease and its count "
+       "are not one step against a last exit in another thread", "_lifecycle",
+       "        with self._gate:\n            left = self.left\n",
+       "        if True:\n            left = self.left\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry"),
+    py("dropped-stack-blocks-closed-twice", "a stack dropped unclosed closes its block twice "
+       "(once as itself, once as its statement's): given back twice, the second release "
+       "reports the lease lost", "_ownership",
+       "        for block in ending if section in ending else [section, *ending]:\n",
+       "        for block in [section, *ending]:\n",
+       "tests/integration/test_handed_out_blocks.py"),
+    py("sections-of-both-kinds-share-a-lease", "a sync section inside an asyncio one of the "
+       "same task and name (or the reverse) re-enters its lease: its last exit runs the other "
+       "kind's release", "_guard",
+       "    if isinstance(held.io, asyncio.Lock) != asynchronous:\n", "    if False:\n",
+       "tests/integration/test_ownership_model.py::"
+       "test_a_section_of_the_other_kind_inside_a_tasks_section_is_refused"),
     py("generator-taken-for-a-hooks-helper", "a generator advanced inside an entry hook, "
        "entering the object, is taken for the hook's helper: its block for the statement's",
        "_ownership",

@@ -1,10 +1,12 @@
 """A step run by another thread, for tests of who holds what: its answer, or its exception
-raised in the calling thread; and whether another thread gets a name in at once."""
+raised in the calling thread; whether another thread gets a name in at once; and a step
+switched in at a given line of the code under test."""
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from redlock_deco import Lock, LockNotAcquired
@@ -41,3 +43,30 @@ def another_gets_in(name: str) -> bool:
             return False
 
     return bool(in_thread(attempt))
+
+
+class AtLine:
+    """Runs ``act`` at the ``at``-th line event of the frames running one of ``codes``,
+    while it is active (``with``): "another thread" switched in there, whole or started.
+    ``lines``: how many it counted (``at`` 0: none acted on, the count of a plain run)."""
+
+    def __init__(self, codes: Collection[Any], at: int, act: Callable[[], Any]) -> None:
+        self.codes, self.at, self.act = codes, at, act
+        self.lines = 0
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.lines += 1
+            if self.lines == self.at:
+                self.act()
+        return self._local
+
+    def _tracer(self, frame: Any, event: str, arg: Any) -> Any:
+        return self._local if frame.f_code in self.codes else None
+
+    def __enter__(self) -> AtLine:
+        sys.settrace(self._tracer)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(None)
