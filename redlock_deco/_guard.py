@@ -393,10 +393,9 @@ def _across_modes(lease: Lease, key: str) -> LockError:
     asked = "a sync" if taken == "an asyncio" else "an asyncio"
     return LockError(
         f"this task holds {key!r} through {taken} lock, and {asked} one asks for it again "
-        "inside: one lease cannot serve both, so this is refused. In async code use "
-        "redlock_deco.asyncio's primitives (a sync lock blocks the event loop), or run the "
-        "sync code in a thread (asyncio.to_thread), which waits for the task's lease as "
-        "any other owner does",
+        "inside: one lease cannot serve both, so this is refused. In async code, take every "
+        "section of a name the task may already hold with redlock_deco.asyncio's primitives "
+        "(a sync lock also blocks the event loop while it waits)",
         name=lease.name,
         key=key,
     )
@@ -948,7 +947,20 @@ async def _give_back_async(lease: Lease) -> bool:
         # that loop's client is closed, and sending on it reconnected a client nothing
         # closed (review 22, 05).
         return False
-    if process.known_loop_state() is None:
+    state = process.known_loop_state()
+    if state is None or lease not in state.leases:
+        home = _home_loop(lease)
+        if home is not None and home is not asyncio.get_running_loop():
+            # Another loop's (a block handed out to a task of another thread's loop and
+            # closed there): its clients are that loop's. Released there, at its next turn;
+            # only a loss already known is reported here. (Sent from this loop, the release
+            # raised "attached to a different loop", or, with no state here, was taken for
+            # one the shutdown had released: LockLost, and the key held until its ttl --
+            # review 90a, F2.)
+            with contextlib.suppress(RuntimeError):  # (closed: its shutdown released it)
+                home.call_soon_threadsafe(_give_back_dropped, lease, context=contextvars.Context())
+            return not lease.lost
+    if state is None:
         # The loop's shutdown released it (a block that outlived its wait, reported lost
         # there) and closed its clients: nothing more to send (review 19, 02).
         lease._release()
@@ -990,6 +1002,14 @@ async def _give_back_async(lease: Lease) -> bool:
             add_note(cancelled, f"the lease on {lease.key!r} was also lost while the call ran")
         raise cancelled
     return kept
+
+
+def _home_loop(lease: Lease) -> asyncio.AbstractEventLoop | None:
+    """The live event loop whose state holds ``lease`` (the loop it was taken in), if any."""
+    for state in process.loop_states():
+        if lease in state.leases:
+            return state.loop()
+    return None
 
 
 async def _send_release(lease: Lease) -> tuple[bool | None, bool]:

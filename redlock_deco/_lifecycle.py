@@ -214,11 +214,15 @@ class Lease:
         instead; one whose last section has just left (in another thread) raises
         :class:`Left`, and the caller takes the name anew."""
         with self._gate:
+            # Counted first, then checked: a signal handler's code run in between (the gate
+            # is re-entrant) that closes the owner's other sections then finds this one
+            # counted and gives nothing back (review 90a, N1).
+            self.sections.add(section)
             left = self.left
             ended = self.state is not State.HELD or self.remaining() == 0
             if not left and not ended:
-                self.sections.add(section)
                 return
+            self.sections.discard(section)
         if left:
             raise Left
         raise LockLost(

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple, TypeVar, overload
 
 from . import _process as process
 from ._errors import LockError
-from ._lifecycle import Lease
+from ._lifecycle import Lease, Left
 from ._process import Tables, ThreadOwner
 
 Owner = asyncio.Task[Any] | ThreadOwner
@@ -244,8 +244,16 @@ def open_section(
         # (The lease knows its sections by number: a reference to the section itself would
         # keep a section whose exit never ran alive, and its finalizer would never run.)
         return section
+    except Left:
+        close(section)  # (the lease's last exit, in another thread, gives it back)
+        raise
     except BaseException:
-        close(section)
+        # A re-entry cut short whose lease's other sections ended meanwhile (another thread
+        # closed the outer block) is its last: given up as one dropped open is. Ignored,
+        # the lease stayed held and renewed by nobody while the thread lived (review 90a,
+        # F1). (A fresh lease's is the caller's to give up: it abandons what it took.)
+        if close(section) and not fresh:
+            dropped(lease)
         raise
 
 
@@ -434,10 +442,15 @@ def close(section: Section) -> bool:
     lease = section.lease
     last = lease._exit(section.entry[0])
     if last:
+        # The thread's record first, the owner's table after: an owner re-entering in
+        # between (another thread closing its last section) finds the lease in its table,
+        # and that it has left (Lease.left), and takes the name anew; in the other order it
+        # found no lease of its own but this thread's, and refused to wait for itself
+        # (LockError, found by test_handed_out_blocks).
+        section.here.pop(lease, None)
         hk = (lease.provider, lease.key)
         if section.held.get(hk) is lease:
             section.held.pop(hk, None)
-        section.here.pop(lease, None)
     return last
 
 

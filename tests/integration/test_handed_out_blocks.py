@@ -26,9 +26,23 @@ from support.samples import wait_until
 import redlock_deco
 import redlock_deco.asyncio
 from redlock_deco import LockError
+from redlock_deco._lifecycle import Lease
 from redlock_deco._renewal import renewer
 
 TTL = 30  # far longer than any test here: a key gone at once was released, not expired
+
+
+def _at_every_line(run: Callable[[int], int], more_than: int) -> None:
+    """``run(0)``, nothing switched in, counts the lines; then ``run(at)`` at each."""
+    lines = run(0)
+    assert lines > more_than
+    for at in range(1, lines + 1):
+        run(at)
+
+
+def _given_back(r: redis.Redis, name: str, at: int) -> None:
+    """The lock on ``name`` is free within a moment (its ttl is TTL: given back)."""
+    assert wait_until(lambda: not r.exists(f"lock:{name}"), 2), f"line {at}: still held"
 
 
 def _listed(r: redis.Redis, key: str) -> set[bytes]:
@@ -492,10 +506,164 @@ def test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry(r: redis.R
             closer.start()
         closer.join(10)
         assert not raised, f"line {at}: the handed-out stack's close raised {raised[0]!r}"
-        assert wait_until(lambda: not r.exists(f"lock:{name}"), 2), f"line {at}: still held"
+        _given_back(r, name, at)
         return reentry.lines
 
-    lines = run(0)  # (no close inside: how many lines the re-entry runs)
-    assert lines > 10
-    for at in range(1, lines + 1):
-        run(at)
+    _at_every_line(run, more_than=10)
+
+
+def _handed_out(name: str) -> contextlib.ExitStack:
+    """A stack holding a block of this thread's on ``name``, handed out (``pop_all()``)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(redlock_deco.Lock(name, ttl=TTL))
+        return stack.pop_all()
+
+
+@pytest.mark.timeout(120)
+def test_a_reentry_cut_after_its_outer_block_closed_elsewhere_gives_the_lease_back(
+    r: redis.Redis,
+) -> None:
+    """Review 90a, F1 (MEDIUM): the owner re-enters a name while another thread closes its
+    handed-out outer block -- not the last, the re-entry counted -- and a KeyboardInterrupt
+    then lands in the re-entry's recording: its clean-up closed the lease's last section and
+    dropped that verdict, and the lease stayed held and renewed by nobody while the thread
+    lived. Cut at each line of the recording: given back at once (its ttl is 30 s)."""
+    from support.elsewhere import AtLine
+
+    from redlock_deco import _ownership as ownership
+
+    def run(at: int) -> int:
+        name = f"reentry-cut-{at}"
+        handed = _handed_out(name)
+
+        def closed_elsewhere_then_cut() -> None:
+            closer = threading.Thread(target=handed.close)
+            closer.start()
+            closer.join(10)
+            raise KeyboardInterrupt
+
+        cut = AtLine({ownership.open_section.__code__}, at, closed_elsewhere_then_cut)
+        with contextlib.suppress(KeyboardInterrupt), cut, redlock_deco.Lock(name, ttl=TTL):
+            pass
+        handed.close()  # (done already, unless nothing was cut)
+        _given_back(r, name, at)
+        renewed = [job for job in renewer()._table.jobs.values() if isinstance(job, Lease)]
+        assert not [lease for lease in renewed if lease.name == name], f"line {at}: renewed"
+        return cut.lines
+
+    _at_every_line(run, more_than=10)
+
+
+@pytest.mark.timeout(60)
+def test_a_handler_closing_the_outer_block_inside_a_reentry_leaves_it_protected(
+    r: redis.Redis,
+) -> None:
+    """Review 90a, N1: code of the same thread (a signal handler) run inside the re-entry's
+    check closes the owner's handed-out outer block: checked before it was counted, the
+    nested block then ran on the lease that close gave back, another holder beside it. At
+    each line of the re-entry: the nested block holds a lease of its own thread's, kept."""
+    from support.elsewhere import AtLine, another_gets_in
+
+    from redlock_deco import _lifecycle as lifecycle
+
+    def run(at: int) -> int:
+        name = f"reentry-handler-{at}"
+        handed = _handed_out(name)
+        inside = AtLine({lifecycle.Lease._reenter.__code__}, at, handed.close)
+        with inside, redlock_deco.Lock(name, ttl=TTL, wait=2) as inner:
+            sys.settrace(None)
+            lease = inner.lease
+            assert lease is not None and lease.held, f"line {at}: {lease!r} not held"
+            assert not another_gets_in(name), f"line {at}: another holder got in"
+        handed.close()
+        _given_back(r, name, at)
+        return inside.lines
+
+    _at_every_line(run, more_than=3)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("loop", ["fresh", "used"])
+def test_an_async_block_handed_to_another_threads_loop_is_released_there(
+    r: redis.Redis, loop: str
+) -> None:
+    """Review 90a, F2 (LOW): an asyncio block handed out with ``AsyncExitStack.pop_all()`` to
+    a task of another thread's event loop, closed there: with no state in that loop the
+    release was taken for one the loop's shutdown had done (a false LockLost, the key held
+    until its ttl); with one, it was sent on a client of the other loop ("attached to a
+    different loop"). It goes to the block's own loop, and the close raises nothing."""
+    box: list[contextlib.AsyncExitStack] = []
+    outcome: list[str] = []
+
+    def closer() -> None:
+        async def close() -> None:
+            if loop == "used":
+                async with redlock_deco.asyncio.Lock("other-loop-warm", ttl=TTL):
+                    pass
+            while not box:
+                await asyncio.sleep(0.01)
+            try:
+                await box[0].aclose()
+                outcome.append("closed")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+
+        asyncio.run(close())
+
+    async def scenario() -> None:
+        stack = contextlib.AsyncExitStack()
+        await stack.enter_async_context(redlock_deco.asyncio.Lock("other-loop", ttl=TTL))
+        thread = threading.Thread(target=closer)
+        thread.start()
+        box.append(stack.pop_all())
+        await asyncio.to_thread(thread.join, 10)
+        assert outcome == ["closed"]
+        assert await _eventually(lambda: not r.exists("lock:other-loop"), within=2)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(120)
+def test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it(
+    r: redis.Redis,
+) -> None:
+    """The other side of review 89a's F1: the owner re-enters at each line of another
+    thread's close of its handed-out outer block -- between that exit's "no section left"
+    and its verdict, the re-entry counted itself on a lease the close then gave back. The
+    nested block keeps a lease of its own thread's, or takes the name anew."""
+    from support.elsewhere import AtLine, another_gets_in
+
+    from redlock_deco import _lifecycle as lifecycle
+    from redlock_deco import _ownership as ownership
+
+    def run(at: int) -> int:
+        name = f"reentry-in-exit-{at}"
+        handed = _handed_out(name)
+        go, entered, lines = threading.Event(), threading.Event(), []
+
+        def reenter_now() -> None:
+            go.set()
+            entered.wait(0.2)  # (the re-entry waits for the lease's gate: it goes on after)
+
+        def close() -> None:
+            try:
+                codes = {lifecycle.Lease._exit.__code__, ownership.close.__code__}
+                with AtLine(codes, at, reenter_now) as inside:
+                    handed.close()
+                lines.append(inside.lines)
+            finally:
+                go.set()
+
+        closer = threading.Thread(target=close)
+        closer.start()
+        assert go.wait(10)
+        with redlock_deco.Lock(name, ttl=TTL, wait=5) as inner:
+            entered.set()
+            closer.join(10)
+            lease = inner.lease
+            assert lease is not None and lease.held, f"line {at}: {lease!r} not held"
+            assert not another_gets_in(name), f"line {at}: another holder got in"
+        _given_back(r, name, at)
+        return lines[0]
+
+    _at_every_line(run, more_than=10)

@@ -163,7 +163,7 @@ def _lease_counting_last() -> tuple[str, str]:
         "            lease._reenter(section.entry[0])\n"
     )
     start = source.find(enter)
-    end = source.find("        return section\n    except BaseException:\n        close(section)")
+    end = source.find("        return section\n    except Left:\n")
     if start < 0 or end < start:
         return "", ""
     body = source[start:end]
@@ -907,10 +907,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry"),
     py("reentry-checked-apart-from-its-count", "a re-entry's check of the lease and its count "
        "are not one step against a last exit in another thread", "_lifecycle",
-       "        with self._gate:\n            left = self.left\n",
-       "        if True:\n            left = self.left\n",
+       "        with self._gate:\n            # Counted first",
+       "        if True:\n            # Counted first",
        "tests/integration/test_handed_out_blocks.py::"
-       "test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry"),
+       "test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it"),
+    py("last-exit-pops-the-owners-table-first", "a last exit forgets the lease in its owner's "
+       "table before the thread's record: an owner re-entering in between refuses to wait "
+       "for itself", "_ownership",
+       "        section.here.pop(lease, None)\n        hk = (lease.provider, lease.key)\n"
+       "        if section.held.get(hk) is lease:\n            section.held.pop(hk, None)\n",
+       "        hk = (lease.provider, lease.key)\n"
+       "        if section.held.get(hk) is lease:\n            section.held.pop(hk, None)\n"
+       "        section.here.pop(lease, None)\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it"),
     py("dropped-stack-blocks-closed-twice", "a stack dropped unclosed closes its block twice "
        "(once as itself, once as its statement's): given back twice, the second release "
        "reports the lease lost", "_ownership",
@@ -923,6 +933,24 @@ MUTANTS: tuple[Mutant, ...] = (
        "    if isinstance(held.io, asyncio.Lock) != asynchronous:\n", "    if False:\n",
        "tests/integration/test_ownership_model.py::"
        "test_a_section_of_the_other_kind_inside_a_tasks_section_is_refused"),
+    py("cut-reentry-drops-its-last-verdict", "a re-entry cut short after its outer block "
+       "closed elsewhere closes the lease's last section and gives nothing back", "_ownership",
+       "        if close(section) and not fresh:\n", "        if close(section) and False:\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_reentry_cut_after_its_outer_block_closed_elsewhere_gives_the_lease_back"),
+    py("reentry-checked-before-counted", "a re-entry checks the lease before it counts "
+       "itself: same-thread code run in between closes the outer block and gives the lease "
+       "back under the nested one", "_lifecycle",
+       "            self.sections.add(section)\n            left = self.left\n",
+       "            left = self.left\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_handler_closing_the_outer_block_inside_a_reentry_leaves_it_protected"),
+    py("async-release-sent-from-the-closers-loop", "an asyncio block closed by a task of "
+       "another loop is released from that loop (another loop's clients)", "_guard",
+       "        if home is not None and home is not asyncio.get_running_loop():\n",
+       "        if False:\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_an_async_block_handed_to_another_threads_loop_is_released_there"),
     py("generator-taken-for-a-hooks-helper", "a generator advanced inside an entry hook, "
        "entering the object, is taken for the hook's helper: its block for the statement's",
        "_ownership",
