@@ -75,10 +75,17 @@ POINTS = [
 ]
 
 
-async def hold_through(server: RedisServer, name: str, line: int) -> tuple[bool, list[str], bool]:
+STARVED = TTL / 3  # a turn of the loop this late: no renewal could have run in time
+
+
+async def hold_through(
+    server: RedisServer, name: str, line: int
+) -> tuple[bool, list[str], bool, bool]:
     """Hold a lock for ``HOLD`` while an exception is raised once at ``name``'s ``line``;
-    returns whether another client got in, the on_lost calls, and whether it fired."""
+    returns whether another client got in, the on_lost calls, whether it fired, and whether
+    the loop was kept from the CPU meanwhile (a turn STARVED late)."""
     fired: list[bool] = []
+    starved = False
     lost: list[str] = []
 
     def local(frame: FrameType, event: str, arg: object) -> Any:
@@ -120,7 +127,9 @@ async def hold_through(server: RedisServer, name: str, line: int) -> tuple[bool,
                     ):
                         inside = True
                         while time.monotonic() - started < HOLD:
+                            turn = time.monotonic()
                             await asyncio.sleep(0.03)
+                            starved = starved or time.monotonic() - turn > 0.03 + STARVED
                             if intruder.set("lock:held", "intruder", nx=True, px=10_000):
                                 intruded = True
                                 break
@@ -137,7 +146,7 @@ async def hold_through(server: RedisServer, name: str, line: int) -> tuple[bool,
             busy.cancel()
             await asyncio.gather(busy, return_exceptions=True)
             intruder.delete("lock:held")
-    return intruded, lost, bool(fired)
+    return intruded, lost, bool(fired), starved
 
 
 def test_an_exception_at_any_line_of_the_asyncio_renewers_callbacks_keeps_renewing(
@@ -148,7 +157,10 @@ def test_an_exception_at_any_line_of_the_asyncio_renewers_callbacks_keeps_renewi
     failures = []
     fired = 0
     for name, line in POINTS:
-        intruded, lost, hit = asyncio.run(hold_through(server, name, line))
+        for _ in range(3):  # (again while a loop kept from the CPU lost the lease: CI, loaded)
+            intruded, lost, hit, starved = asyncio.run(hold_through(server, name, line))
+            if not (starved and (intruded or lost)):
+                break
         fired += hit
         if intruded or lost:
             failures.append(f"{name}:{line}: intruded={intruded} on_lost={lost}")
