@@ -57,6 +57,7 @@ from redlock_deco import Lock, _pools
 from redlock_deco import _providers as providers
 from redlock_deco import _waiting as waiting
 from redlock_deco._pools import WholeAsyncConnect, WholeConnect, _wrapped
+from redlock_deco._protocol import RECHECK
 from redlock_deco.asyncio import Lock as AsyncLock
 from redlock_deco.testing import RedisServer
 
@@ -214,7 +215,9 @@ def test_an_interrupt_inside_redis_py_in_a_first_wait_leaves_hand_offs_working(
                 took = handed_within(HOLD)
             except Exception as exc:  # (which position: the error alone does not say)
                 raise AssertionError(f"{where}: {exc!r}") from exc
-            assert took is not None and HOLD * 0.9 < took < HOLD + 0.5, (where, took)
+            # (a hand-off nobody heard wakes the waiter at its recheck, a second on: 0.56 s
+            # late once in CI's interrupts leg, load average 11, where half of it was the bound)
+            assert took is not None and HOLD * 0.9 < took < HOLD + RECHECK * 0.75, (where, took)
             for _ in range(3):  # (both threads above may have drawn one bad connection)
                 with Lock("placed", ttl=5):
                     assert r.exists("lock:placed"), (where, "a lock outside database 3")
