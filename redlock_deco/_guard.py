@@ -959,7 +959,9 @@ async def _give_back_async(lease: Lease) -> bool:
             # review 90a, F2.)
             with contextlib.suppress(RuntimeError):  # (closed: its shutdown released it)
                 home.call_soon_threadsafe(_give_back_dropped, lease, context=contextvars.Context())
-            return not lease.lost
+            # (its end by this holder's clock passed: lost -- its loop, stopped, renewed it no
+            # more, and nothing there could tell: review 91a, F1; see docs/asyncio.md)
+            return not lease.lost and lease.remaining() > 0
     if state is None:
         # The loop's shutdown released it (a block that outlived its wait, reported lost
         # there) and closed its clients: nothing more to send (review 19, 02).
@@ -1010,6 +1012,27 @@ def _home_loop(lease: Lease) -> asyncio.AbstractEventLoop | None:
         if lease in state.leases:
             return state.loop()
     return None
+
+
+def check_home_loop(lease: Lease, action: str) -> None:
+    """Refuse to ``action`` ``lease`` from a task of another event loop than the one that
+    took it: its clients, its renewer and its ``io`` lock are that loop's. (An extend()
+    sent from another loop raised "attached to a different loop" and left a connection of
+    that loop in the home loop's pool, where the object's release then failed and the name
+    stayed held for its ttl: review 91a, F2.)"""
+    state = process.known_loop_state()
+    if state is not None and lease in state.leases:
+        return
+    home = _home_loop(lease)
+    if home is None or home is asyncio.get_running_loop():
+        return
+    raise LockError(
+        f"cannot {action} {lease.key!r} from this event loop: it was taken in another one, "
+        "whose clients renew and release it; call this from a task of that loop (an asyncio "
+        "lease belongs to the loop that took it, see docs/asyncio.md, Event loops)",
+        name=lease.name,
+        key=lease.key,
+    )
 
 
 async def _send_release(lease: Lease) -> tuple[bool | None, bool]:

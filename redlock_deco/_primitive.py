@@ -429,6 +429,7 @@ class AsyncPrimitive(Base):
         """:meth:`Primitive.extend` for asyncio."""
         asked = extension(ttl, to, by, self.options.ttl_ms)
         lease = self._owned_lease("extend")
+        guard.check_home_loop(lease, "extend")
         async with lease.io:  # ordered with this lease's renewals
             started = time.monotonic()
             ttl_ms = asked.ms + (to_ms(lease._server_left(started)) if asked.additive else 0)
@@ -449,9 +450,10 @@ class AsyncPrimitive(Base):
         """True if this object (or the calling task's ``async with`` block through it)
         holds it, as confirmed by the server."""
         lease = self.lease
-        return lease is not None and await drivers.run_async(
-            lease.target.algorithms.owned(lease.claim), lease.target
-        )
+        if lease is None:
+            return False
+        guard.check_home_loop(lease, "check")
+        return await drivers.run_async(lease.target.algorithms.owned(lease.claim), lease.target)
 
     async def holders(self) -> int:
         """How many hold it now (live leases, by the server's clock)."""

@@ -667,3 +667,88 @@ def test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_und
         return lines[0]
 
     _at_every_line(run, more_than=10)
+
+
+def _in_another_loop(coro: Callable[[], Any]) -> Any:
+    """Run ``coro()`` in an event loop of another thread: its result, or its exception."""
+    from support.elsewhere import in_thread
+
+    return in_thread(lambda: asyncio.run(coro()))
+
+
+@pytest.mark.timeout(30)
+def test_an_asyncio_lease_is_extended_and_checked_only_from_its_own_loop(r: redis.Redis) -> None:
+    """Review 91a, F2 (MEDIUM): ``extend()`` and ``owned()`` of an asyncio object's lease
+    from a task of another loop sent on the home loop's clients: RuntimeError ("attached to a
+    different loop"), a connection of the other loop left in the home loop's pool, and the
+    object's release then failed and the name stayed held for its ttl. Refused before
+    anything is sent; the home loop releases it as ever."""
+    loop = asyncio.new_event_loop()
+    try:
+        lock = redlock_deco.asyncio.Lock("home-loop", ttl=TTL)
+        assert loop.run_until_complete(lock.acquire())
+
+        async def from_elsewhere() -> list[str]:
+            refused = []
+            for call in (lock.owned, lambda: lock.extend(to=TTL)):
+                try:
+                    await call()
+                except LockError as exc:
+                    refused.append(str(exc))
+            return refused
+
+        refused = _in_another_loop(from_elsewhere)
+        assert len(refused) == 2 and all("another one" in text for text in refused), refused
+        assert loop.run_until_complete(lock.owned())
+        loop.run_until_complete(lock.release())
+        assert not r.exists("lock:home-loop")
+    finally:
+        loop.run_until_complete(redlock_deco.aclose())  # (a loop driven by hand: see Shutdown)
+        loop.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("held_by", ["object", "handed-out block"])
+def test_a_lease_whose_stopped_loop_let_it_lapse_is_reported_lost_from_another_loop(
+    r: redis.Redis, held_by: str
+) -> None:
+    """Review 91a, F1: a lease taken in a loop driven by ``run_until_complete()``, then used
+    from a task of another loop while the first one is stopped: nothing renews it (stated,
+    docs/asyncio.md, Event loops), and its release or exit from the other loop returned
+    normally after the lease had lapsed and another holder had got in. Its end passed by the
+    holder's clock, that release or exit reports it lost."""
+    loop = asyncio.new_event_loop()
+    try:
+        lock = redlock_deco.asyncio.Lock("stopped-loop", ttl=1)
+        handed: list[contextlib.AsyncExitStack] = []
+
+        async def take() -> None:
+            if held_by == "object":
+                assert await lock.acquire()
+                return
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(lock)
+                handed.append(stack.pop_all())
+
+        loop.run_until_complete(take())  # (then stopped: nothing of it runs)
+        assert wait_until(lambda: not r.exists("lock:stopped-loop"), 3)  # lapsed
+
+        async def end_elsewhere() -> str:
+            try:
+                if handed:
+                    await handed[0].aclose()
+                else:
+                    await lock.release()
+            except redlock_deco.LockNotOwned:
+                return "not owned"
+            except redlock_deco.LockLost:
+                return "lost"
+            return "returned"
+
+        ended = _in_another_loop(end_elsewhere)
+        assert ended == ("not owned" if held_by == "object" else "lost"), ended
+        loop.run_until_complete(asyncio.sleep(0.1))  # (the release queued there runs)
+        assert not lock._held and not lock._blocks
+    finally:
+        loop.run_until_complete(redlock_deco.aclose())  # (a loop driven by hand: see Shutdown)
+        loop.close()

@@ -951,6 +951,19 @@ MUTANTS: tuple[Mutant, ...] = (
        "        if False:\n",
        "tests/integration/test_handed_out_blocks.py::"
        "test_an_async_block_handed_to_another_threads_loop_is_released_there"),
+    py("extend-from-another-loop", "extend() and owned() of an asyncio lease from a task of "
+       "another event loop send on the home loop's clients", "_guard",
+       "    if home is None or home is asyncio.get_running_loop():\n        return\n",
+       "    return\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_an_asyncio_lease_is_extended_and_checked_only_from_its_own_loop"),
+    py("lapsed-lease-released-from-another-loop-as-kept", "a release or exit from another "
+       "loop of a lease whose end has passed (its stopped loop renewed it no more) returns "
+       "as if it had been kept to the end", "_guard",
+       "            return not lease.lost and lease.remaining() > 0\n",
+       "            return not lease.lost\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_lease_whose_stopped_loop_let_it_lapse_is_reported_lost_from_another_loop"),
     py("generator-taken-for-a-hooks-helper", "a generator advanced inside an entry hook, "
        "entering the object, is taken for the hook's helper: its block for the statement's",
        "_ownership",
