@@ -957,11 +957,14 @@ async def _give_back_async(lease: Lease) -> bool:
             # raised "attached to a different loop", or, with no state here, was taken for
             # one the shutdown had released: LockLost, and the key held until its ttl --
             # review 90a, F2.)
+            # (its end by this holder's clock passed: lost -- its loop, stopped, renewed it no
+            # more, and nothing there could tell: review 91a, F1; see docs/asyncio.md). Judged
+            # before the release is handed over: that loop, running, may have released it by
+            # the next line, and a released lease has no time left (a false LockLost).
+            kept = not lease.lost and lease.remaining() > 0
             with contextlib.suppress(RuntimeError):  # (closed: its shutdown released it)
                 home.call_soon_threadsafe(_give_back_dropped, lease, context=contextvars.Context())
-            # (its end by this holder's clock passed: lost -- its loop, stopped, renewed it no
-            # more, and nothing there could tell: review 91a, F1; see docs/asyncio.md)
-            return not lease.lost and lease.remaining() > 0
+            return kept
     if state is None:
         # The loop's shutdown released it (a block that outlived its wait, reported lost
         # there) and closed its clients: nothing more to send (review 19, 02).

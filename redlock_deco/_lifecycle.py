@@ -27,6 +27,7 @@ lands or the claim's ttl has passed.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -208,12 +209,19 @@ class Lease:
         :meth:`reenter` admitted)."""
         self.sections.add(section)
 
+    def _gated(self) -> Any:
+        """The lease's gate; none in a forked child, which owns nothing of its parent's
+        leases (it only forgets their sections) and where a thread of the parent that held
+        the gate at the fork never lets it go (the child hung leaving its section: review
+        92a, F1)."""
+        return self._gate if self.pid == os.getpid() else contextlib.nullcontext()
+
     def _reenter(self, section: object) -> None:
         """A nested section of the owner enters again (re-entrant locks). A lease it knows to
         be over cannot be re-entered: that call would run unprotected, so it fails loudly
         instead; one whose last section has just left (in another thread) raises
         :class:`Left`, and the caller takes the name anew."""
-        with self._gate:
+        with self._gated():
             # Counted first, then checked: a signal handler's code run in between (the gate
             # is re-entrant) that closes the owner's other sections then finds this one
             # counted and gives nothing back (review 90a, N1).
@@ -235,7 +243,7 @@ class Lease:
     def _exit(self, section: object) -> bool:
         """A section left (leaving it again changes nothing); True once no section of the
         owner is open on it: the lease is then to be given back."""
-        with self._gate:
+        with self._gated():
             self.sections.discard(section)
             if self.sections:
                 return False

@@ -36,6 +36,7 @@ import functools
 import gc
 import inspect
 import itertools
+import os
 import sys
 import threading
 import weakref
@@ -1197,9 +1198,12 @@ def exiting(blocks: Blocks, where: Place, by: StackExit | None = None) -> Sectio
             if mine:
                 return section
             if section.body is where.body and (
-                (section.inside is not None and section.inside is where.here)
-                if section.at < 0
-                else section.body.co_flags & _MAY_SUSPEND
+                section.lease.pid != os.getpid()  # (a parent's, its frame copied at the fork)
+                or (
+                    (section.inside is not None and section.inside is where.here)
+                    if section.at < 0
+                    else section.body.co_flags & _MAY_SUSPEND
+                )
             ):
                 # (the very frame that entered it, run by another thread or task: a step of
                 # a generator, a coroutine closed by the collector -- review 79a, F1. Only a

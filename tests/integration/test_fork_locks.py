@@ -385,3 +385,58 @@ def _a_client_helpers(path: str) -> bool:
 
 
 DESCENDED_INTO = {"redlock_deco", "threading", "_thread", "queue", "weakref", "asyncio", "redis"}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.timeout(30)
+def test_a_leases_gate_held_at_a_fork_lets_the_child_leave_its_sections(
+    server: RedisServer,
+) -> None:
+    """Review 92a, F1 (MEDIUM): a lease's gate (its re-entries and last exits, one at a time)
+    held by another thread of the parent at the fork -- closing a handed-out block of the
+    lease -- was held for good in the child: leaving its inherited section there hung."""
+    with Lock("gate-at-fork", ttl=5):
+        lease = redlock_deco.current_lease()
+        assert lease is not None
+        section = next(iter(lease.sections))
+        assert held_across_a_fork(lambda: lease._gate, lambda: lease._exit(section))
+
+
+class _Child(Exception):
+    """Raised in a forked child, through the blocks it inherited."""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.timeout(30)
+def test_a_child_forked_inside_a_with_block_leaves_it_quietly(server: RedisServer) -> None:
+    """Review 92a, F2 (LOW): a child forked inside ``with Lock(...)`` that ends by unwinding
+    through the block (``sys.exit()``, a return, an exception) -- its exit matched none of the
+    object's blocks (the child is a new owner) and raised LockError in place of the child's
+    own exception. The block is the parent's, its frame copied at the fork: the child's exit
+    leaves it, and gives nothing back (the parent still holds it)."""
+
+    def run() -> int:
+        with Lock("with-at-fork", ttl=5):
+            pid = os.fork()
+            if pid == 0:
+                raise _Child
+            time.sleep(0.3)  # (the child has left the block meanwhile: still the parent's)
+            assert redis.Redis.from_url(server.url).exists("lock:with-at-fork")
+        return pid
+
+    parent = os.getpid()
+    try:
+        pid = run()
+    except _Child:
+        os._exit(0)  # the block's exit let the child's own exception through
+    except BaseException:
+        if os.getpid() != parent:
+            os._exit(1)
+        raise
+    deadline = time.monotonic() + 10
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, done

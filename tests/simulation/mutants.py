@@ -907,7 +907,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry"),
     py("reentry-checked-apart-from-its-count", "a re-entry's check of the lease and its count "
        "are not one step against a last exit in another thread", "_lifecycle",
-       "        with self._gate:\n            # Counted first",
+       "        with self._gated():\n            # Counted first",
        "        if True:\n            # Counted first",
        "tests/integration/test_handed_out_blocks.py::"
        "test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it"),
@@ -960,10 +960,24 @@ MUTANTS: tuple[Mutant, ...] = (
     py("lapsed-lease-released-from-another-loop-as-kept", "a release or exit from another "
        "loop of a lease whose end has passed (its stopped loop renewed it no more) returns "
        "as if it had been kept to the end", "_guard",
-       "            return not lease.lost and lease.remaining() > 0\n",
-       "            return not lease.lost\n",
+       "            kept = not lease.lost and lease.remaining() > 0\n",
+       "            kept = not lease.lost\n",
        "tests/integration/test_handed_out_blocks.py::"
        "test_a_lease_whose_stopped_loop_let_it_lapse_is_reported_lost_from_another_loop"),
+    py("child-waits-on-a-parents-gate", "a forked child takes a lease's gate, which a "
+       "thread of the parent may have held at the fork", "_lifecycle",
+       "        return self._gate if self.pid == os.getpid() else contextlib.nullcontext()\n",
+       "        return self._gate\n",
+       "tests/integration/test_fork_locks.py::"
+       "test_a_leases_gate_held_at_a_fork_lets_the_child_leave_its_sections"),
+    py("child-exit-blind-to-a-parents-block", "a forked child's exit of a with block it "
+       "inherited matches none of the object's blocks (a new owner) and raises LockError",
+       "_ownership",
+       "                section.lease.pid != os.getpid()  # (a parent's, its frame copied at the "
+       "fork)\n                or (\n",
+       "                False\n                or (\n",
+       "tests/integration/test_fork_locks.py::"
+       "test_a_child_forked_inside_a_with_block_leaves_it_quietly"),
     py("generator-taken-for-a-hooks-helper", "a generator advanced inside an entry hook, "
        "entering the object, is taken for the hook's helper: its block for the statement's",
        "_ownership",
@@ -1010,9 +1024,9 @@ MUTANTS: tuple[Mutant, ...] = (
     py("same-frame-by-id-and-code", "another owner's block is matched by its frame's id and "
        "code, not by the frame itself (a generator's or coroutine's that ended: a new one "
        "with its id ends that owner's live block)", "_ownership",
-       "                (section.inside is not None and section.inside is where.here)\n"
-       "                if section.at < 0\n",
-       "                True\n                if section.at < 0\n",
+       "                    (section.inside is not None and section.inside is where.here)\n"
+       "                    if section.at < 0\n",
+       "                    True\n                    if section.at < 0\n",
        "tests/integration/test_stack_windows.py"),
     py("entering-frame-not-held", "a block entered in a frame that may be suspended does not "
        "keep that frame (another owner running it -- a step, a close -- is not matched to it)",
