@@ -233,9 +233,14 @@ class Lease:
             self.sections.discard(section)
         if left:
             raise Left
+        why = (
+            "is no longer renewed (its max_hold has passed)"
+            if self.state is State.ORPHANED
+            else "has ended (expired or taken over)"
+        )
         raise LockLost(
-            f"re-entering {self.key!r}, but this owner's lease on it has ended (expired "
-            "or taken over): the outer holder no longer protects this call",
+            f"re-entering {self.key!r}, but this owner's lease on it {why}: the outer holder "
+            "no longer protects this call",
             name=self.name,
             key=self.key,
         )

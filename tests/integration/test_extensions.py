@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from typing import Any
@@ -154,6 +155,26 @@ def test_on_lost_cancel_cancels_the_async_call(r: redis.Redis) -> None:
         return time.monotonic() - started
 
     assert asyncio.run(scenario()) < 0.5  # cancelled at the next renewal, not after 10 s
+
+
+def test_a_section_nested_after_max_hold_says_max_hold_ended_it(r: redis.Redis) -> None:
+    """Review 92a, N1: a nested section entered once max_hold has passed raises LockLost at
+    once -- the lease no longer protects it -- and said "expired or taken over", which it
+    was not (it is no longer renewed; the server may hold it a moment yet)."""
+
+    @locked("past-max-hold", ttl=2, max_hold=0.2)
+    def outer() -> None:
+        time.sleep(1.0)  # (its first renewal was due at a third of the ttl: given up then)
+        with pytest.raises(LockLost, match="max_hold has passed"):
+            inner()
+
+    @locked("past-max-hold", ttl=2)
+    def inner() -> None:
+        pass
+
+    with contextlib.suppress(LockLost):  # (its end: lost or not, as its release finds it)
+        outer()
+    assert not r.exists("lock:past-max-hold")
 
 
 def test_max_hold_stops_renewal_so_a_stuck_call_lets_go(api: Api, r: redis.Redis) -> None:
