@@ -2195,17 +2195,10 @@ def _tracking_client(
     from redis.cache import CacheConfig
 
     client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
-    redlock_deco.register_provider("default", client)
-    try:
-        with Lock("guarded", ttl=5):
-            pass  # (the library's first call: it guards the client's pool)
-        with server.client() as other:
-            other.set("tracked", "old")
-            assert client.get("tracked") == b"old"  # (cached: the connection tracks it)
-            yield client, other
-    finally:
-        redlock_deco.register_provider("default", server.url)
-        client.close()
+    with providing(server, client), server.client() as other:
+        other.set("tracked", "old")
+        assert client.get("tracked") == b"old"  # (cached: the connection tracks it)
+        yield client, other
 
 
 def test_an_invalidation_read_by_a_checkout_cut_short_is_not_lost(
