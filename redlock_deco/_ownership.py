@@ -450,8 +450,14 @@ def close(section: Section) -> bool:
         # (LockError, found by test_handed_out_blocks).
         section.here.pop(lease, None)
         hk = (lease.provider, lease.key)
-        if section.held.get(hk) is lease:
-            section.held.pop(hk, None)
+        # Checked and popped under the gate, as the owner's re-entry is checked (and, if
+        # this lease has left, its table entry popped) under it: in two steps, the owner's
+        # new lease -- a reader lease, taken anew at once beside this one -- was recorded
+        # between them and popped here, and its next nested block took a second lease or
+        # refused to wait for itself (review 92a, F3).
+        with lease._gated():
+            if section.held.get(hk) is lease:
+                section.held.pop(hk, None)
     return last
 
 

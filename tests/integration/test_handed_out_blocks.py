@@ -512,10 +512,10 @@ def test_a_handed_out_block_closed_at_each_line_of_its_owners_reentry(r: redis.R
     _at_every_line(run, more_than=10)
 
 
-def _handed_out(name: str) -> contextlib.ExitStack:
+def _handed_out(name: str, shared: bool = False) -> contextlib.ExitStack:
     """A stack holding a block of this thread's on ``name``, handed out (``pop_all()``)."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(redlock_deco.Lock(name, ttl=TTL))
+        stack.enter_context(redlock_deco.Lock(name, ttl=TTL, shared=shared))
         return stack.pop_all()
 
 
@@ -624,21 +624,25 @@ def test_an_async_block_handed_to_another_threads_loop_is_released_there(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("shared", [False, True], ids=["exclusive", "shared"])
 def test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it(
-    r: redis.Redis,
+    r: redis.Redis, shared: bool
 ) -> None:
     """The other side of review 89a's F1: the owner re-enters at each line of another
     thread's close of its handed-out outer block -- between that exit's "no section left"
     and its verdict, the re-entry counted itself on a lease the close then gave back. The
-    nested block keeps a lease of its own thread's, or takes the name anew."""
+    nested block keeps a lease of its own thread's, or takes the name anew, and that lease
+    is the one its owner re-enters: a reader lease, taken anew at once beside the old one,
+    was removed from the owner's table by the close's pop of its own (review 92a, F3), and
+    the next nested block took a second lease or refused to wait for itself."""
     from support.elsewhere import AtLine, another_gets_in
 
     from redlock_deco import _lifecycle as lifecycle
     from redlock_deco import _ownership as ownership
 
     def run(at: int) -> int:
-        name = f"reentry-in-exit-{at}"
-        handed = _handed_out(name)
+        name = f"reentry-in-exit-{'shared-' if shared else ''}{at}"
+        handed = _handed_out(name, shared)
         go, entered, lines = threading.Event(), threading.Event(), []
 
         def reenter_now() -> None:
@@ -657,12 +661,14 @@ def test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_und
         closer = threading.Thread(target=close)
         closer.start()
         assert go.wait(10)
-        with redlock_deco.Lock(name, ttl=TTL, wait=5) as inner:
+        with redlock_deco.Lock(name, ttl=TTL, wait=5, shared=shared) as inner:
             entered.set()
             closer.join(10)
             lease = inner.lease
             assert lease is not None and lease.held, f"line {at}: {lease!r} not held"
             assert not another_gets_in(name), f"line {at}: another holder got in"
+            with redlock_deco.Lock(name, ttl=TTL, wait=0, shared=shared) as nested:
+                assert nested.lease is lease, f"line {at}: the nested block took a lease anew"
         _given_back(r, name, at)
         return lines[0]
 

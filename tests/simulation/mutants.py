@@ -914,11 +914,16 @@ MUTANTS: tuple[Mutant, ...] = (
     py("last-exit-pops-the-owners-table-first", "a last exit forgets the lease in its owner's "
        "table before the thread's record: an owner re-entering in between refuses to wait "
        "for itself", "_ownership",
-       "        section.here.pop(lease, None)\n        hk = (lease.provider, lease.key)\n"
-       "        if section.held.get(hk) is lease:\n            section.held.pop(hk, None)\n",
+       "        section.here.pop(lease, None)\n        hk = (lease.provider, lease.key)\n",
        "        hk = (lease.provider, lease.key)\n"
-       "        if section.held.get(hk) is lease:\n            section.held.pop(hk, None)\n"
+       "        section.held.pop(hk, None) if section.held.get(hk) is lease else None\n"
        "        section.here.pop(lease, None)\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it"),
+    py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
+       "two steps: the owner's new reader lease, recorded between them, is popped",
+       "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
+       "        if True:\n            if section.held.get(hk)",
        "tests/integration/test_handed_out_blocks.py::"
        "test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it"),
     py("dropped-stack-blocks-closed-twice", "a stack dropped unclosed closes its block twice "
