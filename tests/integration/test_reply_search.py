@@ -221,6 +221,7 @@ class Run:
         }
         self.made = 0  # values written, each unique
         self.cuts = 0
+        self.pubsubs: list[Any] = []  # (see subscription)
         self.cutting = False  # is the step under way to be cut short?
         self.lists = 0  # the blocking pops' lists, one each
         self.log: list[str] = []
@@ -322,6 +323,13 @@ class Run:
         self.log[-1] += " subscribe"
         message = self.value()
         pubsub = self.client.pubsub()
+        # Kept until the run ends (then see let_pubsubs_go): cut inside redis-py's own
+        # PubSub.reset, after its release of the connection and before it forgets it, the
+        # object still names a connection back in the pool, and its finaliser -- reset
+        # again -- closed and released that connection once another thread had checked it
+        # out: that thread's connect read from a closed buffer (AttributeError, CI's 3.12
+        # leg, threaded resp3), and the pool had it twice. redis-py's, library or not.
+        self.pubsubs.append(pubsub)
         try:
             pubsub.subscribe(self.prefix + "news")
             first = next_message(pubsub)
@@ -460,6 +468,15 @@ class Run:
         assert self.probe.get("lock:held") == b"someone-else"  # (never released for another)
         if self.check_idle:
             self.nothing_waits_unowed()
+
+    def end(self) -> None:
+        """After the run: its own connection closed, and the subscriptions it kept let go
+        with no connection -- a cut one may name one another has checked out since (see
+        subscription); the client's close closes them all."""
+        self.busy.disconnect()
+        for pubsub in self.pubsubs:
+            pubsub.connection = None
+        self.pubsubs.clear()
 
     def nothing_waits_unowed(self) -> None:
         """Every idle connection, the application's and the library's, that is not marked as
@@ -615,7 +632,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
     finally:
         ping_fails[:] = [False]
         redlock_deco.register_provider("default", server.url)
-        run.busy.disconnect()
+        run.end()
         probe.close()
         client.close()
 

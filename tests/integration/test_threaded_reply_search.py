@@ -102,7 +102,7 @@ def search(server: RedisServer, kind: str, seed: int) -> None:
     finally:
         redlock_deco.register_provider("default", server.url)
         for run in runs:
-            run.busy.disconnect()
+            run.end()
             run.probe.close()
         probe.close()
         client.close()
