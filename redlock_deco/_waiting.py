@@ -625,7 +625,35 @@ def _subscriber(client: Any) -> Any:
         pubsub.own_pool = own  # (see _closed)
     if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):
         pubsub.subscribed_event = Flag()
+    if pubsub.connection_pool is not None:  # (a cluster's picks its node's at its first use)
+        pubsub.connection_pool = _ForgettingPool(pubsub.connection_pool, pubsub)
     return pubsub
+
+
+class _ForgettingPool:
+    """The pool a grant subscription gives its connection back to, which has the
+    subscription forget the connection first. redis-py's ``PubSub.reset`` releases its
+    connection, then forgets it: cut in between (a KeyboardInterrupt), the object still named
+    a connection back in the pool, and its finaliser -- ``reset()`` again -- closed and
+    released that connection once another thread had checked it out: closed under that
+    thread's command, and listed as free while in use, for a third to write on (found by the
+    threaded reply search). Forgotten first, a cut release leaves at worst a connection that
+    is closed and never given back. Everything else is the pool's."""
+
+    __slots__ = ("_pool", "_pubsub")
+
+    def __init__(self, pool: Any, pubsub: Any) -> None:
+        self._pool = pool
+        self._pubsub = weakref.ref(pubsub)
+
+    def release(self, connection: Any) -> None:
+        pubsub = self._pubsub()
+        if pubsub is not None and pubsub.connection is connection:
+            pubsub.connection = None
+        self._pool.release(connection)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
 
 
 def _forget_old(cut: OrderedDict[str, tuple[float, int | None]], now: float) -> None:

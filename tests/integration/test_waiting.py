@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from functools import partial
+from typing import Any
 
 import pytest
 import redis
@@ -185,3 +186,62 @@ def test_a_wait_that_ran_out_starts_no_subscriber(server: RedisServer) -> None:
         ]
 
     assert asyncio.run(scenario()) == [], "a subscriber was started for a wait that had ended"
+
+
+def _checked_out(pool: redis.ConnectionPool) -> Any:
+    """A connection of ``pool``'s, checked out (redis-py 5 names the command it is for)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("_")  # type: ignore[arg-type, unused-ignore]
+
+
+@pytest.mark.timeout(120)
+def test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use(
+    server: RedisServer,
+) -> None:
+    """A KeyboardInterrupt at each line of a grant subscription's close, the exception kept
+    (a traceback keeps the frames it passed through): redis-py's ``PubSub.reset`` releases
+    its connection and then forgets it, and cut in between, its finaliser -- ``reset()``
+    again, once the exception went -- closed the connection another user had checked out
+    since, and listed it as free while in use (CI, the threaded reply search: another
+    thread's connect read from a closed buffer). The other user's connection stays open
+    and its own."""
+    import gc
+
+    from redlock_deco import _waiting as waiting
+
+    codes = {redis.client.PubSub.reset.__code__, waiting._ForgettingPool.release.__code__}
+
+    def cut() -> None:
+        raise KeyboardInterrupt
+
+    def run(at: int) -> int:
+        client = redis.Redis.from_url(server.url)
+        try:
+            pubsub = waiting._subscriber(client)
+            pubsub.subscribe("grants")
+            assert pubsub.get_message(timeout=5)["type"] in ("subscribe", b"subscribe")
+            kept: list[BaseException] = []
+            with AtLine(codes, at, cut) as inside:
+                try:
+                    waiting._closed(pubsub)
+                except KeyboardInterrupt as exc:
+                    kept.append(exc)
+            del pubsub
+            other = _checked_out(client.connection_pool)
+            other.send_command("PING")
+            kept.clear()
+            gc.collect()
+            assert other._sock is not None, f"line {at}: the other user's connection was closed"
+            assert other.read_response() in (b"PONG", "PONG"), f"line {at}"
+            free = client.connection_pool._available_connections  # type: ignore[attr-defined]
+            assert other not in free, f"line {at}: listed as free while in use"
+            return inside.lines
+        finally:
+            client.close()
+
+    lines = run(0)
+    assert lines > 5
+    for at in range(1, lines + 1):
+        run(at)

@@ -920,6 +920,13 @@ MUTANTS: tuple[Mutant, ...] = (
        "        section.here.pop(lease, None)\n",
        "tests/integration/test_handed_out_blocks.py::"
        "test_a_reentry_at_each_line_of_a_last_exit_elsewhere_is_never_given_back_under_it"),
+    py("subscription-released-before-forgotten", "a grant subscription's pool gives its "
+       "connection back before the subscription forgets it: cut in between, its finaliser "
+       "closes the connection another user has checked out since", "_waiting",
+       "        pubsub.connection_pool = _ForgettingPool(pubsub.connection_pool, pubsub)\n",
+       "        pass\n",
+       "tests/integration/test_waiting.py::"
+       "test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use"),
     py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
        "two steps: the owner's new reader lease, recorded between them, is popped",
        "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
