@@ -682,6 +682,57 @@ def _in_another_loop(coro: Callable[[], Any]) -> Any:
     return in_thread(lambda: asyncio.run(coro()))
 
 
+@pytest.mark.timeout(120)
+def test_a_block_closed_from_another_loop_with_its_home_loop_run_at_each_line(
+    r: redis.Redis,
+) -> None:
+    """The window a loaded CI run found in the other-loop close (review 92a's round): its
+    home loop, running in its own thread, released the lease between the close's hand-over
+    and its verdict, and a released lease has no time left -- a false LockLost. Here the
+    home loop gets the CPU at each line of that close (the closing thread sleeps there): the
+    close raises nothing, and the name is given back."""
+    from support.elsewhere import AtLine
+
+    from redlock_deco import _guard as guard
+
+    codes = {guard._give_back_async.__code__}
+
+    def run(at: int) -> int:
+        name = f"other-loop-at-{at}"
+        box: list[contextlib.AsyncExitStack] = []
+        outcome: list[str] = []
+        counted: list[int] = []
+
+        def closer() -> None:
+            async def close() -> None:
+                while not box:
+                    await asyncio.sleep(0.01)
+                try:
+                    with AtLine(codes, at, lambda: time.sleep(0.1)) as inside:
+                        await box[0].aclose()
+                    counted.append(inside.lines)
+                    outcome.append("closed")
+                except BaseException as exc:
+                    outcome.append(repr(exc))
+
+            asyncio.run(close())
+
+        async def scenario() -> None:
+            stack = contextlib.AsyncExitStack()
+            await stack.enter_async_context(redlock_deco.asyncio.Lock(name, ttl=TTL))
+            thread = threading.Thread(target=closer)
+            thread.start()
+            box.append(stack.pop_all())
+            await asyncio.to_thread(thread.join, 10)
+            assert outcome == ["closed"], f"line {at}: {outcome}"
+            assert await _eventually(lambda: not r.exists(f"lock:{name}"), within=2), at
+
+        asyncio.run(scenario())
+        return counted[0]
+
+    _at_every_line(run, more_than=5)
+
+
 @pytest.mark.timeout(30)
 def test_an_asyncio_lease_is_extended_and_checked_only_from_its_own_loop(r: redis.Redis) -> None:
     """Review 91a, F2 (MEDIUM): ``extend()`` and ``owned()`` of an asyncio object's lease

@@ -927,6 +927,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "        pass\n",
        "tests/integration/test_waiting.py::"
        "test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use"),
+    py("other-loop-release-judged-after-its-hand-over", "a block closed from another loop "
+       "hands its release to the home loop, then judges kept or lost: the home loop, "
+       "running, released it first, and a released lease has no time left (a false LockLost)",
+       "_guard",
+       "            kept = not lease.lost and lease.remaining() > 0\n"
+       "            with contextlib.suppress(RuntimeError):  # (closed: its shutdown released it)\n"
+       "                home.call_soon_threadsafe(_give_back_dropped, lease, "
+       "context=contextvars.Context())\n",
+       "            with contextlib.suppress(RuntimeError):  # (closed: its shutdown released it)\n"
+       "                home.call_soon_threadsafe(_give_back_dropped, lease, "
+       "context=contextvars.Context())\n"
+       "            kept = not lease.lost and lease.remaining() > 0\n",
+       "tests/integration/test_handed_out_blocks.py::"
+       "test_a_block_closed_from_another_loop_with_its_home_loop_run_at_each_line"),
     py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
        "two steps: the owner's new reader lease, recorded between them, is popped",
        "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
