@@ -327,7 +327,17 @@ def _abandon(lease: Lease, exc: BaseException) -> None:
     whoever was to keep it never will."""
     _stop(lease)
     if lease.pid == os.getpid():
-        _cut_short(lease.claim, lease.target, exc)
+        try:
+            _cut_short(lease.claim, lease.target, exc)
+        finally:
+            _never_kept(lease)
+
+
+def _never_kept(lease: Lease) -> None:
+    """The "released" that closes the "acquired" listeners saw of a lease its caller never
+    got (review 93a, F1: its events stopped at "acquired", a hold that never ended)."""
+    if events.listeners:
+        events.emit("released", lease.name, lease.key, 0.0, lease.source)
 
 
 def _give_back(lease: Lease) -> bool:
@@ -345,7 +355,7 @@ def _give_back(lease: Lease) -> bool:
     except BaseException as exc:
         lease._release()  # not renewed any more either way
         if isinstance(exc, renewal.UNREACHABLE):  # released in the background once it answers
-            renewal.give_back_later(lease.claim, lease.target, False)
+            renewal.give_back_later(lease.claim, lease.target, False, lease)
         raise
     return _released(lease, answer, was_lost, drivers.resent() != before)
 
@@ -356,7 +366,8 @@ def _dropped(lease: Lease) -> None:
     it could already hold."""
     lease._orphan()
     if lease.pid == os.getpid():
-        renewal.renewer().add_from_finalizer(Cleanup(lease.claim, lease.target, time.monotonic()))
+        cleanup = Cleanup(lease.claim, lease.target, time.monotonic(), lease)
+        renewal.renewer().add_from_finalizer(cleanup)
 
 
 def _dropped_async(loop: weakref.ref[asyncio.AbstractEventLoop], lease: Lease) -> None:
@@ -934,7 +945,10 @@ async def _abandon_async(lease: Lease, exc: BaseException) -> None:
     """:func:`_abandon` for asyncio."""
     _stop_async(lease)
     if lease.pid == os.getpid():
-        await _cut_short_async(lease.claim, lease.target, exc)
+        try:
+            await _cut_short_async(lease.claim, lease.target, exc)
+        finally:
+            _never_kept(lease)
 
 
 async def _give_back_async(lease: Lease) -> bool:
@@ -1049,7 +1063,7 @@ async def _send_release(lease: Lease) -> tuple[bool | None, bool]:
     try:
         answer = await drivers.run_async(lease.target.algorithms.release(lease.claim), lease.target)
     except (*renewal.UNREACHABLE, asyncio.CancelledError):
-        renewal.give_back_later(lease.claim, lease.target, True)
+        renewal.give_back_later(lease.claim, lease.target, True, lease)
         raise
     return answer, drivers.resent() != before
 
@@ -1066,7 +1080,7 @@ def _release_ended(lease: Lease, task: asyncio.Future[Any]) -> None:
     with contextlib.suppress(RuntimeError):  # no loop any more: nothing can send it
         found = renewal.known_async_renewer()
         if found is not None:  # (a loop shut down: its last clean-ups have run)
-            found.add(Cleanup(lease.claim, lease.target, time.monotonic()))
+            found.add(Cleanup(lease.claim, lease.target, time.monotonic(), lease))
 
 
 async def open_section_async(

@@ -250,7 +250,12 @@ class Lease:
         owner is open on it: the lease is then to be given back."""
         with self._gated():
             self.sections.discard(section)
-            if self.sections:
+            # Once: the gate is re-entrant, and a finaliser the collector runs inside it
+            # (Python 3.12 runs it after a call, here after the discard) that closes another
+            # section dropped open on this lease found the set empty, answered "last", and
+            # this exit answered it again -- two give-backs, the second a false loss (review
+            # 93a, N1, reasoned: 89a F2's symptom).
+            if self.sections or self.left:
                 return False
             self.left = True
             return True
@@ -346,14 +351,20 @@ class Cleanup:
     commands when it resumes), leaving a lock nobody holds. Retried until the release lands
     or the claim's ttl has passed (after which the server has dropped it anyway)."""
 
-    __slots__ = ("claim", "next_renew", "renewing", "target", "until")
+    __slots__ = ("claim", "lease", "next_renew", "renewing", "started", "target", "until")
 
-    def __init__(self, claim: Claim, target: Any, started: float) -> None:
+    def __init__(
+        self, claim: Claim, target: Any, started: float, lease: Lease | None = None
+    ) -> None:
         self.claim = claim
         self.target = target
+        self.started = started
         self.until = started + claim.ttl_ms / 1000
         self.next_renew = started  # try at once
         self.renewing = False
+        # The lease whose release this is, if its holder had it (a block dropped open, a
+        # release cut short): its "released" event comes when the clean-up ends.
+        self.lease = lease
 
     def __repr__(self) -> str:
         return f"<Cleanup {self.claim.keys.key!r}>"

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from . import _drivers as drivers
+from . import _events as events
 from . import _tokens as tokens
 from . import _worker as worker
 from ._errors import ProviderError
@@ -229,7 +230,9 @@ class LoopState:
 
 
 async def release_at_shutdown(lease: Lease) -> None:
-    """Give back a lease whose loop is ending: nothing could renew or release it later."""
+    """Give back a lease whose loop is ending: nothing could renew or release it later. Its
+    "released" closes its events, sent or not (a block dropped open as its loop ended, an
+    object's lease: they stopped at "acquired", review 93a, F1)."""
     lease._release()
     if lease.pid != os.getpid():
         return
@@ -238,6 +241,10 @@ async def release_at_shutdown(lease: Lease) -> None:
     except (RedisError, OSError) as exc:
         log.warning("releasing %r at loop shutdown failed (%r); it expires within its ttl",
                     lease.key, exc)  # fmt: skip
+    finally:
+        if events.listeners:
+            held = time.monotonic() - lease.acquired_at
+            events.emit("released", lease.name, lease.key, held, lease.source)
 
 
 async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:

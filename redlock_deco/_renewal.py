@@ -156,7 +156,10 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
     """Record what a round sent at ``started`` with ``ttl_ms`` got back (FAILED on connection
     trouble); True when the renewer should drop the job."""
     if type(job) is Cleanup:
-        return job.attempted(time.monotonic(), outcome is not FAILED)
+        ended = job.attempted(time.monotonic(), outcome is not FAILED)
+        if ended:
+            cleaned_up(job)
+        return ended
     assert type(job) is Lease
     if not job.held:
         # Released (or being released) while the round was in flight: the release's answer
@@ -174,6 +177,17 @@ def conclude(job: Job, started: float, ttl_ms: int, outcome: Any) -> bool:
     if lost:
         notify_lost(job)
     return not job.held
+
+
+def cleaned_up(job: Cleanup) -> None:
+    """A clean-up has ended (released, or its ttl passed): the lease it gives back, if any,
+    has its last event. Without it, a block dropped open (an ExitStack dropped unclosed) or
+    a release cut short left its lease's events at "acquired" -- a hold that never ended,
+    for a "held now" gauge (review 93a, F1). The time held runs to the drop."""
+    lease = job.lease
+    if lease is not None and events.listeners:
+        held = job.started - lease.acquired_at
+        events.emit("released", lease.name, lease.key, held, lease.source)
 
 
 def job_key(job: Job) -> Hashable:
@@ -681,6 +695,7 @@ class AsyncRenewer:
             ):
                 await drivers.run_async(abandon, job.target)
             self.remove(job)
+            cleaned_up(job)
 
         await asyncio.gather(*(once(job) for job in jobs))  # together: one timeout in all
 
@@ -783,15 +798,18 @@ def async_renewer() -> AsyncRenewer:
     return found
 
 
-def give_back_later(claim: Claim, target: Any, asynchronous: bool) -> None:
+def give_back_later(
+    claim: Claim, target: Any, asynchronous: bool, lease: Lease | None = None
+) -> None:
     """Leave ``claim`` to the renewer's clean-ups (see ``_waiting.give_back_later``); for
     asyncio, only while its loop's state stands: at its shutdown, after the last clean-ups
     have run, what remains expires within its ttl (a new state would never be closed, and
-    asking for one raised ProviderError out of an interrupted acquire's clean-up)."""
+    asking for one raised ProviderError out of an interrupted acquire's clean-up). ``lease``:
+    the lease whose release this finishes (see :func:`cleaned_up`)."""
     with contextlib.suppress(RuntimeError):  # a loop that is gone: nothing can send it
         found = known_async_renewer() if asynchronous else renewer()
         if found is not None:  # (a loop shut down: its last clean-ups have run)
-            found.add(Cleanup(claim, target, time.monotonic()))
+            found.add(Cleanup(claim, target, time.monotonic(), lease))
 
 
 waiting.give_back_later = give_back_later

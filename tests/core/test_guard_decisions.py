@@ -82,3 +82,37 @@ def test_a_wait_that_ran_out_for_want_of_replicas_says_so() -> None:
         _not_granted(NotGranted(acknowledged=0), options(replicas=1), "k", "lock:k", 0.0)
     assert info.value.replicas == 1 and info.value.acknowledged == 0
     _not_granted(NotGranted(acknowledged=None), options(), "k", "lock:k", 0.0)  # busy: no raise
+
+
+def test_a_lease_has_one_last_exit_even_when_one_runs_inside_another() -> None:
+    """Review 93a, N1: the lease's gate is re-entrant, and the collector may run a finaliser
+    inside it -- after an exit's discard -- that closes another section dropped open on the
+    same lease. That exit found the set empty and answered "last"; so did the outer one, and
+    the lease was given back twice (the second a false loss). One of them is the last."""
+    import inspect
+    import sys
+    from typing import Any
+
+    made = lease()
+    made._enter(1)
+    made._enter(2)
+    answers: list[bool] = []
+    code = Lease._exit.__code__
+    lines, first = inspect.getsourcelines(code)
+    verdict = first + next(n for n, line in enumerate(lines) if "if self.sections" in line)
+
+    def inside(frame: Any, event: str, arg: object) -> object:
+        if event == "line" and frame.f_lineno == verdict and not answers:
+            sys.settrace(None)
+            answers.append(made._exit(2))  # (the outer exit's discard has run)
+        return inside
+
+    def tracer(frame: Any, event: str, arg: object) -> object:
+        return inside if frame.f_code is code else None
+
+    sys.settrace(tracer)
+    try:
+        answers.append(made._exit(1))
+    finally:
+        sys.settrace(None)
+    assert sorted(answers) == [False, True], answers

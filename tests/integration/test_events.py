@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 from support.flavours import Api
+from support.samples import wait_until
 
 from redlock_deco import (
     Lock,
@@ -297,3 +298,55 @@ def test_events_built_the_0_1_way_still_construct() -> None:
     assert (event.template, event.function, event.provider) == ("", None, "")
     full = LockEvent("busy", "n", "lock:n", 0.1, "t", "m.f", "default")
     assert full.template == "t" and full.function == "m.f" and full.provider == "default"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["dropped", "cut", "dropped-as-its-loop-ends"])
+def test_a_lease_given_up_without_its_exit_still_ends_with_released(
+    r: redis.Redis, how: str
+) -> None:
+    """Review 93a, F1 (LOW): a lease's last event is "released", also when no exit of its
+    holder gives it back -- a block whose ExitStack is dropped unclosed (released in the
+    background), or an acquire cut short after the lease was taken, or an asyncio block
+    dropped open as its loop ends (the shutdown cancels its release, a clean-up sends it).
+    Its events stopped at "acquired": a hold that never ended, for a "held now" gauge."""
+    import asyncio
+    import contextlib
+
+    from support.elsewhere import AtLine
+
+    import redlock_deco.asyncio
+    from redlock_deco import _ownership as ownership
+
+    seen: list[str] = []
+
+    def listener(event: LockEvent) -> None:
+        if event.name == how:
+            seen.append(event.kind)
+
+    add_listener(listener)
+    try:
+        if how == "dropped":
+            stack = contextlib.ExitStack()
+            stack.enter_context(Lock(how, ttl=30))
+            del stack
+        elif how == "dropped-as-its-loop-ends":
+
+            async def drop() -> None:
+                stack = contextlib.AsyncExitStack()
+                await stack.enter_async_context(redlock_deco.asyncio.Lock(how, ttl=30))
+                del stack
+
+            asyncio.run(drop())
+        else:
+
+            def cut() -> None:
+                raise KeyboardInterrupt
+
+            opening = {ownership.open_section.__code__}
+            with pytest.raises(KeyboardInterrupt), AtLine(opening, 1, cut), Lock(how, ttl=30):
+                pass
+        assert wait_until(lambda: not r.exists(f"lock:{how}"), 5)
+        assert wait_until(lambda: seen == ["acquired", "released"], 2), seen
+    finally:
+        remove_listener(listener)

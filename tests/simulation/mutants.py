@@ -475,8 +475,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/core/test_core_renewal.py"),
     py("interrupted-acquire-kept", "a lease taken by an acquire that was then interrupted is "
        "kept, not given back", "_guard",
-       "    _stop(lease)\n    if lease.pid == os.getpid():\n        _cut_short(",
-       "    _stop(lease)\n    if False:\n        _cut_short(",
+       "    _stop(lease)\n    if lease.pid == os.getpid():\n        try:\n            _cut_short(",
+       "    _stop(lease)\n    if False:\n        try:\n            _cut_short(",
        "tests/integration/test_cancellation.py"),
     # -- the connections and the drivers (no simulator: their tests) ------------------------
     py("connect-cut-short-kept", "a pool's connections are left as redis-py makes them: a "
@@ -941,6 +941,30 @@ MUTANTS: tuple[Mutant, ...] = (
        "            kept = not lease.lost and lease.remaining() > 0\n",
        "tests/integration/test_handed_out_blocks.py::"
        "test_a_block_closed_from_another_loop_with_its_home_loop_run_at_each_line"),
+    py("a-lease-left-twice", "a last exit run inside another (a finaliser inside the "
+       "re-entrant gate) answers 'last' as the outer one does: given back twice",
+       "_lifecycle", "            if self.sections or self.left:\n",
+       "            if self.sections:\n",
+       "tests/core/test_guard_decisions.py::"
+       "test_a_lease_has_one_last_exit_even_when_one_runs_inside_another"),
+    py("dropped-lease-released-silently", "a block dropped open is given back in the "
+       "background with no 'released' event", "_guard",
+       "        cleanup = Cleanup(lease.claim, lease.target, time.monotonic(), lease)\n",
+       "        cleanup = Cleanup(lease.claim, lease.target, time.monotonic())\n",
+       "tests/integration/test_events.py::"
+       "test_a_lease_given_up_without_its_exit_still_ends_with_released"),
+    py("abandoned-lease-released-silently", "an acquire cut short after it took the lease "
+       "gives it back with no 'released' event", "_guard",
+       "        events.emit(\"released\", lease.name, lease.key, 0.0, lease.source)\n",
+       "        pass\n",
+       "tests/integration/test_events.py::"
+       "test_a_lease_given_up_without_its_exit_still_ends_with_released"),
+    py("shutdown-release-silent", "a lease its loop's shutdown releases has no 'released' "
+       "event", "_process",
+       "            events.emit(\"released\", lease.name, lease.key, held, lease.source)\n",
+       "            pass\n",
+       "tests/integration/test_events.py::"
+       "test_a_lease_given_up_without_its_exit_still_ends_with_released"),
     py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
        "two steps: the owner's new reader lease, recorded between them, is popped",
        "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
