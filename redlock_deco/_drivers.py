@@ -52,6 +52,7 @@ from redis.retry import Retry
 from . import _waiting as waiting
 from ._errors import ProviderError
 from ._pools import (
+    UNBOUNDED_POOL,
     WholeConnect,
     counting,
     guard,
@@ -108,11 +109,10 @@ def routing(client: Any, step: Step) -> dict[str, Any]:
     return {}
 
 
-# Pools at least this large are practically unbounded (redis-py 5's default is 2**31). We
-# still bound our own use of them, as if they had redis-py 6's default size: otherwise 1,000
-# waiters starting at once open a connection each for their first attempt (and run out of
-# file descriptors), where a bounded pool lets them take turns.
-UNBOUNDED_POOL = 10_000
+# Pools at least UNBOUNDED_POOL large (_pools) are practically unbounded. We still bound our
+# own use of them, as if they had redis-py 6's default size: otherwise 1,000 waiters starting
+# at once open a connection each for their first attempt (and run out of file descriptors),
+# where a bounded pool lets them take turns.
 ASSUMED_POOL = 100
 
 

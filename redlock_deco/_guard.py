@@ -36,7 +36,7 @@ from . import _renewal as renewal
 from . import _tokens as tokens
 from . import _worker as worker
 from ._errors import LockError, LockLost, LockNotReplicated, ProviderError, add_note
-from ._lifecycle import Cleanup, Lease, Left
+from ._lifecycle import Cleanup, Lease, Left, say_released
 from ._options import LeaseOptions
 from ._protocol import (
     Claim,
@@ -184,12 +184,11 @@ def _released(lease: Lease, answer: bool | None, was_lost: bool, resent: bool = 
         lease._release()
     else:
         lease._lose()
-    if events.listeners:
-        held = time.monotonic() - lease.acquired_at
-        if not released and not was_lost:  # found at release (renewal reported its own)
-            events.emit("lost", lease.name, lease.key, None, lease.source)
-        # Last: a lease's "released" closes it, after any "lost" (listeners rely on it).
-        events.emit("released", lease.name, lease.key, held, lease.source)
+    if events.listeners and not released and not was_lost and not lease.said_released:
+        # (found at release: a renewal reported its own)
+        events.emit("lost", lease.name, lease.key, None, lease.source)
+    # Last: a lease's "released" closes it, after any "lost" (listeners rely on it).
+    say_released(lease, time.monotonic() - lease.acquired_at)
     return released and not was_lost
 
 
@@ -336,8 +335,7 @@ def _abandon(lease: Lease, exc: BaseException) -> None:
 def _never_kept(lease: Lease) -> None:
     """The "released" that closes the "acquired" listeners saw of a lease its caller never
     got (review 93a, F1: its events stopped at "acquired", a hold that never ended)."""
-    if events.listeners:
-        events.emit("released", lease.name, lease.key, 0.0, lease.source)
+    say_released(lease, 0.0)
 
 
 def _give_back(lease: Lease) -> bool:
@@ -767,9 +765,7 @@ def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:
 def _handed_over(lease: Lease) -> None:
     """This process's hold ends with a hand-over: its events close with "released" (its
     adopter's open with "acquired"), as every lease's do."""
-    if events.listeners:
-        held = time.monotonic() - lease.acquired_at
-        events.emit("released", lease.name, lease.key, held, lease.source)
+    say_released(lease, time.monotonic() - lease.acquired_at)
 
 
 def hand_over_held(
@@ -1003,6 +999,7 @@ async def _give_back_async(lease: Lease) -> bool:
         except asyncio.CancelledError as exc:
             if cancelled is not None or releasing.cancelled():
                 lease._release()  # cancelled twice, or the release itself (the loop ends)
+                releasing.add_done_callback(partial(_released_unheard, lease, was_lost))
                 raise
             cancelled = exc
         except BaseException as exc:
@@ -1021,6 +1018,16 @@ async def _give_back_async(lease: Lease) -> bool:
             add_note(cancelled, f"the lease on {lease.key!r} was also lost while the call ran")
         raise cancelled
     return kept
+
+
+def _released_unheard(lease: Lease, was_lost: bool, task: asyncio.Future[Any]) -> None:
+    """A release its caller stopped waiting for (cancelled twice) has landed: its answer
+    still ends the lease's events ("lost" if it found the lease gone, then "released"); it
+    stopped at "acquired" (review 94a, F2). One cancelled or failed is its clean-up's."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    answer, resent = task.result()
+    _released(lease, answer, was_lost, resent)
 
 
 def _home_loop(lease: Lease) -> asyncio.AbstractEventLoop | None:

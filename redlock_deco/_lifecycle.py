@@ -81,6 +81,7 @@ class Lease:
         "fencing_token",
         "hold_until",
         "io",
+        "last_out",
         "left",
         "name",
         "next_renew",
@@ -89,6 +90,7 @@ class Lease:
         "provider",
         "recorded_at",
         "renewing",
+        "said_released",
         "sections",
         "set_ms",
         "state",
@@ -139,7 +141,9 @@ class Lease:
         # block ran on a lease being given back while another holder got in (review 89a,
         # F1). Re-entrant: a signal handler's own section may open and close in between.
         self.left: bool = False
+        self.last_out: object = None  # the section whose exit was the last (see _exit)
         self._gate = threading.RLock()
+        self.said_released: bool = False  # its last event sent (see say_released)
         self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms: int = claim.ttl_ms
         self.set_ms: int = claim.ttl_ms  # what the request behind the recorded expiry set
@@ -250,13 +254,19 @@ class Lease:
         owner is open on it: the lease is then to be given back."""
         with self._gated():
             self.sections.discard(section)
-            # Once: the gate is re-entrant, and a finaliser the collector runs inside it
-            # (Python 3.12 runs it after a call, here after the discard) that closes another
-            # section dropped open on this lease found the set empty, answered "last", and
-            # this exit answered it again -- two give-backs, the second a false loss (review
-            # 93a, N1, reasoned: 89a F2's symptom).
-            if self.sections or self.left:
+            if self.sections:
                 return False
+            if self.left:
+                # One exit is the last, and says so each time it is repeated (an interrupted
+                # exit's clean-up closes its section again, and gives the lease back only on
+                # that answer: answered once, an interrupt in the give-back left the lease
+                # held and renewed while the thread lived, review 94a, F1); no other exit is
+                # -- the gate is re-entrant, and a finaliser the collector runs inside it
+                # (Python 3.12 runs it after a call, here after the discard) that closed
+                # another section dropped open on this lease answered "last", and so did
+                # this exit: two give-backs, the second a false loss (review 93a, N1).
+                return self.last_out == section
+            self.last_out = section  # (first: a repeat cut in between decides anew)
             self.left = True
             return True
 
@@ -379,6 +389,18 @@ class Cleanup:
             return True
         self.next_renew = now + RETRY_DELAY
         return False
+
+
+def say_released(lease: Lease, held: float) -> None:
+    """Send ``lease``'s last event, "released" (``held``: the time held), once: a listener's
+    own KeyboardInterrupt out of it reached the release's interrupt handling, which gave the
+    lease up and said "released" again -- a "held now" gauge went below zero (review 94a,
+    F3). Marked before it is sent."""
+    if lease.said_released:
+        return
+    lease.said_released = True
+    if events.listeners:
+        events.emit("released", lease.name, lease.key, held, lease.source)
 
 
 def notify_lost(lease: Lease) -> None:

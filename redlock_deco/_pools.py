@@ -396,6 +396,21 @@ def cached(client: Any) -> bool:
     return getattr(getattr(client, "connection_pool", None), "cache", None) is not None
 
 
+# Pools at least this large are practically unbounded (redis-py 5's default is 2**31).
+UNBOUNDED_POOL = 10_000
+
+
+def fills_up(pool: Any) -> bool:
+    """Does ``pool`` raise when all its connections are out ("Too many connections"): a
+    bounded one that does not wait (not a ``BlockingConnectionPool``)?"""
+    size = getattr(pool, "max_connections", None)
+    return (
+        isinstance(size, int)
+        and size < UNBOUNDED_POOL
+        and not isinstance(pool, redis.BlockingConnectionPool)
+    )
+
+
 def uncached_pool(pool: Any, sized: bool = False) -> Any:
     """A pool like ``pool`` (its connection class and settings), without the cache; of its
     kind and size if ``sized``, else a plain ``redis.ConnectionPool``."""

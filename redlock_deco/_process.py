@@ -39,11 +39,10 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from . import _drivers as drivers
-from . import _events as events
 from . import _tokens as tokens
 from . import _worker as worker
 from ._errors import ProviderError
-from ._lifecycle import Lease, notify_lost
+from ._lifecycle import Lease, notify_lost, say_released
 
 log = logging.getLogger("redlock_deco")
 
@@ -242,9 +241,7 @@ async def release_at_shutdown(lease: Lease) -> None:
         log.warning("releasing %r at loop shutdown failed (%r); it expires within its ttl",
                     lease.key, exc)  # fmt: skip
     finally:
-        if events.listeners:
-            held = time.monotonic() - lease.acquired_at
-            events.emit("released", lease.name, lease.key, held, lease.source)
+        say_released(lease, time.monotonic() - lease.acquired_at)
 
 
 async def _until_shutdown(state: LoopState) -> AsyncGenerator[None, None]:

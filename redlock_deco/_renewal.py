@@ -37,7 +37,7 @@ from . import _drivers as drivers
 from . import _events as events
 from . import _process as process
 from . import _waiting as waiting
-from ._lifecycle import Cleanup, Lease, notify_lost
+from ._lifecycle import Cleanup, Lease, notify_lost, say_released
 from ._protocol import Claim, Steps
 from ._worker import Lanes, background, start
 
@@ -184,10 +184,8 @@ def cleaned_up(job: Cleanup) -> None:
     has its last event. Without it, a block dropped open (an ExitStack dropped unclosed) or
     a release cut short left its lease's events at "acquired" -- a hold that never ended,
     for a "held now" gauge (review 93a, F1). The time held runs to the drop."""
-    lease = job.lease
-    if lease is not None and events.listeners:
-        held = job.started - lease.acquired_at
-        events.emit("released", lease.name, lease.key, held, lease.source)
+    if job.lease is not None:
+        say_released(job.lease, job.started - job.lease.acquired_at)
 
 
 def job_key(job: Job) -> Hashable:

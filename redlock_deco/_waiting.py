@@ -48,7 +48,7 @@ import redis
 
 from . import _tokens as tokens
 from ._flag import Flag
-from ._pools import cached, uncached_pool
+from ._pools import cached, fills_up, uncached_pool
 from ._protocol import Claim, granted_claim
 from ._worker import background, set_within
 
@@ -507,7 +507,8 @@ class SyncWaiting:
         try:
             # (a handoff nobody grants: the loop reads until the subscription is confirmed,
             # passing on any grant for the others on the way)
-            self._read_on(Handoff(self, ""), time.monotonic() + RESUBSCRIBE_WAIT, True)
+            # (the interrupted one still holds its connection: see _subscriber)
+            self._read_on(Handoff(self, ""), time.monotonic() + RESUBSCRIBE_WAIT, True, True)
         except Exception as exc:
             log.debug("redlock-deco: subscribing again for the other waiters failed: %r", exc)
             self._drop_subscription()
@@ -535,7 +536,9 @@ class SyncWaiting:
         self._subscribed_event.clear()
         return pubsub
 
-    def _read_on(self, handoff: Handoff, deadline: float, until_subscribed: bool) -> None:
+    def _read_on(
+        self, handoff: Handoff, deadline: float, until_subscribed: bool, beside: bool = False
+    ) -> None:
         while handoff.at is None and not (until_subscribed and self._subscribed):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -545,7 +548,7 @@ class SyncWaiting:
                     self._drop_subscription()  # see unconfirmed()
                 if self._pubsub is None:
                     self._since = time.monotonic()
-                    self._pubsub = _subscriber(self.client)
+                    self._pubsub = _subscriber(self.client, beside)
                     self._pubsub.subscribe(channel())
                 message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
             except Exception as exc:  # connection trouble: grants are lost until we are back
@@ -605,14 +608,16 @@ class SyncWaiting:
             other.nudge()
 
 
-def _subscriber(client: Any) -> Any:
+def _subscriber(client: Any, beside: bool = False) -> Any:
     """``client.pubsub()``, its ``subscribed_event`` a :class:`Flag`. redis-py's is a
     ``threading.Event``, set in ``subscribe()`` and cleared in ``reset()``: a KeyboardInterrupt
     inside its Condition code left the lock held, and the interrupted waiter's own clean-up
     (``close()``, then ``reset()``) waited for it for good -- one Ctrl-C, a hang past
-    ``wait=`` (review 44, N1)."""
+    ``wait=`` (review 44, N1). ``beside``: made while the process's other subscription
+    still holds its connection (see SyncWaiting._read)."""
     pubsub: Any
-    if not cached(client):
+    pool = getattr(client, "connection_pool", None)
+    if not cached(client) and not (beside and fills_up(pool)):
         pubsub = client.pubsub()
     else:
         # redis-py's PubSub cannot read through the client-side cache's connection proxy
@@ -620,7 +625,11 @@ def _subscriber(client: Any) -> Any:
         # and every waiter polled, 2 s for a lock held 0.3 s (a subclass's, a Sentinel's, a
         # client wrapped on the instance: a plain one sends everything around the cache, see
         # _pools.uncached). The subscription gets an uncached pool of its own, closed with it.
-        own = uncached_pool(client.connection_pool)
+        # So does one made beside another on a pool that raises when full: the lanes leave
+        # one connection for the subscriber, and a second one there took a lane's -- other
+        # threads' releases failed with "Too many connections", their locks held on
+        # (review 94b, F1).
+        own = uncached_pool(pool)
         pubsub = redis.Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call, unused-ignore]
         pubsub.own_pool = own  # (see _closed)
     if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):

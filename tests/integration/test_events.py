@@ -5,6 +5,7 @@ async -- the logging listener, listeners that fail, and the labels every event c
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -350,3 +351,81 @@ def test_a_lease_given_up_without_its_exit_still_ends_with_released(
         assert wait_until(lambda: seen == ["acquired", "released"], 2), seen
     finally:
         remove_listener(listener)
+
+
+@pytest.mark.timeout(30)
+def test_an_asyncio_exit_cancelled_twice_while_releasing_still_ends_with_released(
+    r: redis.Redis, recorded: list[LockEvent]
+) -> None:
+    """Review 94a, F2 (LOW): cancelled twice while its release is out (a server paused for
+    writes), an asyncio exit stops waiting and the release lands on its own -- and said
+    nothing: the lease's events stopped at "acquired"."""
+    import asyncio
+
+    import redlock_deco.asyncio
+
+    async def scenario() -> None:
+        inside, go = asyncio.Event(), asyncio.Event()
+
+        async def holder() -> None:
+            async with redlock_deco.asyncio.Lock("twice-cancelled", ttl=5):
+                inside.set()
+                await go.wait()
+
+        task = asyncio.create_task(holder())
+        await inside.wait()
+        r.execute_command("CLIENT", "PAUSE", 400, "WRITE")
+        go.set()
+        await asyncio.sleep(0.1)  # (the release is out, the server holds it)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 3
+        while r.exists("lock:twice-cancelled") and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # (its done callback, at the loop's next turn)
+
+    asyncio.run(scenario())
+    kinds = [event.kind for event in recorded if event.name == "twice-cancelled"]
+    assert not r.exists("lock:twice-cancelled")
+    assert kinds == ["acquired", "released"], kinds
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["release", "hand_over", "with"])
+def test_an_interrupt_out_of_a_released_listener_says_released_once(
+    r: redis.Redis, how: str
+) -> None:
+    """Review 94a, F3 (LOW): a Ctrl-C while a listener handles "released" reached the
+    release's interrupt handling, which gave the lease up and said "released" again: a
+    "held now" gauge went below zero."""
+    seen: list[str] = []
+    armed = [True]
+
+    def listener(event: LockEvent) -> None:
+        if event.name != how:
+            return
+        seen.append(event.kind)
+        if event.kind == "released" and armed:
+            armed.clear()
+            raise KeyboardInterrupt
+
+    add_listener(listener)
+    try:
+        lock = Lock(how, ttl=5)
+
+        def run() -> None:
+            if how == "with":
+                with lock:
+                    pass
+            else:
+                lock.acquire()
+                getattr(lock, how)()
+
+        with pytest.raises(KeyboardInterrupt):
+            run()
+    finally:
+        remove_listener(listener)
+    assert seen == ["acquired", "released"], seen

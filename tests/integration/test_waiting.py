@@ -3,6 +3,7 @@ no lost wake-ups, no keys left behind, few commands per contended critical secti
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from functools import partial
@@ -12,6 +13,7 @@ import pytest
 import redis
 from support.elsewhere import AtLine
 
+import redlock_deco
 from redlock_deco import Lock, locked
 from redlock_deco.testing import RedisServer
 
@@ -245,3 +247,125 @@ def test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use(
     assert lines > 5
     for at in range(1, lines + 1):
         run(at)
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupted_readers_new_subscription_takes_no_connection_from_a_full_pool(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review 94b, F1 (MEDIUM): the thread reading grants is interrupted while another
+    thread waits, and subscribes afresh before its old subscription goes (so that no grant
+    is announced to nobody): on a bounded pool that raises when full, that second
+    subscription took a connection the lanes had left to commands -- other threads'
+    releases failed with "Too many connections", their locks held on. Here the pool has one
+    connection left (beside the old subscription, this test holds the others) as the reader
+    is interrupted: its new subscription takes a pool of its own, and a command as it is
+    confirmed finds the one left."""
+    import inspect
+    import logging
+    import sys
+
+    from redlock_deco import _waiting as waiting
+
+    pool = redis.ConnectionPool.from_url(server.url, max_connections=3)
+    client = redis.Redis(connection_pool=pool)
+    code = waiting.SyncWaiting._read_on.__code__
+    lines, first = inspect.getsourcelines(code)
+    reading = first + next(n for n, text in enumerate(lines) if "_pubsub.get_message(" in text)
+    now, held, go, interrupted, served = (threading.Event() for _ in range(5))
+    failed: list[BaseException] = []
+
+    def interrupt(frame: Any, event: str, arg: object) -> Any:
+        if (
+            event == "line"
+            and frame.f_lineno == reading
+            and now.is_set()
+            and not interrupted.is_set()
+        ):
+            interrupted.set()
+            raise KeyboardInterrupt
+        return interrupt
+
+    def another_command() -> None:
+        """Another thread's command, as the new subscription is confirmed and the old one
+        not closed yet (the window): it finds the connection left for it."""
+        try:
+            pool.release(_checked_out(pool))
+        except redis.ConnectionError as exc:
+            failed.append(exc)
+
+    def after(frame: Any, event: str, arg: object) -> Any:
+        if event == "return":
+            another_command()
+        return after
+
+    def tracer(frame: Any, event: str, arg: object) -> Any:
+        if frame.f_code is waiting.SyncWaiting._subscribe_for_others.__code__:
+            return after
+        return interrupt if frame.f_code is code else None
+
+    def holder() -> None:
+        with Lock("full", ttl=5):
+            held.set()
+            go.wait(10)
+
+    def reader() -> None:  # (waits first: it reads the grants)
+        sys.settrace(tracer)
+        try:
+            with Lock("full", ttl=5, wait=10):
+                pass
+        except KeyboardInterrupt:
+            pass
+        except Exception as exc:  # ("Too many connections": the finding)
+            failed.append(exc)
+        finally:
+            sys.settrace(None)
+
+    def other() -> None:
+        with Lock("full", ttl=5, wait=10):
+            served.set()
+
+    def other_waits_inside() -> bool:
+        return any(
+            sum(handoff.inside for handoff in found._board.waiting.values()) == 2
+            for found in waiting._every_subscriber()
+            if isinstance(found, waiting.SyncWaiting)
+        )
+
+    redlock_deco.register_provider("default", client)
+    threads = [threading.Thread(target=fn) for fn in (holder, reader, other)]
+    taken: list[Any] = []
+    try:
+        threads[0].start()
+        assert held.wait(5)
+        threads[1].start()
+        time.sleep(0.2)
+        threads[2].start()
+        deadline = time.monotonic() + 5
+        while not other_waits_inside():
+            assert time.monotonic() < deadline, "the other thread never waited"
+            time.sleep(0.01)
+        with contextlib.suppress(redis.ConnectionError):  # (MaxConnectionsError: full)
+            while True:
+                taken.append(_checked_out(pool))
+        pool.release(taken.pop())  # one left: for commands, not a subscription
+        caplog.set_level(logging.DEBUG, logger="redlock_deco")
+        now.set()
+        with server.client() as admin:  # (a message for nobody: the reader's read returns)
+            admin.publish(waiting.channel(), "nobody")
+        threads[1].join(10)
+        assert interrupted.is_set() and not failed, failed
+        assert "subscription failed" not in caplog.text, caplog.text
+        for connection in taken:
+            pool.release(connection)
+        taken.clear()
+        go.set()
+        assert served.wait(10)
+    finally:
+        for connection in taken:
+            pool.release(connection)
+        go.set()
+        for thread in threads:
+            thread.join(10)
+        redlock_deco.register_provider("default", server.url)
+        client.close()

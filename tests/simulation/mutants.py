@@ -943,8 +943,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "test_a_block_closed_from_another_loop_with_its_home_loop_run_at_each_line"),
     py("a-lease-left-twice", "a last exit run inside another (a finaliser inside the "
        "re-entrant gate) answers 'last' as the outer one does: given back twice",
-       "_lifecycle", "            if self.sections or self.left:\n",
-       "            if self.sections:\n",
+       "_lifecycle", "                return self.last_out == section\n",
+       "                return True\n",
        "tests/core/test_guard_decisions.py::"
        "test_a_lease_has_one_last_exit_even_when_one_runs_inside_another"),
     py("dropped-lease-released-silently", "a block dropped open is given back in the "
@@ -955,16 +955,36 @@ MUTANTS: tuple[Mutant, ...] = (
        "test_a_lease_given_up_without_its_exit_still_ends_with_released"),
     py("abandoned-lease-released-silently", "an acquire cut short after it took the lease "
        "gives it back with no 'released' event", "_guard",
-       "        events.emit(\"released\", lease.name, lease.key, 0.0, lease.source)\n",
-       "        pass\n",
+       "    say_released(lease, 0.0)\n", "    pass\n",
        "tests/integration/test_events.py::"
        "test_a_lease_given_up_without_its_exit_still_ends_with_released"),
     py("shutdown-release-silent", "a lease its loop's shutdown releases has no 'released' "
        "event", "_process",
-       "            events.emit(\"released\", lease.name, lease.key, held, lease.source)\n",
-       "            pass\n",
+       "        say_released(lease, time.monotonic() - lease.acquired_at)\n", "        pass\n",
        "tests/integration/test_events.py::"
        "test_a_lease_given_up_without_its_exit_still_ends_with_released"),
+    py("second-subscription-in-a-full-pool", "an interrupted reader's new subscription, "
+       "made beside the old one, takes a connection of a pool that raises when full",
+       "_waiting", "    if not cached(client) and not (beside and fills_up(pool)):\n",
+       "    if not cached(client):\n",
+       "tests/integration/test_waiting.py::"
+       "test_an_interrupted_readers_new_subscription_takes_no_connection_from_a_full_pool"),
+    py("repeated-last-exit-answers-no", "the last exit, repeated by an interrupted exit's "
+       "clean-up, is no longer the last: the lease stays held and renewed", "_lifecycle",
+       "                return self.last_out == section\n", "                return False\n",
+       "tests/core/test_guard_decisions.py::"
+       "test_a_lease_has_one_last_exit_even_when_one_runs_inside_another"),
+    py("released-said-twice", "a lease's 'released' is sent again by a path that gives it "
+       "up after a listener's interrupt", "_lifecycle",
+       "    if lease.said_released:\n        return\n", "    if False:\n        return\n",
+       "tests/integration/test_events.py::"
+       "test_an_interrupt_out_of_a_released_listener_says_released_once"),
+    py("unheard-release-silent", "a release its asyncio caller stopped waiting for lands "
+       "with no 'released'", "_guard",
+       "                releasing.add_done_callback(partial(_released_unheard, lease, was_lost))\n",
+       "                pass\n",
+       "tests/integration/test_events.py::"
+       "test_an_asyncio_exit_cancelled_twice_while_releasing_still_ends_with_released"),
     py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
        "two steps: the owner's new reader lease, recorded between them, is popped",
        "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
@@ -1276,7 +1296,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "tests/integration/test_connect_interrupts.py"),
     py("cached-subscription-through-proxy", "the grant subscription of a client-side caching "
        "client not sent around the cache goes through the cache's proxy", "_waiting",
-       "    if not cached(client):\n", "    if True:\n",
+       "    if not cached(client) and not (beside and fills_up(pool)):\n", "    if True:\n",
        "tests/integration/test_connect_interrupts.py"),
     py("wrapped-client-sent-around", "a client-side caching client wrapped on the instance is "
        "sent around the cache too: its wrapper never sees the library's commands", "_pools",
