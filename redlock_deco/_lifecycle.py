@@ -23,6 +23,10 @@ err on the early side. The lease's real end is the Redis server's expiry.
 An acquire that was cut short (timeout, cancellation, lost connection) is not a lease at all:
 it is a :class:`Cleanup` job, which the renewer retries until the token-compared release
 lands or the claim's ttl has passed.
+
+Why one module: a lease's state, its sections' count (which exit is the last), its loss
+report and its last event ("released", once) are one account of the same lease; split, the
+writers of each would again be the gaps this module closed.
 """
 
 from __future__ import annotations
