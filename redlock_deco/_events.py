@@ -117,10 +117,22 @@ def remove_listener(listener: Listener) -> None:
         )  # bound methods are new objects each time, equal by value
 
 
-def emit(kind: EventKind, name: str, key: str, seconds: float | None, source: Source) -> None:
+def emit(
+    kind: EventKind,
+    name: str,
+    key: str,
+    seconds: float | None,
+    source: Source,
+    heard: Callable[[], object] | None = None,
+) -> None:
+    """Call every listener with the event; ``heard()`` right before the first is called
+    (what is done then is not done again if a listener's own exception comes out)."""
     event = LockEvent(kind, name, key, seconds, source.template, source.function,
                       source.provider)  # fmt: skip
     for listener in listeners:
+        if heard is not None:
+            heard()
+            heard = None
         try:
             listener(event)
         except Exception:

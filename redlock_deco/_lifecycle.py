@@ -38,6 +38,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from . import _events as events
@@ -399,12 +400,20 @@ def say_released(lease: Lease, held: float) -> None:
     """Send ``lease``'s last event, "released" (``held``: the time held), once: a listener's
     own KeyboardInterrupt out of it reached the release's interrupt handling, which gave the
     lease up and said "released" again -- a "held now" gauge went below zero (review 94a,
-    F3). Marked before it is sent."""
+    F3). Marked as said as the first listener is called, not before: an interrupt on the way
+    there reached the same handling, which found it said, and it never was (review 95,
+    F1)."""
     if lease.said_released:
         return
+    if not events.listeners:
+        lease.said_released = True  # (nobody to tell, now or later)
+        return
+    events.emit("released", lease.name, lease.key, held, lease.source,
+                heard=partial(_said_released, lease))  # fmt: skip
+
+
+def _said_released(lease: Lease) -> None:
     lease.said_released = True
-    if events.listeners:
-        events.emit("released", lease.name, lease.key, held, lease.source)
 
 
 def notify_lost(lease: Lease) -> None:

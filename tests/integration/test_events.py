@@ -429,3 +429,44 @@ def test_an_interrupt_out_of_a_released_listener_says_released_once(
     finally:
         remove_listener(listener)
     assert seen == ["acquired", "released"], seen
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["release", "hand_over", "with"])
+def test_an_interrupt_on_the_way_to_the_listeners_still_says_released(
+    r: redis.Redis, recorded: list[LockEvent], how: str
+) -> None:
+    """Review 95, F1 (LOW): a KeyboardInterrupt as "released" was on its way to the
+    listeners (a real signal is checked as each call starts) came after the lease was marked
+    as said: the release's interrupt handling gave the lease up and found it said -- and it
+    never was. Its events stopped at "acquired"."""
+    import sys
+
+    from redlock_deco import _events as events_module
+
+    code, fired = events_module.emit.__code__, []
+
+    def tracer(frame: Any, event: str, arg: object) -> Any:
+        if frame.f_code is code and frame.f_locals.get("kind") == "released" and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+        return None
+
+    lock = Lock(how, ttl=5)
+
+    def run() -> None:
+        sys.settrace(tracer)
+        try:
+            if how == "with":
+                with lock:
+                    pass
+            else:
+                lock.acquire()
+                getattr(lock, how)()
+        finally:
+            sys.settrace(None)
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    assert fired and not r.exists(f"lock:{how}")
+    assert [event.kind for event in recorded if event.name == how] == ["acquired", "released"]

@@ -985,6 +985,14 @@ MUTANTS: tuple[Mutant, ...] = (
        "                pass\n",
        "tests/integration/test_events.py::"
        "test_an_asyncio_exit_cancelled_twice_while_releasing_still_ends_with_released"),
+    py("released-marked-before-it-is-sent", "a lease is marked as having said 'released' "
+       "before any listener hears it: an interrupt on the way leaves it never said", "_lifecycle",
+       "    events.emit(\"released\", lease.name, lease.key, held, lease.source,\n"
+       "                heard=partial(_said_released, lease))  # fmt: skip\n",
+       "    lease.said_released = True\n"
+       "    events.emit(\"released\", lease.name, lease.key, held, lease.source)\n",
+       "tests/integration/test_events.py::"
+       "test_an_interrupt_on_the_way_to_the_listeners_still_says_released"),
     py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
        "two steps: the owner's new reader lease, recorded between them, is popped",
        "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
