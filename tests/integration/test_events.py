@@ -393,6 +393,17 @@ def test_an_asyncio_exit_cancelled_twice_while_releasing_still_ends_with_release
     assert kinds == ["acquired", "released"], kinds
 
 
+def _hold_and_leave(lock: Lock, how: str) -> None:
+    """Take ``lock`` and leave it ``how``: a ``with`` block, or acquire() then release() or
+    hand_over()."""
+    if how == "with":
+        with lock:
+            pass
+    else:
+        lock.acquire()
+        getattr(lock, how)()
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("how", ["release", "hand_over", "with"])
 def test_an_interrupt_out_of_a_released_listener_says_released_once(
@@ -414,18 +425,8 @@ def test_an_interrupt_out_of_a_released_listener_says_released_once(
 
     add_listener(listener)
     try:
-        lock = Lock(how, ttl=5)
-
-        def run() -> None:
-            if how == "with":
-                with lock:
-                    pass
-            else:
-                lock.acquire()
-                getattr(lock, how)()
-
         with pytest.raises(KeyboardInterrupt):
-            run()
+            _hold_and_leave(Lock(how, ttl=5), how)
     finally:
         remove_listener(listener)
     assert seen == ["acquired", "released"], seen
@@ -452,17 +453,10 @@ def test_an_interrupt_on_the_way_to_the_listeners_still_says_released(
             raise KeyboardInterrupt
         return None
 
-    lock = Lock(how, ttl=5)
-
     def run() -> None:
         sys.settrace(tracer)
         try:
-            if how == "with":
-                with lock:
-                    pass
-            else:
-                lock.acquire()
-                getattr(lock, how)()
+            _hold_and_leave(Lock(how, ttl=5), how)
         finally:
             sys.settrace(None)
 
