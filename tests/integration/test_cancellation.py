@@ -382,6 +382,12 @@ def make_cold(url: str) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("state", ["warm", "cold"])
 @pytest.mark.parametrize("form", ["decorated", "with"])
+# A socket (and its asyncio transport) that an interrupt inside redis-py's connect left to the
+# collector, in another test of the same xdist worker, is collected by this test's
+# gc.collect(): its ResourceWarning is not this test's finding (as in test_interrupts.py;
+# CI 47's interrupts leg: an unclosed _SelectorSocketTransport here, a sync test).
+@pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
+@pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning")
 def test_a_keyboard_interrupt_at_any_line_leaves_nothing_held_or_renewed(
     form: str, state: str, r: redis.Redis, server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
