@@ -592,18 +592,36 @@ def test_an_async_block_handed_to_another_threads_loop_is_released_there(
     release was taken for one the loop's shutdown had done (a false LockLost, the key held
     until its ttl); with one, it was sent on a client of the other loop ("attached to a
     different loop"). It goes to the block's own loop, and the close raises nothing."""
+
+    async def warm() -> None:
+        if loop == "used":
+            async with redlock_deco.asyncio.Lock("other-loop-warm", ttl=TTL):
+                pass
+
+    assert _closed_in_another_loop(r, "other-loop", warm) == ["closed"]
+
+
+def _closed_in_another_loop(
+    r: redis.Redis,
+    name: str,
+    first: Callable[[], Any] | None = None,
+    around: Callable[[], Any] = contextlib.nullcontext,
+) -> list[str]:
+    """An asyncio block on ``name`` handed out (``pop_all()``) to a task of another thread's
+    loop, which runs ``first()`` and closes it inside ``around()``: what the close did
+    ("closed", or its exception), once the name is given back."""
     box: list[contextlib.AsyncExitStack] = []
     outcome: list[str] = []
 
     def closer() -> None:
         async def close() -> None:
-            if loop == "used":
-                async with redlock_deco.asyncio.Lock("other-loop-warm", ttl=TTL):
-                    pass
+            if first is not None:
+                await first()
             while not box:
                 await asyncio.sleep(0.01)
             try:
-                await box[0].aclose()
+                with around():
+                    await box[0].aclose()
                 outcome.append("closed")
             except BaseException as exc:
                 outcome.append(repr(exc))
@@ -612,15 +630,15 @@ def test_an_async_block_handed_to_another_threads_loop_is_released_there(
 
     async def scenario() -> None:
         stack = contextlib.AsyncExitStack()
-        await stack.enter_async_context(redlock_deco.asyncio.Lock("other-loop", ttl=TTL))
+        await stack.enter_async_context(redlock_deco.asyncio.Lock(name, ttl=TTL))
         thread = threading.Thread(target=closer)
         thread.start()
         box.append(stack.pop_all())
         await asyncio.to_thread(thread.join, 10)
-        assert outcome == ["closed"]
-        assert await _eventually(lambda: not r.exists("lock:other-loop"), within=2)
+        assert await _eventually(lambda: not r.exists(f"lock:{name}"), within=2), outcome
 
     asyncio.run(scenario())
+    return outcome
 
 
 @pytest.mark.timeout(120)
@@ -698,37 +716,15 @@ def test_a_block_closed_from_another_loop_with_its_home_loop_run_at_each_line(
     codes = {guard._give_back_async.__code__}
 
     def run(at: int) -> int:
-        name = f"other-loop-at-{at}"
-        box: list[contextlib.AsyncExitStack] = []
-        outcome: list[str] = []
-        counted: list[int] = []
+        tracing: list[AtLine] = []
 
-        def closer() -> None:
-            async def close() -> None:
-                while not box:
-                    await asyncio.sleep(0.01)
-                try:
-                    with AtLine(codes, at, lambda: time.sleep(0.1)) as inside:
-                        await box[0].aclose()
-                    counted.append(inside.lines)
-                    outcome.append("closed")
-                except BaseException as exc:
-                    outcome.append(repr(exc))
+        def around() -> AtLine:
+            tracing.append(AtLine(codes, at, lambda: time.sleep(0.1)))
+            return tracing[0]
 
-            asyncio.run(close())
-
-        async def scenario() -> None:
-            stack = contextlib.AsyncExitStack()
-            await stack.enter_async_context(redlock_deco.asyncio.Lock(name, ttl=TTL))
-            thread = threading.Thread(target=closer)
-            thread.start()
-            box.append(stack.pop_all())
-            await asyncio.to_thread(thread.join, 10)
-            assert outcome == ["closed"], f"line {at}: {outcome}"
-            assert await _eventually(lambda: not r.exists(f"lock:{name}"), within=2), at
-
-        asyncio.run(scenario())
-        return counted[0]
+        outcome = _closed_in_another_loop(r, f"other-loop-at-{at}", around=around)
+        assert outcome == ["closed"], f"line {at}: {outcome}"
+        return tracing[0].lines
 
     _at_every_line(run, more_than=5)
 
