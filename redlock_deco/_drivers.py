@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import importlib
 import inspect
 import os
@@ -125,8 +126,8 @@ def pool_size(client: Any) -> int | None:
 
 
 # How long a thread waits for a place in a connection lane before it raises (never a hang):
-# a place is held for one command, so only a command that never ends -- or a place lost to
-# a KeyboardInterrupt inside the very clean-up that gives it back -- keeps one out this long.
+# a place is held for one command, and no interrupt loses one (see Places), so only a
+# command that does not end keeps one out this long.
 PLACE_WAIT = 60.0
 
 
@@ -137,22 +138,29 @@ class Places:
 
     Taken inside the ``try`` whose ``finally`` gives it back: a KeyboardInterrupt raised as
     ``acquire`` returned once lost a place for good, and with the holding lane empty every
-    release and renewal of the process blocked forever (review 4, r03). A release never
-    frees more than ``n`` places, so one whose acquire was interrupted before it took a place
-    frees nothing -- unless other threads held places meanwhile, when the lane grows by one
-    (bounded by the client's pool, whose limit then raises: an error, never a hang)."""
+    release and renewal of the process blocked forever (review 4, r03). Given back by one C
+    call with no Python frame of its own (``release`` is a ``functools.partial`` of the
+    queue's ``put``): a signal is raised as a Python function starts, and a Ctrl-C at the
+    start of a ``release`` written in Python lost the place -- a holding lane of one then made
+    every renewal and release of the process, the interrupt's own clean-up first, wait
+    PLACE_WAIT (review 96, F1). A release whose acquire was interrupted before it took a
+    place gives back one it never had: the next ``acquire`` that finds more than ``n - 1``
+    places free while it holds one drops the surplus (until then the lane is one wider, the
+    client's pool still bounding it: an error, never a hang)."""
 
-    __slots__ = ("_free", "_n")
+    __slots__ = ("_free", "_n", "release")
 
     def __init__(self, n: int) -> None:
         self._n = n
         self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(n):
             self._free.put(None)
+        self.release: Callable[[], None] = functools.partial(self._free.put, None)
 
     def acquire(self) -> None:
+        free = self._free
         try:
-            self._free.get(timeout=PLACE_WAIT)
+            free.get(timeout=PLACE_WAIT)
         except queue.Empty:
             raise redis.exceptions.ConnectionError(
                 f"no connection of this client's lane came free within {PLACE_WAIT:g} s: "
@@ -160,10 +168,14 @@ class Places:
                 "client without socket_timeout?), or was lost to an interrupt in the middle "
                 "of its clean-up"
             ) from None
-
-    def release(self) -> None:
-        if self._free.qsize() < self._n:
-            self._free.put(None)
+        # Free places and places held add up to n, but for a surplus: with one held (ours),
+        # n free means one too many. (Other threads' gets and puts move places between the
+        # two and leave the sum as it is, so no place in use is ever dropped here.)
+        while free.qsize() >= self._n:
+            try:
+                free.get_nowait()
+            except queue.Empty:
+                break
 
 
 def lane_sizes(pool: int) -> tuple[int, int]:

@@ -36,7 +36,7 @@ from . import _renewal as renewal
 from . import _tokens as tokens
 from . import _worker as worker
 from ._errors import LockError, LockLost, LockNotReplicated, ProviderError, add_note
-from ._lifecycle import Cleanup, Lease, Left, say_released
+from ._lifecycle import Cleanup, Lease, Left, found_lost, say_released
 from ._options import LeaseOptions
 from ._protocol import (
     Claim,
@@ -183,10 +183,7 @@ def _released(lease: Lease, answer: bool | None, was_lost: bool, resent: bool = 
     if released:
         lease._release()
     else:
-        lease._lose()
-    if events.listeners and not released and not was_lost and not lease.said_released:
-        # (found at release: a renewal reported its own)
-        events.emit("lost", lease.name, lease.key, None, lease.source)
+        found_lost(lease)
     # Last: a lease's "released" closes it, after any "lost" (listeners rely on it).
     say_released(lease, time.monotonic() - lease.acquired_at)
     return released and not was_lost

@@ -326,11 +326,14 @@ class Lease:
         self.next_renew = started
 
     def _lose(self) -> bool:
-        """The lease is gone. True if this is news (so it is reported once)."""
-        if self.state in (State.HELD, State.ORPHANED, State.RELEASING):
-            self.state = State.LOST
-            return True
-        return False
+        """The lease is gone. True if this is news, to one caller only, whatever thread each
+        runs in: it is reported once (a renewal's "gone" concluded as its holder's release
+        found the key gone too, and each sent "lost": review 96, F2)."""
+        with self._gated():
+            if self.state in (State.HELD, State.ORPHANED, State.RELEASING):
+                self.state = State.LOST
+                return True
+            return False
 
     def _releasing(self) -> None:
         """The outermost exit is about to send the release."""
@@ -350,9 +353,11 @@ class Lease:
             self.state = State.ORPHANED
 
     def _release(self) -> None:
-        """The owner gave it back (whatever the server said: a lost lease stays LOST)."""
-        if self.state is not State.LOST:
-            self.state = State.RELEASED
+        """The owner gave it back (whatever the server said: a lost lease stays LOST, even
+        when the renewer finds it so at this very moment)."""
+        with self._gated():
+            if self.state is not State.LOST:
+                self.state = State.RELEASED
 
 
 class Left(Exception):
@@ -408,12 +413,16 @@ def say_released(lease: Lease, held: float) -> None:
     if not events.listeners:
         lease.said_released = True  # (nobody to tell, now or later)
         return
+    # (setattr, not a function of ours: a Python function's return is where a signal lands)
     events.emit("released", lease.name, lease.key, held, lease.source,
-                heard=partial(_said_released, lease))  # fmt: skip
+                heard=partial(setattr, lease, "said_released", True))  # fmt: skip
 
 
-def _said_released(lease: Lease) -> None:
-    lease.said_released = True
+def found_lost(lease: Lease) -> None:
+    """The holder's own command (its release, an extend) found ``lease`` gone: "lost", once
+    per lease, by whichever finds it first, the renewer included (see Lease._lose)."""
+    if lease._lose() and events.listeners and not lease.said_released:
+        events.emit("lost", lease.name, lease.key, None, lease.source)
 
 
 def notify_lost(lease: Lease) -> None:

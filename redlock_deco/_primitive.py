@@ -24,7 +24,7 @@ from . import _ownership as ownership
 from . import _providers as providers
 from . import _renewal as renewal
 from ._errors import LockNotAcquired, LockNotOwned
-from ._lifecycle import Lease
+from ._lifecycle import Lease, found_lost
 from ._naming import stable_name
 from ._options import LeaseOptions, acquire_wait, check_wait, extension, to_ms
 from ._protocol import Kind
@@ -316,7 +316,7 @@ class Primitive(Base):
                 renewal.renewer().reschedule(lease)
                 raise
             if not extended:
-                lease._lose()
+                found_lost(lease)
                 raise self._ended("extend")
             lease._renewed(started, ttl_ms, keep_length=asked.additive)
         renewal.renewer().reschedule(lease)  # a shorter ttl is due sooner
@@ -441,7 +441,7 @@ class AsyncPrimitive(Base):
                 renewal.async_renewer().reschedule(lease)
                 raise
             if not extended:
-                lease._lose()
+                found_lost(lease)
                 raise self._ended("extend")
             lease._renewed(started, ttl_ms, keep_length=asked.additive)
         renewal.async_renewer().reschedule(lease)  # a shorter ttl is due sooner

@@ -4,7 +4,11 @@ async -- the logging listener, listeners that fail, and the labels every event c
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,11 +22,14 @@ from redlock_deco import (
     Lock,
     LockEvent,
     LockLost,
+    LockNotOwned,
     LoggingListener,
     add_listener,
     locked,
     remove_listener,
 )
+from redlock_deco import _events as events_module
+from redlock_deco import asyncio as aio
 from redlock_deco.testing import RedisServer
 
 
@@ -237,6 +244,33 @@ def test_events_carry_labels_from_the_renewer_and_busy_async(recorded: list[Lock
     assert ("acquired", "renew:1", None) in seen  # the asyncio Lock, used directly
 
 
+def test_an_extend_that_finds_the_lease_gone_says_lost_once(
+    r: redis.Redis, recorded: list[LockEvent]
+) -> None:
+    """An extend() is a renewal of the holder's own: finding the lease gone, it says "lost"
+    as a renewal round does (before, nothing said it: the exit knew it lost, and stayed
+    quiet), and the exit does not say it again."""
+
+    def sync() -> None:
+        with Lock("ext:sync", ttl=5) as lock:
+            r.delete("lock:ext:sync")
+            with pytest.raises(LockNotOwned):
+                lock.extend()
+
+    async def in_asyncio() -> None:
+        async with aio.Lock("ext:async", ttl=5) as lock:
+            r.delete("lock:ext:async")
+            with pytest.raises(LockNotOwned):
+                await lock.extend()
+
+    with pytest.raises(LockLost):
+        sync()
+    with pytest.raises(LockLost):
+        asyncio.run(in_asyncio())
+    for name in ("ext:sync", "ext:async"):
+        assert [e.kind for e in recorded if e.name == name] == ["acquired", "lost", "released"]
+
+
 def test_a_lost_lease_reports_lost_before_released(recorded: list[LockEvent]) -> None:
     import time
 
@@ -432,35 +466,131 @@ def test_an_interrupt_out_of_a_released_listener_says_released_once(
     assert seen == ["acquired", "released"], seen
 
 
-@pytest.mark.timeout(30)
-@pytest.mark.parametrize("how", ["release", "hand_over", "with"])
-def test_an_interrupt_on_the_way_to_the_listeners_still_says_released(
-    r: redis.Redis, recorded: list[LockEvent], how: str
-) -> None:
-    """Review 95, F1 (LOW): a KeyboardInterrupt as "released" was on its way to the
-    listeners (a real signal is checked as each call starts) came after the lease was marked
-    as said: the release's interrupt handling gave the lease up and found it said -- and it
-    never was. Its events stopped at "acquired"."""
-    import sys
+class _EmitPoints:
+    """Trace points of ``events.emit`` sending "released": each of its lines, each return of
+    a Python function into it, each C call returning to it -- where a real signal can land,
+    or nearer. Lists them; or raises KeyboardInterrupt at ``target``, once."""
 
-    from redlock_deco import _events as events_module
+    def __init__(self, target: tuple[str, int | str, int] | None = None) -> None:
+        self.target, self.fired = target, False
+        self.seen: dict[tuple[str, int | str, int], None] = {}
+        self.count: collections.Counter[tuple[str, int | str]] = collections.Counter()
+        self.code = events_module.emit.__code__
 
-    code, fired = events_module.emit.__code__, []
+    def _emitting(self, frame: Any) -> bool:
+        return frame.f_code is self.code and frame.f_locals.get("kind") == "released"
 
-    def tracer(frame: Any, event: str, arg: object) -> Any:
-        if frame.f_code is code and frame.f_locals.get("kind") == "released" and not fired:
-            fired.append(True)
-            raise KeyboardInterrupt
+    def _point(self, where: tuple[str, int | str]) -> None:
+        self.count[where] += 1  # (a loop's line, reached again: a point of its own)
+        point = (*where, self.count[where])
+        if self.target is None:
+            self.seen.setdefault(point)
+        elif point == self.target and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt(f"at {point}")
+
+    def trace(self, frame: Any, event: str, arg: object) -> Any:
+        if self._emitting(frame):
+            return self._local
+        if frame.f_back is not None and self._emitting(frame.f_back):
+            return self._callee
         return None
 
-    def run() -> None:
-        sys.settrace(tracer)
+    def _local(self, frame: Any, event: str, arg: object) -> Any:
+        if event == "line":
+            self._point(("line", frame.f_lineno))
+        return self._local
+
+    def _callee(self, frame: Any, event: str, arg: object) -> Any:
+        if event == "return":
+            self._point(("return", frame.f_code.co_name))
+        return self._callee
+
+    def profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and self._emitting(frame):
+            self._point(("c", getattr(arg, "__name__", "?")))
+
+    def run(self, how: str) -> None:
+        sys.settrace(self.trace)
+        sys.setprofile(self.profile)
         try:
             _hold_and_leave(Lock(how, ttl=5), how)
         finally:
+            sys.setprofile(None)
             sys.settrace(None)
 
-    with pytest.raises(KeyboardInterrupt):
-        run()
-    assert fired and not r.exists(f"lock:{how}")
-    assert [event.kind for event in recorded if event.name == how] == ["acquired", "released"]
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["release", "hand_over", "with"])
+def test_an_interrupt_at_each_point_of_sending_released_says_it_once(
+    r: redis.Redis, recorded: list[LockEvent], how: str
+) -> None:
+    """A KeyboardInterrupt at each point of sending "released": the lease's events end with
+    one "released", whether the listeners heard it before the interrupt (the release's
+    interrupt handling must not say it again: a "held now" gauge went below zero, review
+    94a F3) or not (it must: they stopped at "acquired", reviews 95 F1 and 96 F3, each an
+    interrupt between marking it said and calling the first listener)."""
+    listing = _EmitPoints()
+    listing.run(how)
+    assert len(listing.seen) > 3, listing.seen
+    for point in listing.seen:
+        recorded.clear()
+        tracer = _EmitPoints(point)
+        with pytest.raises(KeyboardInterrupt):
+            tracer.run(how)
+        assert tracer.fired and not r.exists(f"lock:{how}"), point
+        kinds = [event.kind for event in recorded if event.name == how]
+        assert kinds == ["acquired", "released"], (point, kinds)
+
+
+@pytest.mark.timeout(60)
+def test_a_renewal_finding_the_lease_gone_at_each_line_of_its_release_says_lost_once(
+    r: redis.Redis, recorded: list[LockEvent]
+) -> None:
+    """The renewer concludes a round that found the lease gone while the holder's release
+    runs, at each of its lines in turn (the tracer runs the renewer's conclusion there, as a
+    thread switch would): "lost" once, on_lost once, LockLost at the exit, and "released"
+    last. Review 96 F2 (LOW): concluded between the exit's look at the lease and its
+    "releasing" mark, then found gone by the release too, it was said twice."""
+    from redlock_deco import _guard as guard
+    from redlock_deco import _renewal as renewal
+
+    codes = {guard._give_back.__code__, guard._released.__code__}
+    lines: dict[tuple[Any, int], None] = {}
+    held: list[Any] = []
+
+    def tracer(target: tuple[Any, int] | None) -> Any:
+        def local(frame: Any, event: str, arg: object) -> Any:
+            if event == "line":
+                point = (frame.f_code, frame.f_lineno)
+                if target is None:
+                    lines.setdefault(point)
+                elif point == target and held:
+                    lease = held.pop()
+                    renewal.conclude(lease, lease.acquired_at, 5000, 0)
+            return local
+
+        return lambda frame, event, arg: local if frame.f_code in codes else None
+
+    def run(target: tuple[Any, int] | None) -> None:
+        told.clear()
+        held.clear()
+        lock = Lock("gone", ttl=5, on_lost=lambda lease: told.append(lease.key))
+        with pytest.raises(LockLost) if target else contextlib.nullcontext(), lock:
+            assert lock.lease is not None
+            held.append(lock.lease)
+            if target:
+                r.delete("lock:gone")
+            sys.settrace(tracer(target))
+        sys.settrace(None)
+
+    told: list[str] = []
+    run(None)
+    assert len(lines) > 5
+    for point in lines:
+        recorded.clear()
+        run(point)
+        kinds = [event.kind for event in recorded if event.name == "gone"]
+        where = f"{point[0].co_name}:{point[1]}"
+        assert kinds == ["acquired", "lost", "released"], (where, kinds)
+        assert len(told) <= 1, (where, told)  # (concluded after the release began: none)

@@ -988,11 +988,40 @@ MUTANTS: tuple[Mutant, ...] = (
     py("released-marked-before-it-is-sent", "a lease is marked as having said 'released' "
        "before any listener hears it: an interrupt on the way leaves it never said", "_lifecycle",
        "    events.emit(\"released\", lease.name, lease.key, held, lease.source,\n"
-       "                heard=partial(_said_released, lease))  # fmt: skip\n",
+       "                heard=partial(setattr, lease, \"said_released\", True))  # fmt: skip\n",
        "    lease.said_released = True\n"
        "    events.emit(\"released\", lease.name, lease.key, held, lease.source)\n",
        "tests/integration/test_events.py::"
-       "test_an_interrupt_on_the_way_to_the_listeners_still_says_released"),
+       "test_an_interrupt_at_each_point_of_sending_released_says_it_once"),
+    py("released-marked-apart-from-its-first-listener", "the mark that 'released' was said "
+       "and the first listener's call are two calls: a signal between them leaves it marked "
+       "and never said", "_events",
+       "                list(map(_call, (first, partial(listener, event))))\n",
+       "                first()\n                listener(event)\n",
+       "tests/integration/test_events.py::"
+       "test_an_interrupt_at_each_point_of_sending_released_says_it_once"),
+    py("lost-said-by-each-finder", "the release says 'lost' whenever it finds the lease gone: "
+       "a renewal that found it so as the release began has said it already", "_lifecycle",
+       "    if lease._lose() and events.listeners and not lease.said_released:\n",
+       "    lease._lose()\n    if events.listeners and not lease.said_released:\n",
+       "tests/integration/test_events.py::"
+       "test_a_renewal_finding_the_lease_gone_at_each_line_of_its_release_says_lost_once"),
+    py("extend-finding-it-gone-says-nothing", "an extend() that finds the lease gone marks "
+       "it lost and says nothing: no 'lost' for that lease at all", "_primitive",
+       "                renewal.renewer().reschedule(lease)\n                raise\n"
+       "            if not extended:\n                found_lost(lease)\n",
+       "                renewal.renewer().reschedule(lease)\n                raise\n"
+       "            if not extended:\n                lease._lose()\n",
+       "tests/integration/test_events.py::"
+       "test_an_extend_that_finds_the_lease_gone_says_lost_once"),
+    py("lane-place-given-back-in-python", "a lane place is given back by a Python method: a "
+       "Ctrl-C as it starts loses the place, and the process's renewals and releases wait "
+       "for it", "_drivers",
+       "        self.release: Callable[[], None] = functools.partial(self._free.put, None)\n",
+       "        self.release: Callable[[], None] = self._give_back\n\n"
+       "    def _give_back(self) -> None:\n        self._free.put(None)\n",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[with-block]"),
     py("owners-table-popped-ungated", "a last exit's check and pop of its owner's table are "
        "two steps: the owner's new reader lease, recorded between them, is popped",
        "_ownership", "        with lease._gated():\n            if section.held.get(hk)",
