@@ -46,8 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
@@ -84,6 +86,12 @@ POLL = 0.002
 DRAIN_MAX = 600.0
 
 _NO_REPLY = object()
+
+# A round's lane places are given back all at once, in one C call that runs every call's
+# ``give_place`` (see QuorumSyncTarget._round): no signal lands between two of them.
+_NO_PLACE: Callable[[], object] = tuple  # (a C callable that does nothing)
+_GIVE_PLACES = operator.methodcaller("__call__")
+_PLACE_OF = operator.attrgetter("give_place")
 _MADE: Outcome[None] = done_outcome(None)
 
 
@@ -276,7 +284,8 @@ class _Call:
     """One master's part of one round."""
 
     __slots__ = (
-        "behind_since", "broken", "conn", "lane", "master", "name", "owed", "reply", "resend",
+        "behind_since", "broken", "conn", "give_place", "master", "name", "owed", "reply",
+        "resend",
         "sent", "undo", "undoes",
     )  # fmt: skip
 
@@ -289,7 +298,8 @@ class _Call:
         self.undoes = undoes  # the release undoing this call's command (an acquire attempt)
         self.undo: list[Eval] = []  # releases of the acquire attempts ``conn`` owes replies to
         self.conn: Any = None
-        self.lane: Any = None  # the semaphore held while ``conn`` is in use
+        # Gives back the lane place held while ``conn`` is in use (a C callable: see _round)
+        self.give_place: Callable[[], object] = _NO_PLACE
         self.owed = 0  # replies still to come on ``conn``; this call's own is the last
         self.behind_since: float | None = None  # ``conn`` has owed replies since then
         self.sent = False
@@ -312,8 +322,9 @@ class _Call:
             self.undo = backlog.undo
             return
         if master.lanes is not None:
-            self.lane = master.lanes[lane]
-            self.lane.acquire()
+            places = master.lanes[lane]
+            self.give_place = places.release  # (before: see drivers.Places)
+            places.acquire()
         self.conn = master.pop()
 
     def send(self, packed: Any) -> None:
@@ -355,13 +366,8 @@ class _Call:
 
     def settle(self) -> None:
         """Hand the connection on (clean: ready; owing replies: to this thread's next command
-        to the master; failed: closed) and release the lane."""
+        to the master; failed: closed). Its lane place is the round's to give back."""
         master, conn = self.master, self.conn
-        if self.lane is not None:
-            # First: an interrupt below loses a connection, never a lane's place for good
-            # (every later round on the master then waited for it: review 42's storm).
-            lane, self.lane = self.lane, None
-            lane.release()
         if conn is not None:
             if self.broken:
                 master.drop(conn)
@@ -481,6 +487,13 @@ class QuorumSyncTarget:
                 call.reply = future.result() if error is None else error
             counted = True
         finally:
+            # Every lane place first, all in one C call: a signal lands as a Python function
+            # starts and as a loop jumps back, and one landing between two masters' settle()
+            # left the later masters' places taken for good -- every renewal and release of
+            # the process, the interrupt's own clean-up first, then waited PLACE_WAIT
+            # (review 97, F1; review 42's storm before). An interrupt in the loop below loses
+            # connections at most, as GUARANTEES says of an interrupted round.
+            list(map(_GIVE_PLACES, map(_PLACE_OF, calls)))
             for call in calls:
                 if not counted:
                     # Interrupted (a KeyboardInterrupt, a signal handler's exception): what

@@ -490,6 +490,23 @@ def test_a_lagging_masters_connection_closes_once_drained_after_unregistering(
     assert masters[0].client().keys("lock:*") == []  # what it ran late was released
 
 
+def _block_traced(name: str, ttl: float, wait: float, tracer: Any, profile: Any = None) -> None:
+    """A ``with`` block of ``name`` on the quorum "q", run under ``tracer`` (and ``profile``)
+    for this thread; a KeyboardInterrupt they raise ends it, and is dropped."""
+    import sys
+
+    sys.settrace(tracer)
+    sys.setprofile(profile)
+    try:
+        with Lock(name, provider="q", ttl=ttl, wait=wait):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+        sys.settrace(None)
+
+
 def test_an_interrupt_at_every_line_of_a_quorum_round_leaves_no_reply_off(
     masters: list[RedisServer],
 ) -> None:
@@ -498,14 +515,13 @@ def test_an_interrupt_at_every_line_of_a_quorum_round_leaves_no_reply_off(
     (ScriptReplyError; once two holders with no LockLost). A KeyboardInterrupt at each line of
     the fan-out's sends and reads, in turn, on a lock's acquire and release: the next calls
     must work."""
-    import sys
     from types import FrameType
 
     from redlock_deco import _fanout
 
     def ours(frame: FrameType) -> bool:
-        # The pipelined sends and reads (the clean-up's own lines are a documented limit: an
-        # interrupt there loses a lane's place, which waits PLACE_WAIT).
+        # The pipelined sends and reads (the clean-up's lanes have the test below; an
+        # interrupt on its lines may lose a connection, a documented limit).
         return frame.f_code in (_fanout._Call.read.__code__, _fanout._Call.send.__code__)
 
     def run(fire_at: int | None) -> int:
@@ -521,14 +537,7 @@ def test_an_interrupt_at_every_line_of_a_quorum_round_leaves_no_reply_off(
                     raise KeyboardInterrupt
             return tracer
 
-        sys.settrace(tracer)
-        try:
-            with Lock("intr", provider="q", ttl=0.5, wait=2):
-                pass
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
+        _block_traced("intr", 0.5, 2, tracer)
         return seen
 
     with Lock("intr", provider="q", ttl=0.5, wait=2):  # warm: scripts loaded, connections made
@@ -540,6 +549,108 @@ def test_an_interrupt_at_every_line_of_a_quorum_round_leaves_no_reply_off(
         for _ in range(2):  # on this thread's connections, whatever the interrupt left
             with Lock("intr", provider="q", ttl=0.5, wait=2) as held:
                 assert held.lease is not None and held.lease.remaining() > 0, n
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupt_wherever_a_signal_lands_in_a_quorum_round_loses_no_lane_place(
+    masters: list[RedisServer],
+) -> None:
+    """A KeyboardInterrupt at each point of a quorum round (acquire and release) where a real
+    signal lands -- as a function of the fan-out starts, as a call returns into it (a Python
+    function's or a C function's), as a loop jumps back -- each of its first two times, in
+    turn: after each, every master's lanes have all their places (a lane place lost made
+    every renewal and release of the process wait PLACE_WAIT, the interrupt's own clean-up
+    first: review 97 F1, a cut between two masters' settle() in the round's `finally`), and
+    the next call gets in at once."""
+    import collections
+    import sys
+    from types import FrameType
+
+    from redlock_deco import _fanout
+    from redlock_deco import _providers as providers
+
+    quorum = providers.sync_target("q")
+    assert isinstance(quorum, _fanout.QuorumSyncTarget)
+    source = _fanout.__file__
+    the_round = _fanout.QuorumSyncTarget._round.__code__
+    Point = tuple[object, str, int, int]  # code, what, line, which time (1 or 2)
+
+    def in_round(frame: FrameType | None) -> bool:
+        while frame is not None:
+            if frame.f_code is the_round:
+                return True
+            frame = frame.f_back
+        return False
+
+    def run(fire_at: Point | None) -> list[Point]:
+        seen: collections.Counter[tuple[object, str, int]] = collections.Counter()
+        points: list[Point] = []
+        last: dict[FrameType, int] = {}  # a frame's last line event's instruction
+
+        def point(frame: FrameType, what: str) -> None:
+            where = (frame.f_code, what, frame.f_lineno)
+            seen[where] += 1
+            if seen[where] <= 2:
+                points.append((*where, seen[where]))
+                if points[-1] == fire_at:
+                    sys.settrace(None)
+                    sys.setprofile(None)
+                    raise KeyboardInterrupt
+
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "line":
+                before = last.get(frame, -1)
+                last[frame] = frame.f_lasti
+                if frame.f_lasti < before:  # reached by a jump back
+                    point(frame, "back")
+            elif event == "return" and frame.f_back is not None and ours(frame.f_back):
+                point(frame.f_back, f"return {frame.f_code.co_name}")
+            return local
+
+        def ours(frame: FrameType) -> bool:
+            return frame.f_code.co_filename == source and in_round(frame)
+
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "call" and ours(frame):
+                point(frame, f"call {frame.f_code.co_name}")
+                return local
+            if frame.f_back is not None and ours(frame.f_back):
+                return local  # (its return into the round's code)
+            return None
+
+        def profile(frame: FrameType, event: str, arg: Any) -> None:
+            if event == "c_return" and ours(frame):
+                point(frame, f"c {getattr(arg, '__name__', '?')}")
+
+        _block_traced("lanes", 2, 1, tracer, profile)
+        return points
+
+    def places() -> list[list[tuple[int, int]]]:
+        return [
+            [(lane._free.qsize(), lane._n) for lane in master.lanes or ()]
+            for master in quorum._masters
+        ]
+
+    def whole() -> bool:
+        return all(free == n for lanes in places() for free, n in lanes)
+
+    with Lock("lanes", provider="q", ttl=2, wait=1):  # warm: scripts loaded, connections made
+        pass
+    listed = run(None)
+    assert wait_until(whole, 1.5), places()  # (a master's late reply may hold one a moment)
+    assert len(listed) > 30, listed
+    kinds = {what.split()[0] for _, what, _, _ in listed}
+    assert {"call", "return", "back"} <= kinds, kinds
+    for fire_at in listed:
+        run(fire_at)
+        where = f"{fire_at[1]} at line {fire_at[2]} (time {fire_at[3]})"
+        assert wait_until(whole, 1.5), (
+            f"a lane place lost after an interrupt at {where}: {places()}"
+        )
+        started = time.monotonic()
+        with Lock("lanes", provider="q", ttl=2, wait=1):
+            pass
+        assert time.monotonic() - started < 1.5, where
 
 
 @pytest.mark.interrupts  # one call per interrupt point: the interrupts CI leg
