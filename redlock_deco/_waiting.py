@@ -876,7 +876,16 @@ class AsyncWaiting:
                     idle_since = now
                 if now - idle_since < IDLE:  # (shaped for Python 3.13: see test_back_edges)
                     continue
-                break
+                # Idle: closed here, still the loop's subscriber, and subscribed again if a
+                # waiter came meanwhile. Closed as the task ended, a waiter coming then started
+                # a second subscriber beside it (review 94b's note): a second connection where
+                # the pool's budget spares one.
+                self._ready.clear()
+                closing, pubsub = pubsub, None
+                self._pubsub = None
+                await _aclosed(closing)
+                if not self._board.waiting:
+                    break
         except GeneratorExit:
             # Closed, not awaited (its task dropped with a loop closed by hand): nothing may
             # be awaited here. redis-py 8.2's aclose() always suspends (a shielded teardown
@@ -886,9 +895,14 @@ class AsyncWaiting:
             raise
         finally:
             self._ready.clear()
-            self._task = None
             self._pubsub = None
-            await _aclosed(pubsub)
+            try:
+                await _aclosed(pubsub)
+            finally:
+                # Last: until then, a waiter coming finds this task the loop's subscriber, not
+                # done (see _start), and starts no second one. (One that came as it was
+                # cancelled starts it again at its recheck: revive.)
+                self._task = None
 
 
 async def _aclosed(pubsub: Any) -> None:

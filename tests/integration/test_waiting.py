@@ -369,3 +369,72 @@ def test_an_interrupted_readers_new_subscription_takes_no_connection_from_a_full
             thread.join(10)
         redlock_deco.register_provider("default", server.url)
         client.close()
+
+
+def test_an_asyncio_subscriber_closing_as_a_waiter_comes_keeps_one_subscription(
+    server: RedisServer, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asyncio subscriber ends after IDLE seconds without a waiter, closing its
+    subscription. A waiter that came while it closed started a second subscriber beside the
+    closing one (review 94b's note): a second connection of the pool, whose budget spares
+    one, and on a bounded pool that raises when full, another task's command failed. The
+    closing subscriber now finds the waiter and subscribes again itself; the waiter is
+    handed the lock as promptly as ever."""
+    import asyncio
+
+    import redlock_deco.asyncio as aio
+    from redlock_deco import _waiting as waiting
+
+    monkeypatch.setattr(waiting, "IDLE", 0.2)
+    monkeypatch.setattr(waiting, "READ_TIMEOUT", 0.05)
+    closing = threading.Event()
+    go_on = threading.Event()
+    closed = waiting._aclosed
+
+    async def held_up(pubsub: Any) -> None:
+        if pubsub is not None and not go_on.is_set():
+            closing.set()
+            while not go_on.is_set():
+                await asyncio.sleep(0.01)
+        await closed(pubsub)
+
+    monkeypatch.setattr(waiting, "_aclosed", held_up)
+
+    def subscriptions() -> int:
+        return len(r.client_list(_type="pubsub"))
+
+    async def handed_over(name: str, after: Any = None) -> float:
+        """A holder, and a waiter handed the lock; how long the waiter waited after the
+        holder let go. ``after``: run once the waiter waits."""
+        holder, waiter = aio.Lock(name, ttl=5), aio.Lock(name, ttl=5, wait=5)
+        await holder.acquire()
+        task = asyncio.ensure_future(waiter.acquire())
+        await asyncio.sleep(0.2)  # (the waiter waits)
+        if after is not None:
+            await after()
+        let_go = time.monotonic()
+        await holder.release()
+        assert await task
+        waited = time.monotonic() - let_go
+        await waiter.release()
+        return waited
+
+    async def while_it_closes() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, closing.wait, 5)
+        assert closing.is_set(), "the subscriber never went idle"
+
+    async def count_and_let_it_close() -> None:
+        await asyncio.sleep(0.3)  # (a second subscriber would have subscribed by now)
+        seen.append(subscriptions())
+        go_on.set()
+
+    seen: list[int] = []
+
+    async def scenario() -> float:
+        await handed_over("first")
+        await while_it_closes()
+        return await handed_over("second", count_and_let_it_close)
+
+    waited = asyncio.run(scenario())
+    assert seen == [1], f"subscriptions open while the idle one closed: {seen}"
+    assert waited < 0.5, f"the waiter that came as it closed waited {waited:.2f} s"
