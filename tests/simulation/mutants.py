@@ -1014,6 +1014,19 @@ MUTANTS: tuple[Mutant, ...] = (
        "            if not extended:\n                lease._lose()\n",
        "tests/integration/test_events.py::"
        "test_an_extend_that_finds_the_lease_gone_says_lost_once"),
+    py("asyncio-idle-subscriber-closed-as-it-ends", "the asyncio subscriber closes its idle "
+       "subscription as its task ends: a waiter coming meanwhile starts a second one beside it",
+       "_waiting", "                if not self._board.waiting:\n                    break\n",
+       "                break\n",
+       "tests/integration/test_waiting.py::"
+       "test_an_asyncio_subscriber_closing_as_a_waiter_comes_keeps_one_subscription"),
+    py("quorum-lane-places-given-back-one-by-one", "a quorum round gives its masters' lane "
+       "places back one at a time: a signal between two loses the later ones", "_fanout",
+       "            list(map(_GIVE_PLACES, map(_PLACE_OF, calls)))\n"
+       "            for call in calls:\n",
+       "            for call in calls:\n                call.give_place()\n",
+       "tests/integration/test_quorum.py::"
+       "test_an_interrupt_wherever_a_signal_lands_in_a_quorum_round_loses_no_lane_place"),
     py("lane-place-given-back-in-python", "a lane place is given back by a Python method: a "
        "Ctrl-C as it starts loses the place, and the process's renewals and releases wait "
        "for it", "_drivers",
