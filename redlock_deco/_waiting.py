@@ -549,7 +549,7 @@ class SyncWaiting:
                 if self._pubsub is None:
                     self._since = time.monotonic()
                     self._pubsub = _subscriber(self.client, beside)
-                    self._pubsub.subscribe(channel())
+                    subscribe(self._pubsub)
                 message = self._pubsub.get_message(timeout=min(remaining, READ_TIMEOUT))
             except Exception as exc:  # connection trouble: grants are lost until we are back
                 log.debug("redlock-deco: grant subscription failed (%r); subscribing again", exc)
@@ -634,9 +634,22 @@ def _subscriber(client: Any, beside: bool = False) -> Any:
         pubsub.own_pool = own  # (see _closed)
     if isinstance(getattr(pubsub, "subscribed_event", None), threading.Event):
         pubsub.subscribed_event = Flag()
-    if pubsub.connection_pool is not None:  # (a cluster's picks its node's at its first use)
-        pubsub.connection_pool = _ForgettingPool(pubsub.connection_pool, pubsub)
+    _forgetting(pubsub)
     return pubsub
+
+
+def subscribe(pubsub: Any) -> None:
+    """Subscribe ``pubsub`` (from :func:`_subscriber`) to this process's grants."""
+    pubsub.subscribe(channel())
+    _forgetting(pubsub)  # (a cluster's has its pool now)
+
+
+def _forgetting(pubsub: Any) -> None:
+    """Have ``pubsub``'s pool be a :class:`_ForgettingPool`, once it has one: a cluster's
+    subscription picks its node's pool at its first command."""
+    pool = pubsub.connection_pool
+    if pool is not None and type(pool) is not _ForgettingPool:
+        pubsub.connection_pool = _ForgettingPool(pool, pubsub)
 
 
 class _ForgettingPool:

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 from support.caching import caching_allowed
 from support.handing import handed_within
+from support.subscriptions import every_cut
 
 from redlock_deco import (
     Lock,
@@ -925,3 +926,14 @@ def test_names_with_a_stray_brace_work_on_a_cluster(cluster_client: redis.RedisC
     with Lock("a}b", provider="cluster", ttl=5) as lock:
         assert lock.owned()
     assert cluster_client.dbsize(target_nodes=cluster_client.PRIMARIES) == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use(
+    cluster: LocalCluster,
+) -> None:
+    """test_waiting's cut at each line of a grant subscription's close, on a cluster: a
+    cluster's subscription picks its node's pool at its SUBSCRIBE, after it was made, so it
+    had no pool that forgets first, and redis-py's PubSub.reset hole stayed open there
+    (review 94b's note)."""
+    every_cut(cluster.client)

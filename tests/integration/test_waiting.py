@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 from support.elsewhere import AtLine
+from support.subscriptions import checked_out, every_cut
 
 import redlock_deco
 from redlock_deco import Lock, locked
@@ -190,14 +191,6 @@ def test_a_wait_that_ran_out_starts_no_subscriber(server: RedisServer) -> None:
     assert asyncio.run(scenario()) == [], "a subscriber was started for a wait that had ended"
 
 
-def _checked_out(pool: redis.ConnectionPool) -> Any:
-    """A connection of ``pool``'s, checked out (redis-py 5 names the command it is for)."""
-    try:
-        return pool.get_connection()
-    except TypeError:
-        return pool.get_connection("_")  # type: ignore[arg-type, unused-ignore]
-
-
 @pytest.mark.timeout(120)
 def test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use(
     server: RedisServer,
@@ -209,44 +202,7 @@ def test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use(
     since, and listed it as free while in use (CI, the threaded reply search: another
     thread's connect read from a closed buffer). The other user's connection stays open
     and its own."""
-    import gc
-
-    from redlock_deco import _waiting as waiting
-
-    codes = {redis.client.PubSub.reset.__code__, waiting._ForgettingPool.release.__code__}
-
-    def cut() -> None:
-        raise KeyboardInterrupt
-
-    def run(at: int) -> int:
-        client = redis.Redis.from_url(server.url)
-        try:
-            pubsub = waiting._subscriber(client)
-            pubsub.subscribe("grants")
-            assert pubsub.get_message(timeout=5)["type"] in ("subscribe", b"subscribe")
-            kept: list[BaseException] = []
-            with AtLine(codes, at, cut) as inside:
-                try:
-                    waiting._closed(pubsub)
-                except KeyboardInterrupt as exc:
-                    kept.append(exc)
-            del pubsub
-            other = _checked_out(client.connection_pool)
-            other.send_command("PING")
-            kept.clear()
-            gc.collect()
-            assert other._sock is not None, f"line {at}: the other user's connection was closed"
-            assert other.read_response() in (b"PONG", "PONG"), f"line {at}"
-            free = client.connection_pool._available_connections  # type: ignore[attr-defined]
-            assert other not in free, f"line {at}: listed as free while in use"
-            return inside.lines
-        finally:
-            client.close()
-
-    lines = run(0)
-    assert lines > 5
-    for at in range(1, lines + 1):
-        run(at)
+    every_cut(lambda: redis.Redis.from_url(server.url))
 
 
 @pytest.mark.timeout(60)
@@ -290,7 +246,7 @@ def test_an_interrupted_readers_new_subscription_takes_no_connection_from_a_full
         """Another thread's command, as the new subscription is confirmed and the old one
         not closed yet (the window): it finds the connection left for it."""
         try:
-            pool.release(_checked_out(pool))
+            pool.release(checked_out(pool))
         except redis.ConnectionError as exc:
             failed.append(exc)
 
@@ -347,7 +303,7 @@ def test_an_interrupted_readers_new_subscription_takes_no_connection_from_a_full
             time.sleep(0.01)
         with contextlib.suppress(redis.ConnectionError):  # (MaxConnectionsError: full)
             while True:
-                taken.append(_checked_out(pool))
+                taken.append(checked_out(pool))
         pool.release(taken.pop())  # one left: for commands, not a subscription
         caplog.set_level(logging.DEBUG, logger="redlock_deco")
         now.set()

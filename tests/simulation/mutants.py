@@ -1027,6 +1027,14 @@ MUTANTS: tuple[Mutant, ...] = (
        "            for call in calls:\n                call.give_place()\n",
        "tests/integration/test_quorum.py::"
        "test_an_interrupt_wherever_a_signal_lands_in_a_quorum_round_loses_no_lane_place"),
+    py("cluster-subscription-pool-not-forgetting", "a cluster's grant subscription, whose "
+       "pool is picked at its SUBSCRIBE, keeps redis-py's pool: a cut reset closes another "
+       "user's connection later", "_waiting",
+       "    pubsub.subscribe(channel())\n"
+       "    _forgetting(pubsub)  # (a cluster's has its pool now)\n",
+       "    pubsub.subscribe(channel())\n",
+       "tests/integration/test_topologies.py::"
+       "test_a_cluster_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use"),
     py("lane-place-given-back-in-python", "a lane place is given back by a Python method: a "
        "Ctrl-C as it starts loses the place, and the process's renewals and releases wait "
        "for it", "_drivers",
