@@ -50,6 +50,7 @@ import operator
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
@@ -468,6 +469,9 @@ class QuorumSyncTarget:
         delegated = self._delegate(calls, step)
         piped = [call for call in calls if call.master.pool is not None]
         counted = False
+        # Every lane place is given back by this one C call (see the finally), made before
+        # anything is taken: the give_place each call holds then is read as it runs.
+        give_places: Callable[[], object] = partial(list, map(_GIVE_PLACES, map(_PLACE_OF, calls)))
         try:
             lane = lane_of(step)
             for call in piped:  # each sent as soon as it can be: a wait for a lane delays
@@ -487,13 +491,14 @@ class QuorumSyncTarget:
                 call.reply = future.result() if error is None else error
             counted = True
         finally:
-            # Every lane place first, all in one C call: a signal lands as a Python function
-            # starts and as a loop jumps back, and one landing between two masters' settle()
-            # left the later masters' places taken for good -- every renewal and release of
-            # the process, the interrupt's own clean-up first, then waited PLACE_WAIT
-            # (review 97, F1; review 42's storm before). An interrupt in the loop below loses
+            # Every lane place first, all in one C call and the first call here: a signal
+            # lands as a Python function starts, as a loop jumps back and as any call
+            # returns, and one landing between two masters' settle() (review 97, F1), or as
+            # the map() building such a give-back here returned (review 98, F1), left places
+            # taken for good -- every renewal and release of the process, the interrupt's own
+            # clean-up first, then waited PLACE_WAIT. An interrupt in the loop below loses
             # connections at most, as GUARANTEES says of an interrupted round.
-            list(map(_GIVE_PLACES, map(_PLACE_OF, calls)))
+            give_places()
             for call in calls:
                 if not counted:
                     # Interrupted (a KeyboardInterrupt, a signal handler's exception): what
