@@ -306,6 +306,11 @@ class Primitive(Base):
         asked = extension(ttl, to, by, self.options.ttl_ms)
         lease = self._owned_lease("extend")
         with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed
+            if lease.lost:
+                # Reported lost already (on_lost ran: by its own clock, say, as the renewal
+                # round this waited behind was out): not revived on the server, nor said to be
+                # extended -- it returned, and the block's exit raised LockLost.
+                raise self._ended("extend")
             started = time.monotonic()
             ttl_ms = asked.ms + (to_ms(lease._server_left(started)) if asked.additive else 0)
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
@@ -319,6 +324,8 @@ class Primitive(Base):
                 found_lost(lease)
                 raise self._ended("extend")
             lease._renewed(started, ttl_ms, keep_length=asked.additive)
+            if lease.lost:  # reported lost as this was out (see above)
+                raise self._ended("extend")
         renewal.renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     def owned(self) -> bool:
@@ -431,6 +438,11 @@ class AsyncPrimitive(Base):
         lease = self._owned_lease("extend")
         guard.check_home_loop(lease, "extend")
         async with lease.io:  # ordered with this lease's renewals
+            if lease.lost:
+                # Reported lost already (on_lost ran: by its own clock, say, as the renewal
+                # round this waited behind was out): not revived on the server, nor said to be
+                # extended -- it returned, and the block's exit raised LockLost.
+                raise self._ended("extend")
             started = time.monotonic()
             ttl_ms = asked.ms + (to_ms(lease._server_left(started)) if asked.additive else 0)
             extend = lease.target.algorithms.extend(lease.claim, ttl_ms)
@@ -444,6 +456,8 @@ class AsyncPrimitive(Base):
                 found_lost(lease)
                 raise self._ended("extend")
             lease._renewed(started, ttl_ms, keep_length=asked.additive)
+            if lease.lost:  # reported lost as this was out (see above)
+                raise self._ended("extend")
         renewal.async_renewer().reschedule(lease)  # a shorter ttl is due sooner
 
     async def owned(self) -> bool:

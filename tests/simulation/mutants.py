@@ -923,7 +923,7 @@ MUTANTS: tuple[Mutant, ...] = (
     py("subscription-released-before-forgotten", "a grant subscription's pool gives its "
        "connection back before the subscription forgets it: cut in between, its finaliser "
        "closes the connection another user has checked out since", "_waiting",
-       "        pubsub.connection_pool = _ForgettingPool(pubsub.connection_pool, pubsub)\n",
+       "        pubsub.connection_pool = _ForgettingPool(pool, pubsub)\n",
        "        pass\n",
        "tests/integration/test_waiting.py::"
        "test_a_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use"),
@@ -1022,8 +1022,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "test_an_asyncio_subscriber_closing_as_a_waiter_comes_keeps_one_subscription"),
     py("quorum-lane-places-given-back-one-by-one", "a quorum round gives its masters' lane "
        "places back one at a time: a signal between two loses the later ones", "_fanout",
-       "            list(map(_GIVE_PLACES, map(_PLACE_OF, calls)))\n"
-       "            for call in calls:\n",
+       "            give_places()\n            for call in calls:\n",
        "            for call in calls:\n                call.give_place()\n",
        "tests/integration/test_quorum.py::"
        "test_an_interrupt_wherever_a_signal_lands_in_a_quorum_round_loses_no_lane_place"),
@@ -1035,6 +1034,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "    pubsub.subscribe(channel())\n",
        "tests/integration/test_topologies.py::"
        "test_a_cluster_grant_subscription_cut_as_it_closes_never_closes_a_connection_in_use"),
+    py("quorum-give-back-built-in-finally", "a quorum round builds its lane places' give-back "
+       "in its finally: a signal as map() returns there leaves every place taken", "_fanout",
+       "            give_places()\n",
+       "            list(map(_GIVE_PLACES, map(_PLACE_OF, calls)))\n",
+       "tests/integration/test_quorum.py::"
+       "test_an_interrupt_wherever_a_signal_lands_in_a_quorum_round_loses_no_lane_place"),
+    py("extend-revives-a-lost-lease", "extend() on a lease already reported lost (on_lost "
+       "ran) extends the key and returns: the block's exit then raises LockLost", "_primitive",
+       "        with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed\n"
+       "            if lease.lost:\n",
+       "        with lease.io:  # ordered with this lease's renewals: see lifecycle.Lease.renewed\n"
+       "            if False:\n",
+       "tests/integration/test_decorator.py::"
+       "test_an_extend_after_the_lease_was_reported_lost_is_refused"),
     py("lane-place-given-back-in-python", "a lane place is given back by a Python method: a "
        "Ctrl-C as it starts loses the place, and the process's renewals and releases wait "
        "for it", "_drivers",
