@@ -52,7 +52,7 @@ end
 redis.call('PEXPIRE', KEYS[1], 120000)
 redis.call('RPUSH', KEYS[2], sign .. role .. ':' .. who)
 redis.call('PEXPIRE', KEYS[2], 120000)
-return 1
+return redis.call('TIME')
 """
 
 
@@ -62,8 +62,10 @@ class Gauge:
     def __init__(self, client: Any) -> None:
         self.script = client.register_script(GAUGE)
 
-    def enter(self, role: str, who: str) -> None:
-        self.script(keys=[STATE, EVENTS], args=[role, "+", who])
+    def enter(self, role: str, who: str) -> float:
+        """Count us in; the server's clock then, in seconds."""
+        seconds, micros = self.script(keys=[STATE, EVENTS], args=[role, "+", who])
+        return int(seconds) + int(micros) / 1e6
 
     def leave(self, role: str, who: str) -> None:
         self.script(keys=[STATE, EVENTS], args=[role, "-", who])
@@ -96,11 +98,21 @@ def hammer(url: str, spec: dict[str, Any], role: str, who: str) -> dict[str, Any
     end = time.monotonic() + spec["seconds"]
     while time.monotonic() < end:
         asked = time.monotonic()
-        with lock:
-            waits.append(time.monotonic() - asked)
-            gauge.enter(role, who)
-            time.sleep(rand.uniform(low, high))
-            gauge.leave(role, who)
+        try:
+            with lock:
+                entered = time.monotonic()
+                waits.append(entered - asked)
+                server_in = gauge.enter(role, who)
+                time.sleep(rand.uniform(low, high))
+                gauge.leave(role, who)
+        except LockLost as exc:
+            # Which clock ran past the ttl: this process's (it stalled), or the server's alone?
+            seconds, micros = client.time()
+            held = (
+                f"section {time.monotonic() - entered:.3f} s by this process's clock, "
+                f"{int(seconds) + int(micros) / 1e6 - server_in:.3f} s by the server's"
+            )
+            raise LockLost(f"{exc} [{held}]", name=exc.name, key=exc.key) from exc
         entries += 1
         if pause[1]:
             time.sleep(rand.uniform(*pause))

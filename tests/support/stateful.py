@@ -35,6 +35,10 @@ from redlock_deco._lifecycle import RENEW_FRACTION
 from redlock_deco.testing import RedisServer
 
 EPS = 0.02  # expiry precision of the server plus clock reading slack, seconds
+# A lease scored by the server's clock in whole milliseconds (a reader's share, a semaphore
+# slot: floor(TIME) + ttl, live while above floor(TIME)) can end up to 1 ms before ``ttl``
+# has passed since its request was sent; plus clock reading slack, seconds.
+SERVER_MS = 0.002
 RENEWAL_SLACK = 0.5  # a renewal runs this late at most (busy machine, stalled server)
 CALL_TIMEOUT = 15.0  # an owner that does not answer within this is stuck: fail
 
@@ -109,7 +113,7 @@ class LeaseModel:
         """Is it on the server during [t0, t1]: ALIVE (certainly), GONE, or MAYBE."""
         if self.gone:
             return GONE
-        if self.renewed or t1 < self.sent + self.ttl:
+        if self.renewed or t1 < self.sent + self.ttl - SERVER_MS:
             return ALIVE
         if t0 > self.replied + self.ttl + EPS:
             return GONE
