@@ -26,7 +26,7 @@ from redlock_deco._quorum import Quorum, held_for
 from redlock_deco._renewal import FAILED, conclude, due, job_key, plan
 
 T0 = 100.0  # the injected "now" a lease was granted at
-TTL_MS = 3_000  # renew at T0 + 1 s, expires at T0 + 3 s
+TTL_MS = 3_000  # renew at T0 + 1 s, expires at T0 + 3 s (less held_for's millisecond)
 
 
 class Target:
@@ -40,6 +40,7 @@ class Target:
 
 
 SINGLE = Target()
+HELD = held_for(SINGLE, TTL_MS)  # what the holder counts on of TTL_MS: 2.999 s
 QUORUM = Target(Quorum(3))
 
 
@@ -94,8 +95,8 @@ def ended(how: str) -> Lease:
 
 def test_a_new_lease_is_due_a_third_into_its_ttl() -> None:
     lease = make_lease()
-    assert lease.next_renew == pytest.approx(T0 + TTL_MS / 1000 * RENEW_FRACTION)
-    assert lease.expires_at == pytest.approx(T0 + TTL_MS / 1000)
+    assert lease.next_renew == pytest.approx(T0 + HELD * RENEW_FRACTION)
+    assert lease.expires_at == pytest.approx(T0 + HELD)
 
 
 def test_due_picks_what_is_due_and_reports_the_next_wake_up() -> None:
@@ -275,8 +276,8 @@ def test_a_renewal_records_its_expiry_from_when_it_was_sent() -> None:
     lease = make_lease()
     sent = T0 + 1.0
     assert conclude(lease, sent, TTL_MS, True) is False  # keep renewing
-    assert lease.expires_at == pytest.approx(sent + 3.0)
-    assert lease.next_renew == pytest.approx(sent + 1.0)
+    assert lease.expires_at == pytest.approx(sent + HELD)
+    assert lease.next_renew == pytest.approx(sent + HELD * RENEW_FRACTION)
     assert lease.state is State.HELD
 
 
@@ -290,8 +291,8 @@ def test_a_renewal_overtaking_an_extend_records_the_ttl_it_carried() -> None:
     lease._renewed(extend_sent, 60_000)  # the extend's reply arrives first
     conclude(lease, renewal_sent, planned[1], True)  # then the renewal's
     assert lease.ttl_ms == TTL_MS
-    assert lease.expires_at == pytest.approx(renewal_sent + 3.0)
-    assert lease.next_renew == pytest.approx(renewal_sent + 1.0)
+    assert lease.expires_at == pytest.approx(renewal_sent + HELD)
+    assert lease.next_renew == pytest.approx(renewal_sent + HELD * RENEW_FRACTION)
 
 
 def test_a_renewal_reply_older_than_the_recorded_extend_does_not_undo_it() -> None:
@@ -309,7 +310,7 @@ def test_a_renewal_reply_older_than_the_recorded_extend_does_not_undo_it() -> No
     lease._renewed(extend_sent, 60_000)  # the later request's reply is recorded first
     conclude(lease, renewal_sent, planned[1], True)  # the earlier request's reply, late
     assert lease.ttl_ms == 60_000
-    assert lease.expires_at == pytest.approx(extend_sent + 60.0)
+    assert lease.expires_at == pytest.approx(extend_sent + held_for(SINGLE, 60_000))
     next_round = plan(lease, lease.next_renew)
     assert next_round is not None and next_round[1] == 60_000
 
@@ -354,13 +355,13 @@ def test_events_for_renewed_and_lost() -> None:
 
 def test_failed_renewals_retry_until_the_lease_would_have_ended() -> None:
     on_lost = OnLost()
-    lease = make_lease(on_lost=on_lost)  # expires at T0 + 3
-    sent = lease.next_renew  # T0 + 1: 2 s left
+    lease = make_lease(on_lost=on_lost)  # expires at T0 + HELD
+    sent = lease.next_renew  # T0 + 1: 2 s left (less held_for's millisecond)
     assert conclude(lease, sent, TTL_MS, FAILED) is False
-    assert lease.next_renew == pytest.approx(sent + RETRY_DELAY)  # min(0.5, 2 / 4)
-    sent = T0 + 2.6  # 0.4 s left: retry sooner than RETRY_DELAY
+    assert lease.next_renew == pytest.approx(sent + min(RETRY_DELAY, (T0 + HELD - sent) / 4))
+    sent = T0 + 2.6  # 0.399 s left: retry sooner than RETRY_DELAY
     assert conclude(lease, sent, TTL_MS, FAILED) is False
-    assert lease.next_renew == pytest.approx(sent + 0.1)
+    assert lease.next_renew == pytest.approx(sent + (HELD - 2.6) / 4)
     assert lease.held and on_lost.calls == []
     assert conclude(lease, T0 + 3.0, TTL_MS, FAILED) is True  # nothing left: presumed gone
     assert lease.state is State.LOST and on_lost.calls == [lease]
@@ -576,7 +577,7 @@ def test_an_orphan_expires_by_itself() -> None:
     lease = make_lease()
     lease._orphan()
     assert lease.state is State.ORPHANED and not lease.held and not lease.lost
-    assert lease.remaining(T0 + 1) == pytest.approx(2.0)  # the server keeps it until expiry
+    assert lease.remaining(T0 + 1) == pytest.approx(HELD - 1)  # kept until expiry
     lease._release()
     assert lease.state.value == "released"
     orphan = ended("orphaned")
@@ -598,8 +599,8 @@ def test_release_after_lose_stays_lost() -> None:
 
 def test_remaining_counts_down_to_zero() -> None:
     lease = make_lease()
-    assert lease.remaining(T0) == pytest.approx(3.0)
-    assert lease.remaining(T0 + 2.5) == pytest.approx(0.5)
+    assert lease.remaining(T0) == pytest.approx(HELD)
+    assert lease.remaining(T0 + 2.5) == pytest.approx(HELD - 2.5)
     assert lease.remaining(T0 + 10) == 0
 
 
@@ -664,7 +665,7 @@ def test_transitions_keep_final_states_final(
             lease._renewed(at, ttl_ms)
             if state is State.HELD and at >= recorded:  # an older reply records nothing
                 recorded = at
-                assert (lease.ttl_ms, lease.expires_at) == (ttl_ms, at + ttl_ms / 1000)
+                assert (lease.ttl_ms, lease.expires_at) == (ttl_ms, at + held_for(SINGLE, ttl_ms))
             elif state is State.HELD:
                 assert (lease.ttl_ms, lease.expires_at) == before
         else:

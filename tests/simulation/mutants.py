@@ -1048,6 +1048,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "            if False:\n",
        "tests/integration/test_decorator.py::"
        "test_an_extend_after_the_lease_was_reported_lost_is_refused"),
+    py("held-for-counts-the-whole-ttl", "a single server's lease is counted on for its whole "
+       "ttl: a share or slot the server scored in whole milliseconds ends first, and a rival "
+       "gets in while remaining() says it holds", "_quorum",
+       "    return (ttl_ms - SCORED_IN_MS) / 1000\n", "    return ttl_ms / 1000\n",
+       "tests/integration/test_decorator.py::"
+       "test_no_rival_gets_in_while_the_holders_remaining_says_it_holds"),
     py("lane-place-given-back-in-python", "a lane place is given back by a Python method: a "
        "Ctrl-C as it starts loses the place, and the process's renewals and releases wait "
        "for it", "_drivers",
