@@ -913,12 +913,15 @@ class AsyncTarget:
 
     async def execute(self, step: Step) -> Any:
         kind = type(step)
+        # (Before a wait too: one begun after the shutdown stopped the subscriber waited for
+        # nothing -- and revived it, which heard a grant that could then be neither
+        # confirmed nor given back, and the lock stayed taken for the waiter's whole ttl.)
+        self.check_open()
         if kind is Wait:
             return await step.registration.wait(step.timeout)  # type: ignore[union-attr]
         if kind is Sleep:
             await asyncio.sleep(step.seconds)  # type: ignore[union-attr]
             return None
-        self.check_open()
         self.sending += 1
         try:
             if kind is Listen:

@@ -738,10 +738,13 @@ class AsyncHandoff:
 
     async def wait(self, timeout: float) -> float | None:
         self._owner.revive()
-        if not await set_within(self._event, timeout):
-            return None
+        if not await set_within(self._event, timeout) or self._owner.stopped:
+            return None  # (stopped: woken, with no grant -- see AsyncWaiting.stop)
         self._event.clear()
         return self.at
+
+    def wake(self) -> None:
+        self._event.set()
 
     def close(self, cut_short: bool = False) -> None:
         self._owner._board.forget(self.token, self, cut_short)
@@ -757,6 +760,7 @@ class AsyncWaiting:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pubsub: Any = None  # the reader task's subscription, while it runs
+        self.stopped = False  # its loop's shutdown ended it (its target sends no more)
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         with contextlib.suppress(RuntimeError):  # (made outside a loop: nothing to watch)
             self._loop = weakref.ref(asyncio.get_running_loop())
@@ -849,9 +853,15 @@ class AsyncWaiting:
         background(give_back(), "redlock-deco-give-back").add_done_callback(ended)
 
     def stop(self) -> None:
-        """The loop is closing: end the subscriber (its connection is closed on the way)."""
+        """The loop is closing: end the subscriber (its connection is closed on the way), and
+        wake its waiters, with no grant: their target sends nothing more (a wait included:
+        see AsyncTarget.execute), so each is refused at once rather than at its next
+        recheck, up to a second later."""
+        self.stopped = True
         if self._task is not None:
             self._task.cancel()
+        for waiter in list(self._board.waiting.values()):
+            waiter.wake()
 
     async def _run(self) -> None:
         pubsub: Any = None

@@ -708,6 +708,96 @@ def test_a_lock_a_closing_generator_waits_for_past_the_shutdowns_wait_leaks_noth
     assert not noise, done.stderr
 
 
+def test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing(
+    server: RedisServer,
+) -> None:
+    """CI's 3.10 slow leg (the test above, held 5.5 s): the shutdown's deadline stopped the
+    loop's targets as a waiter's recheck was out; its next wait revived the subscriber, which
+    heard the grant of the holder's release, and the refused acquire could neither confirm
+    nor give it back -- the lock stayed taken for the waiter's whole ttl. Here the target is
+    stopped before each step of a contended acquire is sent, after its reply, and while it
+    is out, in turn; the holder lets go just after. Each acquire is refused at once (not at
+    its next recheck), and nothing stays taken."""
+    done = run_script(
+        server,
+        """
+        import threading, time
+        import redlock_deco._drivers as drivers
+
+        sent = drivers.AsyncTarget.execute
+        STEPS = 5  # the fast try, the subscription, the queueing attempt, a wait, a recheck
+
+        def scenario(k, when):
+            holding, let_go = threading.Event(), threading.Event()
+
+            def hold():
+                with redlock_deco.Lock("stopped", ttl=30):
+                    holding.set()
+                    let_go.wait(10)
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            holding.wait(10)
+            count, stopped = [0], []
+
+            def stop(target):
+                stopped.append(time.monotonic())
+                target.stop()
+
+            async def execute(self, step):
+                count[0] += 1
+                n = count[0]
+                if n == k and when == "before":
+                    stop(self)
+                elif n == k and when == "during":
+                    asyncio.get_running_loop().call_later(0.05, stop, self)
+                try:
+                    return await sent(self, step)
+                finally:
+                    if n == k and when == "after":
+                        stop(self)  # as the reply was still out: it comes after the
+                        await asyncio.sleep(0.05)  # subscriber has ended
+
+            async def main():
+                drivers.AsyncTarget.execute = execute
+                try:
+                    async with redlock_deco.asyncio.Lock("stopped", ttl=5, wait=10):
+                        return "got it"
+                except redlock_deco.ProviderError:
+                    return "refused"
+                finally:
+                    drivers.AsyncTarget.execute = sent
+                    let_go.set()
+
+            async def run():
+                task = asyncio.create_task(main())
+                while not stopped and not task.done():
+                    await asyncio.sleep(0.005)
+                await asyncio.sleep(0.1)  # (then the holder lets go: a grant for the waiter)
+                let_go.set()
+                outcome = await task
+                return outcome, time.monotonic() - stopped[0] if stopped else None
+
+            outcome, took = asyncio.run(run())
+            holder.join(10)
+            time.sleep(0.2)  # (a give-back of the holder's own is a moment's)
+            print(k, when, outcome, "prompt" if took is not None and took < 0.9 else took,
+                  "keys", r.dbsize())
+
+        for k in range(1, STEPS + 1):
+            for when in ("before", "after", "during"):
+                scenario(k, when)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 15, done.stdout
+    wrong = [line for line in lines if line.split()[2:] != ["refused", "prompt", "keys", "0"]]
+    assert not wrong, done.stdout
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
+
+
 def test_a_lock_taken_by_a_generators_clean_up_at_the_loops_end_is_refused(
     server: RedisServer,
 ) -> None:

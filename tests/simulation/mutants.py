@@ -1014,6 +1014,19 @@ MUTANTS: tuple[Mutant, ...] = (
        "            if not extended:\n                lease._lose()\n",
        "tests/integration/test_events.py::"
        "test_an_extend_that_finds_the_lease_gone_says_lost_once"),
+    py("asyncio-wait-sent-after-the-stop", "an asyncio target stopped by its loop's shutdown "
+       "still starts a wait: it revives the subscriber, which hears a grant that can be "
+       "neither confirmed nor given back", "_drivers",
+       "        self.check_open()\n        if kind is Wait:\n",
+       "        if kind is Wait:\n",
+       "tests/integration/test_shutdown.py::"
+       "test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing"),
+    py("stopped-subscriber-wakes-no-waiter", "an asyncio subscriber stopped by its loop's "
+       "shutdown leaves its waiters asleep: each is refused only at its next recheck",
+       "_waiting", "        for waiter in list(self._board.waiting.values()):\n"
+       "            waiter.wake()\n", "",
+       "tests/integration/test_shutdown.py::"
+       "test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing"),
     py("asyncio-idle-subscriber-closed-as-it-ends", "the asyncio subscriber closes its idle "
        "subscription as its task ends: a waiter coming meanwhile starts a second one beside it",
        "_waiting", "                if self._board.waiting:  # (shaped for Python 3.13: see "
