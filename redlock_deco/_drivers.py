@@ -78,6 +78,7 @@ from ._protocol import (
     Steps,
     Wait,
     fast_granted,
+    gives_back,
     remaining,
     took,
 )
@@ -875,7 +876,8 @@ class AsyncTarget:
     """One ``redis.asyncio`` client (bound to one event loop) and what derives from it."""
 
     __slots__ = (
-        "busy", "checked", "client", "closed", "cluster", "counted", "lanes", "sending", "waiting",
+        "busy", "checked", "client", "closed", "cluster", "counted", "lanes", "sealed", "sending",
+        "waiting",
     )  # fmt: skip
     algorithms: Algorithms = SINGLE
 
@@ -885,7 +887,8 @@ class AsyncTarget:
         self.lanes = make_lanes(pool_size(client), asyncio.BoundedSemaphore)
         self.checked = False
         self.busy = 0  # algorithms running on it now (see run_async)
-        self.closed = False  # its loop's shutdown closed the client (see stop)
+        self.closed = False  # its loop's shutdown stopped it: it only gives back (see stop)
+        self.sealed = False  # its loop's shutdown is closing the client: it sends nothing
         self.sending = 0  # commands in flight on it now
         self.cluster = is_cluster(client)
         self.counted = not self.cluster
@@ -896,15 +899,23 @@ class AsyncTarget:
         return self.waiting is not None and self.waiting.listening
 
     def stop(self) -> None:
-        """Its loop is closing: end the subscriber, and send nothing more. A command sent on
-        the closed client reconnected it, and nothing closed that connection again (review
-        21, 02 and 22, 02: a clean-up at asyncio.run's end still waiting for a lock)."""
+        """Its loop is closing: end the subscriber, and take nothing more -- only give back
+        until :meth:`seal`. Its waiters are refused, and leave the queue as they go: a
+        release at that moment still found the subscription open on the server, handed one
+        of them the lock, and, with their leaving refused too, it stayed taken for the
+        waiter's whole ttl (review 101a, F1: aclose() with waiters queued)."""
         self.closed = True
         if self.waiting is not None:
             self.waiting.stop()
 
-    def check_open(self) -> None:
-        if self.closed:
+    def seal(self) -> None:
+        """Its client is being closed: send nothing more. A command sent on the closed
+        client reconnected it, and nothing closed that connection again (review 21, 02 and
+        22, 02: a clean-up at asyncio.run's end still waiting for a lock)."""
+        self.closed = self.sealed = True
+
+    def check_open(self, step: Step) -> None:
+        if self.sealed or (self.closed and not gives_back(step)):
             raise ProviderError(
                 "this event loop has shut down and its redlock-deco clients are closed, so "
                 "nothing more can be sent on them (what it held is released, or expires "
@@ -916,7 +927,7 @@ class AsyncTarget:
         # (Before a wait too: one begun after the shutdown stopped the subscriber waited for
         # nothing -- and revived it, which heard a grant that could then be neither
         # confirmed nor given back, and the lock stayed taken for the waiter's whole ttl.)
-        self.check_open()
+        self.check_open(step)
         if kind is Wait:
             return await step.registration.wait(step.timeout)  # type: ignore[union-attr]
         if kind is Sleep:

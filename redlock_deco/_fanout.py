@@ -547,7 +547,7 @@ class _AsyncMaster:
             # Here, not as it is sent: a command queued before the loop began to close still
             # goes out after (a release behind an acquire a stalled master still owes; dropped,
             # it left that acquire an orphan lease once the master came back: review 41, F3).
-            self.node.check_open()
+            self.node.check_open(step)
         except ProviderError as exc:
             return exc
         key = step.keys[0]
@@ -625,9 +625,14 @@ class QuorumAsyncTarget:
         self._masters = [_AsyncMaster(node) for node in nodes]
 
     def stop(self) -> None:
-        """Its loop is closing: send nothing more on its masters' clients."""
+        """Its loop is closing: take nothing more on its masters (see AsyncTarget.stop)."""
         for node in self.nodes:
             node.stop()
+
+    def seal(self) -> None:
+        """Its masters' clients are being closed: send nothing more on them."""
+        for node in self.nodes:
+            node.seal()
 
     @property
     def sending(self) -> int:

@@ -618,14 +618,14 @@ def close_block_cut(
 
 
 def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, key: str,
-                 wait: float | None, alive: Callable[[], bool],
-                 kept: Callable[[], None]) -> bool:  # fmt: skip
+                 wait: float | None, alive: Callable[[], bool], kept: Callable[[], None],
+                 taken: list[Lease]) -> bool:  # fmt: skip
     """A bare ``acquire()``: take a lease that belongs to the object whose list of leases
     is ``held``, renewed while ``alive()`` (the object exists); ``kept()`` once it is in
-    ``held``. It re-enters nothing."""
+    ``held``. It re-enters nothing. ``taken``: where the lease goes first, for the caller's
+    :func:`cut_as_returned`."""
     owner = ownership.current_owner()
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
-    taken: list[Lease] = []
     try:
         lease = _take(kind, options, name, key, 0 if reason else wait, alive, taken)
         if lease is None and reason is not None:
@@ -670,20 +670,20 @@ def _adopted(options: LeaseOptions, name: str, key: str, held_by: object,
 
 
 def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, key: str,
-               held_by: object, alive: Callable[[], bool],
-               kept: Callable[[], None]) -> bool:  # fmt: skip
+               held_by: object, alive: Callable[[], bool], kept: Callable[[], None],
+               taken: list[Lease]) -> bool:  # fmt: skip
     """``adopt(token)``: take over the lease ``held_by`` holds on ``key`` now (taken by
     another object, in this process or another) for the object whose leases are ``held``,
     under a new token of its own and its ttl, in one step: whatever the old token's holder
     still sends (a renewal in flight, a late release) then touches nothing, and the token
     cannot be adopted twice. False, nothing changed, if ``held_by`` holds nothing there. Cut
-    short after the swap may have landed, the lease is given back, as an acquire's is."""
+    short after the swap may have landed, the lease is given back, as an acquire's is.
+    ``taken``: as :func:`acquire_held`'s."""
     target = providers.sync_target(options.provider)
     _check_target(kind, options, target)
     held_by = _adopted(options, name, key, held_by, held)
     claim = _claim(kind, options, key, target)
     started = time.monotonic()
-    taken: list[Lease] = []
     try:
         if not drivers.run(target.algorithms.adopt(claim, held_by), target):
             return False
@@ -734,10 +734,25 @@ def _move_newest(held: list[Lease], into: list[Lease], pid: int) -> None:
         return
 
 
-def _forget_held(held: list[Lease], lease: Lease) -> None:
+def _forget_held(held: list[Lease], lease: Lease) -> bool:
+    """Take ``lease`` out of ``held``; whether it was there."""
     with _held_lock:
         if lease in held:
             held.remove(lease)
+            return True
+        return False
+
+
+def cut_as_returned(held: list[Lease], taken: list[Lease], exc: BaseException) -> None:
+    """An object's ``acquire()`` or ``adopt()`` raised ``exc`` after :func:`acquire_held` or
+    :func:`adopt_held` returned into it -- Python 3.10 raises a pending signal in the caller
+    as a function returns: the lease was in the object's list, held and renewed, and the
+    caller, whose call raised, never releases it (review 101b, F1). Given back, unless it is
+    out of the list already: given back by the guard's own handler, or released meanwhile
+    by another thread through the object."""
+    for lease in taken:
+        if _forget_held(held, lease):
+            _abandon(lease, exc)
 
 
 def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:

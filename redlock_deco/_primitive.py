@@ -257,8 +257,13 @@ class Primitive(Base):
         returns False).
         """
         wait = self._wait(blocking, timeout, wait)
-        return guard.acquire_held(self._held, self.kind, self.options, self.name, self.key,
-                                  wait, self._alive, self._watch)  # fmt: skip
+        taken: list[Lease] = []
+        try:
+            return guard.acquire_held(self._held, self.kind, self.options, self.name, self.key,
+                                      wait, self._alive, self._watch, taken)  # fmt: skip
+        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)
+            guard.cut_as_returned(self._held, taken, exc)
+            raise
 
     def hand_over(self) -> str:
         """Let go of what ``acquire()`` took (the newest, for a semaphore) without releasing
@@ -282,8 +287,13 @@ class Primitive(Base):
         kind's). An adopt cut short (a timeout, an interrupt) gives back what it may have
         taken, as an acquire does. Refused for ``fencing=True``: the fencing token is not
         part of the lease token."""
-        return guard.adopt_held(self._held, self.kind, self.options, self.name, self.key,
-                                token, self._alive, self._watch)  # fmt: skip
+        taken: list[Lease] = []
+        try:
+            return guard.adopt_held(self._held, self.kind, self.options, self.name, self.key,
+                                    token, self._alive, self._watch, taken)  # fmt: skip
+        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)
+            guard.cut_as_returned(self._held, taken, exc)
+            raise
 
     def release(self) -> None:
         """Give back what ``acquire()`` took (the newest, for a semaphore), from any thread;

@@ -142,9 +142,6 @@ class LoopState:
         """Whether an acquire, a round trip or a wait is in flight on the loop's clients."""
         return any(target.busy or target.sending for target in self._all_targets())
 
-    def _sending(self) -> bool:
-        return any(target.sending for target in self._all_targets())
-
     def check_idle(self) -> None:
         """Refuse to clean up under a running task that still holds a lease: releasing it
         would let another holder in while that task is still inside."""
@@ -208,7 +205,7 @@ class LoopState:
             if stopping:  # let the cancelled tasks end while the loop still runs
                 await asyncio.wait(stopping, timeout=SHUTDOWN_TIMEOUT)
         for target in self._all_targets():
-            stop = getattr(target, "stop", None)  # its subscriber; and it sends no more
+            stop = getattr(target, "stop", None)  # its subscriber; and it takes no more
             if stop is not None:
                 stop()
         # A command still in flight ends first: closed under it, the client's retry
@@ -216,10 +213,16 @@ class LoopState:
         # stalled master still owes (an acquire, the release queued behind it) gets the rest
         # of the shutdown's time: closed after a second, the release never went out, and the
         # acquire, run once the master came back, left a lease of a finished call (review 41).
+        # In use, not only sending: a waiter refused by the stop gives its place in the
+        # queue back first (see AsyncTarget.stop), an await later.
         grace = time.monotonic() + SENDING_GRACE
         if any(getattr(target, "owed", 0) for target in self._all_targets()):
             grace = max(grace, started + SHUTDOWN_TIMEOUT)
-        await _while(self._sending, grace)
+        await _while(self._in_use, grace)
+        for target in self._all_targets():
+            seal = getattr(target, "seal", None)
+            if seal is not None:
+                seal()
         for client in self.clients:
             with contextlib.suppress(Exception):  # a dead server must not spoil shutdown
                 await client.aclose()

@@ -428,6 +428,21 @@ def undo_step(step: Eval) -> Eval | None:
     return claim.release_step(leaving=True)
 
 
+#: Each kind's release script: what only gives back (see gives_back).
+_RELEASES = frozenset(
+    kind.release_script.on(cluster)
+    for kind in (LOCK, SHARED, SEMAPHORE)
+    for cluster in (False, True)
+)
+
+
+def gives_back(step: Step) -> bool:
+    """Whether ``step`` only gives back: a release, or a waiter leaving the queue (which
+    passes on a hand-off that reached it). What an event loop's shutdown still sends once it
+    has stopped taking (see drivers.AsyncTarget.stop)."""
+    return type(step) is Eval and step.script in _RELEASES
+
+
 #: The kinds a grant message names (``lua/waiters.lua``'s ``told``), by their letter.
 GRANT_KINDS = {"L": LOCK, "R": SHARED, "S": SEMAPHORE}
 

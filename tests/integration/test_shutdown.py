@@ -27,8 +27,10 @@ from support.dropped import warns_dropped
 
 import redlock_deco
 import redlock_deco._process
+import redlock_deco._providers
 import redlock_deco.asyncio
 from redlock_deco import limited, locked
+from redlock_deco._protocol import LOCK, Claim, Keys
 from redlock_deco.testing import RedisServer
 
 TRIALS = 50
@@ -708,22 +710,26 @@ def test_a_lock_a_closing_generator_waits_for_past_the_shutdowns_wait_leaks_noth
     assert not noise, done.stderr
 
 
+@pytest.mark.parametrize("let_go", ["after the stop", "at the stop"])
 def test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing(
-    server: RedisServer,
+    server: RedisServer, let_go: str
 ) -> None:
     """CI's 3.10 slow leg (the test above, held 5.5 s): the shutdown's deadline stopped the
     loop's targets as a waiter's recheck was out; its next wait revived the subscriber, which
     heard the grant of the holder's release, and the refused acquire could neither confirm
-    nor give it back -- the lock stayed taken for the waiter's whole ttl. Here the target is
+    nor give it back -- the lock stayed taken for the waiter's whole ttl. Review 101a, F1:
+    the same when the holder let go at the stop itself, its subscription still open on the
+    server, so the release handed the lock to the waiter being refused. Here the target is
     stopped before each step of a contended acquire is sent, after its reply, and while it
-    is out, in turn; the holder lets go just after. Each acquire is refused at once (not at
-    its next recheck), and nothing stays taken."""
+    is out, in turn; the holder lets go just after the stop, or at it. Each acquire is
+    refused at once (not at its next recheck), and nothing stays taken."""
     done = run_script(
         server,
-        """
+        f"""
         import threading, time
         import redlock_deco._drivers as drivers
 
+        AT_THE_STOP = {let_go == "at the stop"}
         sent = drivers.AsyncTarget.execute
         STEPS = 5  # the fast try, the subscription, the queueing attempt, a wait, a recheck
 
@@ -743,6 +749,9 @@ def test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_not
             def stop(target):
                 stopped.append(time.monotonic())
                 target.stop()
+                if AT_THE_STOP:  # (the loop's thread waits: its subscription stays open)
+                    let_go.set()
+                    holder.join(10)
 
             async def execute(self, step):
                 count[0] += 1
@@ -796,6 +805,90 @@ def test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_not
     assert not wrong, done.stdout
     noise = [line for line in done.stderr.splitlines() if "Warning" in line]
     assert not noise, done.stderr
+
+
+def test_aclose_with_waiters_queued_and_releases_at_that_moment_leaves_nothing(
+    server: RedisServer,
+) -> None:
+    """Review 101a, F1: ``await redlock_deco.aclose()`` in a loop run by hand, with waiters
+    queued for a lock, a semaphore and a writer, and each holder letting go at the moment the
+    clients are stopped: the subscription, still open on the server, took the hand-offs, and
+    the refused waiters could not leave the queue -- each name stayed taken for the
+    waiter's ttl. They are refused, and leave it, passing the hand-off on, before the
+    clients close."""
+    done = run_script(
+        server,
+        """
+        import time
+        import redlock_deco._drivers as drivers
+
+        held = [redlock_deco.Lock("x", ttl=20), redlock_deco.Semaphore("s", limit=1, ttl=20),
+                redlock_deco.Lock("rw", shared=False, ttl=20)]
+        for lock in held:
+            assert lock.acquire(blocking=False)
+        stop = drivers.AsyncTarget.stop
+
+        def stopping(self):
+            stop(self)
+            for lock in held:  # at this moment: the subscription is still open
+                lock.release()
+
+        drivers.AsyncTarget.stop = stopping
+
+        async def waiter(primitive):
+            try:
+                async with primitive:
+                    return "got it"
+            except redlock_deco.ProviderError:
+                return "refused"
+
+        async def main():
+            tasks = [
+                asyncio.create_task(waiter(primitive))
+                for primitive in (
+                    redlock_deco.asyncio.Lock("x", ttl=10, wait=8),
+                    redlock_deco.asyncio.Semaphore("s", limit=1, ttl=10, wait=8),
+                    redlock_deco.asyncio.Lock("rw", shared=False, ttl=10, wait=8),
+                )
+            ]
+            until = time.monotonic() + 10
+            while len(r.keys("*queue*")) < 3 and time.monotonic() < until:
+                await asyncio.sleep(0.01)  # (all three queued)
+            await redlock_deco.aclose()
+            return await asyncio.gather(*tasks)
+
+        loop = asyncio.new_event_loop()
+        outcomes = loop.run_until_complete(main())
+        loop.close()
+        time.sleep(0.2)
+        print(outcomes, "keys", sorted(key.decode() for key in r.keys("*")))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['refused',", "'refused',", "'refused']", "keys", "[]"], (
+        done.stdout
+    )
+    noise = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert not noise, done.stderr
+
+
+def test_a_target_whose_loop_has_shut_down_sends_nothing_not_even_a_give_back(
+    server: RedisServer,
+) -> None:
+    """Review 21, 02 and 22, 02, restated since a stopped target still gives back (see
+    AsyncTarget.stop): once the loop's shutdown closes its clients, the target refuses every
+    step, releases included -- one sent then reconnected the closed client, and nothing
+    closed that connection again."""
+    kept: list[Any] = []
+
+    async def main() -> None:
+        async with redlock_deco.asyncio.Lock("sealed", ttl=5):
+            kept.append(redlock_deco._providers.async_target("default"))
+
+    asyncio.run(main())
+    claim = Claim(LOCK, Keys.for_key("lock:sealed", LOCK), "a-token", 5000)
+    with pytest.raises(redlock_deco.ProviderError, match="shut down"):
+        asyncio.run(kept[0].execute(claim.release_step(leaving=True)))
 
 
 def test_a_lock_taken_by_a_generators_clean_up_at_the_loops_end_is_refused(

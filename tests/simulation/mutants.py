@@ -1017,7 +1017,7 @@ MUTANTS: tuple[Mutant, ...] = (
     py("asyncio-wait-sent-after-the-stop", "an asyncio target stopped by its loop's shutdown "
        "still starts a wait: it revives the subscriber, which hears a grant that can be "
        "neither confirmed nor given back", "_drivers",
-       "        self.check_open()\n        if kind is Wait:\n",
+       "        self.check_open(step)\n        if kind is Wait:\n",
        "        if kind is Wait:\n",
        "tests/integration/test_shutdown.py::"
        "test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing"),
@@ -1027,6 +1027,46 @@ MUTANTS: tuple[Mutant, ...] = (
        "            waiter.wake()\n", "",
        "tests/integration/test_shutdown.py::"
        "test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing"),
+    py("acquire-cut-as-it-returns-kept", "an object's acquire() that raises as acquire_held "
+       "returns into it (Python 3.10 raises a pending signal there) leaves the object holding, "
+       "renewed, with its caller never releasing", "_primitive",
+       "                                      wait, self._alive, self._watch, taken)  # fmt: skip\n"
+       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n"
+       "            guard.cut_as_returned(self._held, taken, exc)\n",
+       "                                      wait, self._alive, self._watch, taken)  # fmt: skip\n"
+       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[bare-acquire]"),
+    py("adopt-cut-as-it-returns-kept", "an object's adopt() that raises as adopt_held returns "
+       "into it leaves the object holding, renewed, with its caller never releasing",
+       "_primitive",
+       "                                    token, self._alive, self._watch, taken)  # fmt: skip\n"
+       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n"
+       "            guard.cut_as_returned(self._held, taken, exc)\n",
+       "                                    token, self._alive, self._watch, taken)  # fmt: skip\n"
+       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[adopted]"),
+    py("stopped-target-gives-nothing-back", "an asyncio target stopped by its loop's "
+       "shutdown refuses its waiters' leaving too: a hand-off the still open subscription "
+       "took stays with a refused waiter for its ttl", "_drivers",
+       "        if self.sealed or (self.closed and not gives_back(step)):\n",
+       "        if self.sealed or self.closed:\n",
+       "tests/integration/test_shutdown.py::"
+       "test_a_waiter_whose_loop_stops_at_any_step_is_refused_at_once_and_leaves_nothing",
+       "tests/integration/test_shutdown.py::"
+       "test_aclose_with_waiters_queued_and_releases_at_that_moment_leaves_nothing"),
+    py("shutdown-seals-while-waiters-leave", "a loop's shutdown closes its clients once "
+       "nothing is sent, not waiting for the waiters its stop refused to leave the queue",
+       "_process", "        await _while(self._in_use, grace)\n",
+       "        await _while(lambda: any(target.sending for target in self._all_targets()), "
+       "grace)\n",
+       "tests/integration/test_shutdown.py::"
+       "test_aclose_with_waiters_queued_and_releases_at_that_moment_leaves_nothing"),
+    py("shutdown-never-seals", "a loop's shutdown closes its clients but lets give-backs "
+       "through after: one reconnects the closed client, never closed again", "_drivers",
+       "        self.closed = self.sealed = True\n", "        self.closed = True\n",
+       "tests/integration/test_shutdown.py"),
     py("asyncio-idle-subscriber-closed-as-it-ends", "the asyncio subscriber closes its idle "
        "subscription as its task ends: a waiter coming meanwhile starts a second one beside it",
        "_waiting", "                if self._board.waiting:  # (shaped for Python 3.13: see "
