@@ -637,9 +637,7 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
         # where an exception raised at that line (by a tracer) would skip the handler.
         return lease is not None
     except BaseException as exc:
-        for lease in taken:
-            _forget_held(held, lease)
-            _abandon(lease, exc)
+        give_back_taken(held, taken, exc)
         raise
 
 
@@ -692,10 +690,10 @@ def adopt_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str, 
         kept()
         return lease is not None  # (not a constant: see acquire_held)
     except BaseException as exc:
-        for one in taken:
-            _forget_held(held, one)
-            _stop(one)
-        _cut_short(claim, target, exc)
+        if taken:
+            give_back_taken(held, taken, exc)  # (the adopted lease: its claim's)
+        else:
+            _cut_short(claim, target, exc)  # the swap may have landed all the same
         raise
 
 
@@ -729,6 +727,7 @@ def _move_newest(held: list[Lease], into: list[Lease], pid: int) -> None:
     for index in range(len(held) - 1, -1, -1):
         if held[index].pid != pid:
             continue
+        held[index].popped = True  # (first: see give_back_taken)
         into.append(held[index])
         del held[index]
         return
@@ -743,16 +742,41 @@ def _forget_held(held: list[Lease], lease: Lease) -> bool:
         return False
 
 
-def cut_as_returned(held: list[Lease], taken: list[Lease], exc: BaseException) -> None:
-    """An object's ``acquire()`` or ``adopt()`` raised ``exc`` after :func:`acquire_held` or
-    :func:`adopt_held` returned into it -- Python 3.10 raises a pending signal in the caller
-    as a function returns: the lease was in the object's list, held and renewed, and the
-    caller, whose call raised, never releases it (review 101b, F1). Given back, unless it is
-    out of the list already: given back by the guard's own handler, or released meanwhile
-    by another thread through the object."""
-    for lease in taken:
-        if _forget_held(held, lease):
+def give_back_taken(held: list[Lease], taken: list[Lease], exc: BaseException) -> None:
+    """An object's ``acquire()`` or ``adopt()`` was cut short by ``exc``: give back what it
+    took (``taken``, emptied as it goes: the guard's handler and then the object's own,
+    which covers the call's return into it, never give one back twice).
+
+    Also as :func:`acquire_held` or :func:`adopt_held` returned into the object's method:
+    Python 3.10 raises a pending signal in the caller as a function returns, and the lease
+    stayed in the object's list, held and renewed, though the call raised (review 101b, F1).
+
+    Counted, for an object threads share: once the lease is in the object's list, another
+    thread's ``release()`` or ``hand_over()`` may take it as the newest -- a release meant
+    for a lease the object held before. This call then gives back one of those in its
+    place, so the object holds what its finished calls took (review 102, F1: the lease the
+    other thread meant stayed held and renewed, with nobody to release it)."""
+    while taken:
+        lease = taken.pop()
+        instead: list[Lease] = []
+        with _held_lock:
+            if lease in held:
+                held.remove(lease)
+            elif lease.popped:
+                _move_newest(held, instead, os.getpid())
+        if not lease.popped:
             _abandon(lease, exc)
+        for other in instead:
+            _give_back_instead(other, exc)
+
+
+def _give_back_instead(lease: Lease, exc: BaseException) -> None:
+    """:func:`_abandon` for a lease its caller did get: it held it for a while."""
+    _stop(lease)
+    try:
+        _cut_short(lease.claim, lease.target, exc)
+    finally:
+        say_released(lease, time.monotonic() - lease.acquired_at)
 
 
 def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:

@@ -261,8 +261,8 @@ class Primitive(Base):
         try:
             return guard.acquire_held(self._held, self.kind, self.options, self.name, self.key,
                                       wait, self._alive, self._watch, taken)  # fmt: skip
-        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)
-            guard.cut_as_returned(self._held, taken, exc)
+        except BaseException as exc:  # (cut as it returned: see guard.give_back_taken)
+            guard.give_back_taken(self._held, taken, exc)
             raise
 
     def hand_over(self) -> str:
@@ -291,8 +291,8 @@ class Primitive(Base):
         try:
             return guard.adopt_held(self._held, self.kind, self.options, self.name, self.key,
                                     token, self._alive, self._watch, taken)  # fmt: skip
-        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)
-            guard.cut_as_returned(self._held, taken, exc)
+        except BaseException as exc:  # (cut as it returned: see guard.give_back_taken)
+            guard.give_back_taken(self._held, taken, exc)
             raise
 
     def release(self) -> None:

@@ -2079,6 +2079,35 @@ def test_a_client_side_caching_client_shared_by_threads_never_holds_up_a_lock(
         probe.close()
 
 
+def test_a_client_side_caching_clients_tracking_connections_carry_none_of_the_library(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The routing the test above relies on, checked directly: its hole is a race, which a
+    loaded machine may not hit in its two seconds (CI's rotating mutant sample, 2026-12-05:
+    cache-not-sent-around survived it once, though it kills it on an idle machine). A lock
+    taken, waited for and handed over on a caching client uses no connection with CLIENT
+    TRACKING on -- none of the cache's."""
+    caching_allowed(server, monkeypatch)
+    from redis.cache import CacheConfig
+
+    client = redis.Redis.from_url(server.url, protocol=3, cache_config=CacheConfig())
+    redlock_deco.register_provider("default", client)
+    probe = server.client()
+    try:
+        holder = Lock("routed", ttl=5)
+        assert holder.acquire()
+        release = threading.Timer(0.2, holder.release)
+        release.start()
+        with Lock("routed", ttl=5, wait=5):  # (handed over: the grant subscription too)
+            tracking = [c for c in probe.client_list() if "t" in c.get("flags", "")]
+        release.join(5)
+        assert tracking == [], tracking
+    finally:
+        redlock_deco.register_provider("default", server.url)
+        client.close()
+        probe.close()
+
+
 class CachingPool(redis.ConnectionPool):
     """An application's own pool class."""
 

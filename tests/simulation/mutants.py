@@ -1031,22 +1031,29 @@ MUTANTS: tuple[Mutant, ...] = (
        "returns into it (Python 3.10 raises a pending signal there) leaves the object holding, "
        "renewed, with its caller never releasing", "_primitive",
        "                                      wait, self._alive, self._watch, taken)  # fmt: skip\n"
-       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n"
-       "            guard.cut_as_returned(self._held, taken, exc)\n",
+       "        except BaseException as exc:  # (cut as it returned: see guard.give_back_taken)\n"
+       "            guard.give_back_taken(self._held, taken, exc)\n",
        "                                      wait, self._alive, self._watch, taken)  # fmt: skip\n"
-       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n",
+       "        except BaseException as exc:  # (cut as it returned: see guard.give_back_taken)\n",
        "tests/integration/test_interrupts.py::"
        "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[bare-acquire]"),
     py("adopt-cut-as-it-returns-kept", "an object's adopt() that raises as adopt_held returns "
        "into it leaves the object holding, renewed, with its caller never releasing",
        "_primitive",
        "                                    token, self._alive, self._watch, taken)  # fmt: skip\n"
-       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n"
-       "            guard.cut_as_returned(self._held, taken, exc)\n",
+       "        except BaseException as exc:  # (cut as it returned: see guard.give_back_taken)\n"
+       "            guard.give_back_taken(self._held, taken, exc)\n",
        "                                    token, self._alive, self._watch, taken)  # fmt: skip\n"
-       "        except BaseException as exc:  # (cut as it returned: see guard.cut_as_returned)\n",
+       "        except BaseException as exc:  # (cut as it returned: see guard.give_back_taken)\n",
        "tests/integration/test_interrupts.py::"
        "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[adopted]"),
+    py("object-cut-gives-nothing-back-in-its-place", "an object's acquire() cut short after "
+       "another thread's release() took its lease as the newest gives nothing back in its "
+       "place: the lease that release was meant for stays held and renewed", "_guard",
+       "            elif lease.popped:\n                _move_newest(held, instead, os.getpid())\n",
+       "",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[shared-semaphore-object]"),
     py("stopped-target-gives-nothing-back", "an asyncio target stopped by its loop's "
        "shutdown refuses its waiters' leaving too: a hand-off the still open subscription "
        "took stays with a refused waiter for its ttl", "_drivers",
