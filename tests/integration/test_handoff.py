@@ -669,12 +669,16 @@ def test_a_reader_interrupted_as_its_grant_comes_leaves_the_next_waiter_served_a
     subscription at once; the interrupted reader's dropped subscription took the other's
     grant, already read off the socket, with it, and that reader, in on the server, learnt
     it at its recheck. The others now ask the server at once."""
-    delays = []
-    for _ in range(3):  # (the interrupt point may not come: see the assertion below)
+    delays: list[float] = []
+    # (The interrupt point may not come: the second thread may be the one reading as the
+    # grant arrives. Three tries all missed it once, in CI's 3.10 leg on a loaded machine.)
+    for _ in range(8):
         delay = _next_waiters_delay_after_an_interrupted_reading(r, shared)
         if delay is not None:
             delays.append(delay)
         until(lambda: r.dbsize() == 0)
+        if len(delays) == 3:
+            break
     assert delays, "the reader was never interrupted as its grant came (the test proves nothing)"
     # (a second -- the recheck -- without the new subscription, every time; a round trip or
     # two with it. The median: one of three took longer once in the README's run, four test
