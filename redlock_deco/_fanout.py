@@ -558,6 +558,10 @@ class _AsyncMaster:
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(before)
             try:
+                # (Queued behind one a stalled master still owed as the loop's shutdown
+                # sealed the client: closing it ended that one, and this one reconnected it,
+                # left unclosed and pending as the loop closed -- review 103b, F2.)
+                self.node.check_open(step)
                 return await self._send(step)
             except Exception as exc:  # the round's answer from this master, never an error
                 return exc  # left unretrieved (asyncio.run reports those at shutdown)
@@ -647,6 +651,12 @@ class QuorumAsyncTarget:
         return sum(len(master.running) for master in self._masters)
 
     async def execute(self, step: Step) -> Any:
+        # As AsyncTarget.execute: stopped by its loop's shutdown, a round takes nothing more,
+        # a waiter's sleep included; polled on, a quorum waiter in a generator's clean-up
+        # kept asyncio.run from ending until its wait ran out -- for good with wait=None
+        # (review 103b, F1). Releases still go out (see _AsyncMaster.call).
+        for node in self.nodes:
+            node.check_open(step.step if isinstance(step, Fanout) else step)
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None

@@ -725,12 +725,31 @@ def _move_newest(held: list[Lease], into: list[Lease], pid: int) -> None:
     loop's back edge written inside the ``with`` skipped its exit, and _held_lock stayed held
     for good (test_back_edges)."""
     for index in range(len(held) - 1, -1, -1):
-        if held[index].pid != pid:
+        lease = held[index]
+        # (Popped already: by a release() or hand_over() cut as it moved it, whose clean-up
+        # gives it back; taken again here, another thread's hand_over() returned a token
+        # that clean-up then released -- review 103a, F2.)
+        if lease.pid != pid or lease.popped:
             continue
-        held[index].popped = True  # (first: see give_back_taken)
-        into.append(held[index])
+        lease.popped = id(into)  # (first: see give_back_taken and _reclaim)
+        into.append(lease)
         del held[index]
         return
+
+
+def _reclaim(held: list[Lease], into: list[Lease]) -> None:
+    """The lease a move into ``into`` marked as its own but was cut short before it got
+    there (see _move_newest): the clean-up that gives ``into`` back has it too. Left in the
+    object's list, marked popped, no release would take it again."""
+    with _held_lock:
+        _marked_for(held, into)
+
+
+def _marked_for(held: list[Lease], into: list[Lease]) -> None:
+    """:func:`_reclaim`'s move, a function of its own (see _move_newest)."""
+    for lease in held:
+        if lease.popped == id(into) and lease not in into:
+            into.append(lease)
 
 
 def _forget_held(held: list[Lease], lease: Lease) -> bool:
@@ -792,6 +811,7 @@ def release_held(held: list[Lease], taken: Callable[[], None]) -> bool | None:
     except RedisError:
         raise  # _give_back dealt with it (an unreachable server: released in the background)
     except BaseException as exc:
+        _reclaim(held, popped)
         for lease in popped:
             _forget_held(held, lease)  # an interrupt between _pop_held's two lines
             _abandon(lease, exc)
@@ -805,13 +825,16 @@ def _handed_over(lease: Lease) -> None:
 
 
 def hand_over_held(
-    held: list[Lease], taken: Callable[[], None], not_held: Callable[[], Exception]
+    held: list[Lease],
+    taken: Callable[[], None],
+    not_held: Callable[[], Exception],
+    popped: list[Lease],
 ) -> str:
-    """Take the newest lease an object holds out of it without releasing it, and return its
-    token for another object to :func:`adopt_held`; raise ``not_held()`` if it holds none.
-    No longer renewed here. Interrupted before the caller has the token, it is given back:
-    held by nobody who knows its token, it would block its name for a whole ttl."""
-    popped: list[Lease] = []
+    """Take the newest lease an object holds out of it (into ``popped``, the caller's)
+    without releasing it, and return its token for another object to :func:`adopt_held`;
+    raise ``not_held()`` if it holds none. No longer renewed here. Interrupted before the
+    caller has the token, it is given back: held by nobody who knows its token, it would
+    block its name for a whole ttl."""
     try:
         _pop_held(held, popped)
         if not popped:
@@ -821,10 +844,21 @@ def hand_over_held(
         _handed_over(popped[0])
         return popped[0].token
     except BaseException as exc:
-        for lease in popped:
-            _forget_held(held, lease)
-            _abandon(lease, exc)
+        give_back_popped(held, popped, exc)
         raise
+
+
+def give_back_popped(held: list[Lease], popped: list[Lease], exc: BaseException) -> None:
+    """A ``hand_over()`` cut short by ``exc``: give back what it took out of the object
+    (``popped``, emptied as it goes, for the guard's handler and then the object's own),
+    its token lost with the exception -- also as :func:`hand_over_held` returned into the
+    object's method, where Python 3.10 raises a pending signal (review 103a, F1: held by
+    nobody, unrenewed, for the rest of its ttl)."""
+    _reclaim(held, popped)
+    while popped:
+        lease = popped.pop()
+        _forget_held(held, lease)  # (an interrupt between _pop_held's two lines)
+        _abandon(lease, exc)
 
 
 # -- asyncio -----------------------------------------------------------------------------
@@ -1336,6 +1370,7 @@ async def release_held_async(held: list[Lease], taken: Callable[[], None]) -> bo
     except (RedisError, asyncio.CancelledError):
         raise  # dealt with by _give_back_async
     except BaseException as exc:
+        _reclaim(held, popped)
         for lease in popped:
             _forget_held(held, lease)  # an interrupt between _pop_held's two lines
             await _abandon_async(lease, exc)

@@ -150,9 +150,9 @@ class Lease:
         self.last_out: object = None  # the section whose exit was the last (see _exit)
         self._gate = threading.RLock()
         self.said_released: bool = False  # its last event sent (see say_released)
-        # Taken out of its object's list by a release() or hand_over() (see
-        # _guard.give_back_taken).
-        self.popped: bool = False
+        # Taken out of its object's list by a release() or hand_over(): the id of the list
+        # it was moved into (see _guard._move_newest); 0 while not.
+        self.popped: int = 0
         self.renewing: bool = False  # the renewer dispatched a round: never dispatch a second one
         self.ttl_ms: int = claim.ttl_ms
         self.set_ms: int = claim.ttl_ms  # what the request behind the recorded expiry set

@@ -38,7 +38,10 @@ def _collected_holding(held: list[Lease], what: str) -> None:
     """An object was collected while ``acquire()`` still held ``held``: like an unclosed
     file, say so, and stop renewing at once (the leases expire within their ttl). Releasing
     here would mean I/O from the garbage collector, which may run inside any code."""
-    live = [lease for lease in held if lease.held and lease.remaining()]
+    # (This process's: a forked child's copy of the object holds nothing -- its parent does,
+    # and goes on renewing; review 103a, F3.)
+    pid = os.getpid()
+    live = [lease for lease in held if lease.pid == pid and lease.held and lease.remaining()]
     for lease in live:
         lease._orphan()
     if live:
@@ -271,7 +274,13 @@ class Primitive(Base):
         object stops renewing it, no longer holds it, and says nothing when it is collected.
         The lease then lasts the ttl it has left unless an adopter takes it over. LockNotOwned
         if this object holds nothing so taken."""
-        return guard.hand_over_held(self._held, self._unwatch, self._cannot_hand_over)
+        popped: list[Lease] = []
+        try:
+            return guard.hand_over_held(self._held, self._unwatch, self._cannot_hand_over,
+                                        popped)  # fmt: skip
+        except BaseException as exc:  # (cut as it returned: see guard.give_back_popped)
+            guard.give_back_popped(self._held, popped, exc)
+            raise
 
     def adopt(self, token: str | bytes) -> bool:
         """Take over the lease ``token`` holds on this name now -- taken by another object,

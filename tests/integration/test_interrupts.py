@@ -53,6 +53,7 @@ from support.samples import wait_until
 import redlock_deco
 from redlock_deco import Lock, Semaphore, current_lease, limited, locked
 from redlock_deco import _drivers as drivers
+from redlock_deco import _guard as guard
 from redlock_deco import _primitive as primitive
 from redlock_deco import _providers as providers
 from redlock_deco import _renewal as renewal
@@ -345,11 +346,16 @@ class _SharedSemaphore:
     then holds nothing (B's one acquire, one release); the slot B meant stayed held and
     renewed by nobody's call."""
 
-    def __init__(self) -> None:
+    def __init__(self, hands_over: bool = False) -> None:
         self.sem = Semaphore(NAME, limit=2, ttl=5, wait=2)
         assert self.sem.acquire()  # B's (untraced)
         self.phase = ""
         self.b: threading.Thread | None = None
+        # B hands its slot over instead (review 103a, F2: a release cut as it moved its lease
+        # let another thread's hand_over() take that same lease, whose token the cut
+        # release's clean-up then gave back: the adopter found nothing).
+        self.hands_over = hands_over
+        self.token: str | None = None
 
     def __call__(self) -> None:
         self.phase = "acquire"
@@ -372,13 +378,20 @@ class _SharedSemaphore:
         # (Nothing left to release when the interrupt came in the run's own last release,
         # B's: that one took it.)
         with contextlib.suppress(redlock_deco.LockNotOwned):
-            self.sem.release()
+            if self.hands_over:
+                self.token = self.sem.hand_over()
+            else:
+                self.sem.release()
 
     def settle(self, where: str, point: Point, real: bool) -> None:
         if self.b is not None:
             self.b.join(5)
         if self.phase == "acquire" and self.b is not None:
             assert not self.sem._held, f"the object holds {self.sem._held} after {where}"
+        if self.token is not None:  # B's hand-over: its adopter gets what it handed over
+            adopter = Semaphore(NAME, limit=2, ttl=5)
+            assert adopter.adopt(self.token), f"B's handed-over token held nothing, {where}"
+            adopter.release()
         while self.sem._held:  # what the run's finished calls still hold
             with contextlib.suppress(redlock_deco.LockError):
                 self.sem.release()
@@ -388,14 +401,15 @@ def _shared_semaphore(_: redis.Redis) -> Callable[[], None]:
     return _SharedSemaphore()
 
 
+def _shared_semaphore_handed_over(_: redis.Redis) -> Callable[[], None]:
+    return _SharedSemaphore(hands_over=True)
+
+
 class _Adopted:
     """A lease handed over by token: one object acquires and hands it over, another adopts
     and releases it. An interrupted ``hand_over()`` leaves the lease with the giver, or gives
-    it back; an interrupted ``adopt()`` leaves it with the adopter, or as it was: held by the
-    token, which the caller has (and adopts again). Never held with nobody knowing -- but
-    for the caller's own window, as ``hand_over()`` returned the token into a line that was
-    interrupted before it stored it (``acquire()`` has the same one); settled here by reading
-    the token back from the server."""
+    it back; an interrupted ``adopt()`` gives back what it took, or leaves it as it was: held
+    by the token, which the caller has (and adopts again). Never held with nobody knowing."""
 
     def __init__(self, r: redis.Redis) -> None:
         self.r = r
@@ -416,9 +430,9 @@ class _Adopted:
         # An adopt() that raised leaves its object holding nothing (review 101b, F1: cut as
         # adopt_held returned into it, the object held the lease, renewed).
         assert not (self.adopting and self.taker.lease), f"the adopter holds, {where}"
-        if self.token is None and point[2] == "return hand_over_held":
-            held = self.r.get("lock:" + NAME)  # the caller's window (see above)
-            self.token = None if held is None else held.decode()
+        # (Cut as hand_over_held returned into hand_over(), the token was lost with the
+        # exception and the lease held by nobody, unrenewed, for its ttl: review 103a, F1.
+        # Given back now; nothing is tolerated there any more.)
         for holder in (self.taker, self.giver):  # whoever still holds lets go
             if holder.lease is not None:
                 with contextlib.suppress(redlock_deco.LockError):  # (ended: released already)
@@ -520,6 +534,7 @@ SYNC = {
     "bare-acquire": _bare_acquire_release,
     "semaphore": _semaphore,
     "shared-semaphore-object": _shared_semaphore,
+    "shared-semaphore-handed-over": _shared_semaphore_handed_over,
     "hand-off": _handed_off,
     "adopted": _adopted,
     "readers-handed-off": _readers_handed_off,
@@ -830,3 +845,51 @@ def test_a_cancel_at_every_line_leaves_nothing_held(r: redis.Redis, scenario: st
             pass
         _nothing_left(r, f"a cancel at {_where(line)}")
     assert len(missed) < len(lines) / 2, [_where(line) for line in missed]
+
+
+def test_a_release_cut_as_it_moves_its_lease_never_gives_back_another_threads_hand_over(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 103a, F2: a release() cut as it moved the object's newest lease out (in its
+    own list, still in the object's) let another thread's hand_over(), waiting for the
+    object's lock, take that same lease; the cut release's clean-up then gave it back, and
+    the hand-over's token held nothing. A lease a move has marked is not taken again."""
+    sem = Semaphore(NAME, limit=4, ttl=5)
+    assert sem.acquire() and sem.acquire()
+    handed: list[str] = []
+    b_done = threading.Event()
+
+    def hand_over() -> None:
+        with contextlib.suppress(redlock_deco.LockNotOwned):
+            handed.append(sem.hand_over())
+        b_done.set()
+
+    forget = guard._forget_held
+
+    def forget_after_b(held: list[Any], lease: Any) -> bool:
+        b_done.wait(5)  # (a thread switch before the cut release's clean-up: B goes first)
+        return forget(held, lease)
+
+    monkeypatch.setattr(guard, "_forget_held", forget_after_b)
+    code = guard._move_newest.__code__
+    source, first = inspect.getsourcelines(guard._move_newest)
+    line = next(first + n for n, text in enumerate(source) if "del held[index]" in text)
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line:
+            threading.Thread(target=hand_over).start()
+            time.sleep(0.2)  # (B waits for the object's lock, which the move holds)
+            raise KeyboardInterrupt
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sem.release()
+    finally:
+        sys.settrace(None)
+    assert b_done.wait(5) and handed, "the other thread's hand_over() did not return"
+    adopter = Semaphore(NAME, limit=4, ttl=5)
+    assert adopter.adopt(handed[0]), "the handed-over token held nothing"
+    adopter.release()
+    assert sem._held == [] and sem.holders() == 0  # (the cut release gave its own back)

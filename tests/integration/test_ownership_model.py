@@ -27,6 +27,7 @@ from support.flavours import Api
 
 import redlock_deco.asyncio
 from redlock_deco import Lock, LockError, LockNotAcquired, LockNotOwned, Semaphore, locked
+from redlock_deco.testing import RedisServer
 
 
 def in_thread(fn: Callable[[], Any]) -> Any:
@@ -471,3 +472,38 @@ def test_of_many_objects_tried_from_a_thread_pool_exactly_one_gets_in(r: redis.R
     assert taken.count(True) == 1
     locks[taken.index(True)].release()  # from this thread: the object owns it
     assert r.dbsize() == 0
+
+
+def test_a_forked_childs_copy_of_a_holding_object_says_nothing_when_collected(
+    server: RedisServer,
+) -> None:
+    """Review 103a, F3: a forked child dropping its copy of an object that holds a lock (its
+    parent's: the child holds nothing) warned that it was collected while holding, "no
+    longer renewed" -- wrong on both counts: the parent holds it, and renews it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import gc, os, warnings
+        import redlock_deco
+        redlock_deco.register_provider("default", {server.url!r})
+        lock = redlock_deco.Lock("forked-copy", ttl=5)
+        assert lock.acquire()
+        pid = os.fork()
+        if pid == 0:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                del lock
+                gc.collect()
+            os._exit(10 + sum(issubclass(w.category, ResourceWarning) for w in seen))
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), lock.owned())
+        lock.release()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["10", "True"], (done.stdout, done.stderr)

@@ -755,3 +755,123 @@ def test_an_interrupt_in_a_round_waiting_for_a_connect_wedges_no_other_call(
             assert another(f"after-{n}"), f"wedged by an interrupt at {point}"
     finally:
         masters[0].resume()
+
+
+@pytest.mark.timeout(60)
+def test_quorum_waiters_are_refused_at_once_at_their_loops_shutdown(
+    masters: list[RedisServer],
+) -> None:
+    """Review 103b, F1: a quorum target stopped by its loop's shutdown still ran its waiters'
+    rounds and sleeps: each polled on until its ``wait`` ran out (``LockNotAcquired``, not
+    the single server's ``ProviderError``), and one in an async generator's clean-up kept
+    ``asyncio.run`` from ending as long -- for good with ``wait=None``. Refused at once
+    now, by ``aclose()`` by hand and at ``asyncio.run``'s end (its 5 s for the clean-ups)."""
+    import asyncio
+
+    from redlock_deco import asyncio as aio
+
+    holder = Lock("q-shut", provider="q", ttl=30)
+    assert holder.acquire(blocking=False)
+    outcomes: list[str] = []
+
+    async def waiter() -> None:
+        try:
+            async with aio.Lock("q-shut", provider="q", ttl=3, wait=30):
+                outcomes.append("got it")
+        except redlock_deco.ProviderError:
+            outcomes.append("refused")
+
+    async def by_hand() -> float:
+        task = asyncio.ensure_future(waiter())
+        await asyncio.sleep(0.3)  # (queued, polling)
+        began = time.monotonic()
+        await redlock_deco.aclose()
+        await task
+        return time.monotonic() - began
+
+    kept: list[Any] = []
+
+    async def cleaning_up() -> Any:
+        try:
+            yield 1
+        finally:
+            await waiter()
+
+    async def at_the_end() -> None:
+        async with aio.Lock("q-warm", provider="q", ttl=3):
+            pass  # (the loop has used the library: its shutdown's wait runs)
+        agen = cleaning_up()
+        kept.append(agen)  # (closed by asyncio.run's shutdown)
+        await agen.__anext__()
+
+    try:
+        loop = asyncio.new_event_loop()
+        try:
+            took = loop.run_until_complete(by_hand())
+        finally:
+            loop.close()
+        assert outcomes == ["refused"] and took < 1.5, (outcomes, took)
+        began = time.monotonic()
+        asyncio.run(at_the_end())
+        kept.clear()
+        took = time.monotonic() - began
+        assert outcomes == ["refused", "refused"] and took < 8, (outcomes, took)
+    finally:
+        holder.release()
+    assert on_masters(masters, "lock:q-shut") == [False, False, False]
+
+
+def test_a_stalled_masters_owed_commands_end_with_their_loop_quietly(
+    masters: list[RedisServer],
+) -> None:
+    """Review 103b, F2: what a stalled master still owed once the loop's shutdown had
+    waited its 5 s was left pending as the loop closed: "Task was destroyed but it is
+    pending", and its connections unclosed. They are cancelled, their connections closed;
+    what the master had received runs when it comes back, its lease expiring within ttl."""
+    import subprocess
+    import sys
+    import textwrap
+
+    urls = [server.url for server in masters]
+    script = textwrap.dedent(
+        f"""
+        import asyncio, gc, os, signal, time
+        import redlock_deco, redlock_deco.asyncio
+        redlock_deco.register_provider("q", {urls!r})
+
+        async def steps():
+            try:
+                yield 1
+            finally:  # (at the loop's shutdown: the stalled master owes these to the end)
+                async with redlock_deco.asyncio.Lock("q-owed", provider="q", ttl=3):
+                    pass
+
+        kept = []
+
+        async def main():
+            async with redlock_deco.asyncio.Lock("q-warm", provider="q", ttl=3):
+                pass  # (connected to every master)
+            os.kill({masters[2].pid}, signal.SIGSTOP)  # (the test resumes it)
+            kept.append(steps())
+            await kept[0].__anext__()
+
+        began = time.monotonic()
+        asyncio.run(main())
+        kept.clear()
+        gc.collect()
+        print("ended", round(time.monotonic() - began, 1))
+        """
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-W", "default", "-c", script],
+            capture_output=True, text=True, timeout=40,
+        )  # fmt: skip
+    finally:
+        masters[2].resume()
+    assert done.returncode == 0, done.stderr
+    noise = [line for line in done.stderr.splitlines()
+             if "destroyed" in line or "unclosed" in line or "Warning" in line]  # fmt: skip
+    assert not noise, done.stderr
+    assert wait_until(lambda: not any(on_masters(masters, "lock:q-owed")), 5)
+    assert wait_until(lambda: not any(on_masters(masters, "lock:q-warm")), 5)

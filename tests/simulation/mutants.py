@@ -1054,6 +1054,46 @@ MUTANTS: tuple[Mutant, ...] = (
        "",
        "tests/integration/test_interrupts.py::"
        "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[shared-semaphore-object]"),
+    py("hand-over-cut-as-it-returns-kept", "an object's hand_over() that raises as "
+       "hand_over_held returns into it loses the token with the lease held by nobody",
+       "_primitive", "            guard.give_back_popped(self._held, popped, exc)\n", "",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[adopted]"),
+    py("move-takes-a-popped-lease", "a release() or hand_over() takes a lease another one, cut "
+       "short, already marked as its own: that one's clean-up gives it back under the other",
+       "_guard", "        if lease.pid != pid or lease.popped:\n",
+       "        if lease.pid != pid:\n",
+       "tests/integration/test_interrupts.py::"
+       "test_a_release_cut_as_it_moves_its_lease_never_gives_back_another_threads_hand_over"),
+    py("cut-move-not-reclaimed", "a release() cut between marking its lease and moving it "
+       "leaves the lease in the object's list, marked: no release takes it again", "_guard",
+       "    except BaseException as exc:\n        _reclaim(held, popped)\n        for lease in "
+       "popped:\n            _forget_held(held, lease)  # an interrupt between _pop_held's two "
+       "lines\n            _abandon(lease, exc)\n",
+       "    except BaseException as exc:\n        for lease in "
+       "popped:\n            _forget_held(held, lease)  # an interrupt between _pop_held's two "
+       "lines\n            _abandon(lease, exc)\n",
+       "tests/integration/test_interrupts.py::"
+       "test_a_keyboard_interrupt_at_every_line_leaves_nothing_held[bare-acquire]"),
+    py("collected-copy-warns-in-a-child", "a forked child's copy of a holding object warns, "
+       "when collected, of a lease its parent holds and renews", "_primitive",
+       "lease.pid == pid and lease.held", "lease.held",
+       "tests/integration/test_ownership_model.py::"
+       "test_a_forked_childs_copy_of_a_holding_object_says_nothing_when_collected"),
+    py("quorum-round-sent-after-the-stop", "a quorum target stopped by its loop's shutdown "
+       "still runs its waiters' rounds and sleeps: they poll on until their wait runs out",
+       "_fanout", "        for node in self.nodes:\n            node.check_open(step.step if "
+       "isinstance(step, Fanout) else step)\n", "",
+       "tests/integration/test_quorum.py::"
+       "test_quorum_waiters_are_refused_at_once_at_their_loops_shutdown"),
+    py("queued-master-command-sent-after-seal", "a command queued behind one a stalled "
+       "master owed is sent once the loop's shutdown closed the client: it reconnects, and is "
+       "left pending and unclosed as the loop closes", "_fanout",
+       "                self.node.check_open(step)\n"
+       "                return await self._send(step)\n",
+       "                return await self._send(step)\n",
+       "tests/integration/test_quorum.py::"
+       "test_a_stalled_masters_owed_commands_end_with_their_loop_quietly"),
     py("stopped-target-gives-nothing-back", "an asyncio target stopped by its loop's "
        "shutdown refuses its waiters' leaving too: a hand-off the still open subscription "
        "took stays with a refused waiter for its ttl", "_drivers",
