@@ -671,6 +671,17 @@ def health_checked(server: RedisServer) -> Iterator[redis.Redis]:
         yield client
 
 
+def eviction_checked() -> None:
+    """Wait for the eviction check that a sync client's first use starts on a thread of its
+    own: a test cutting the client's next read cut that check's instead under a loaded CI
+    (the README's leg: test_a_command_written_after_a_failed_health_check_still_owes_its_reply
+    did not raise, and the check's thread did)."""
+    deadline = time.monotonic() + 10
+    while any(thread.name == "redlock-deco-check" for thread in threading.enumerate()):
+        assert time.monotonic() < deadline, "the eviction check never ended"
+        time.sleep(0.01)
+
+
 @contextmanager
 def providing(server: RedisServer, client: redis.Redis) -> Iterator[None]:
     """``client`` as the default provider, its pool guarded (at the library's first call);
@@ -679,13 +690,7 @@ def providing(server: RedisServer, client: redis.Redis) -> Iterator[None]:
     try:
         with Lock("guarded", ttl=5):
             pass
-        # (Its first use checks the server's eviction policy on a thread of its own: a test
-        # cutting the client's next read cut that check's under a loaded CI -- the README's
-        # leg, test_a_command_written_after_a_failed_health_check_still_owes_its_reply.)
-        deadline = time.monotonic() + 10
-        while any(t.name == "redlock-deco-check" for t in threading.enumerate()):
-            assert time.monotonic() < deadline, "the eviction check never ended"
-            time.sleep(0.01)
+        eviction_checked()
         yield
     finally:
         redlock_deco.register_provider("default", server.url)
@@ -1034,6 +1039,7 @@ def test_an_invalidation_read_before_a_command_is_not_taken_for_a_reply_owed(
     try:
         with Lock("guarded", ttl=5):
             pass
+        eviction_checked()
         assert client.get("tracked") is None  # (cached: the connection tracks it)
         next_read_cut(client, server)
         with pytest.raises(KeyboardInterrupt):
@@ -1119,6 +1125,7 @@ def test_a_cut_commands_error_reply_is_not_raised_by_the_next_command_on_a_singl
     try:
         with Lock("guarded", ttl=5):
             pass
+        eviction_checked()
         with server.client() as other:
             other.set("not-a-number", "x")
             client.parse_response = cut_short  # type: ignore[method-assign]
