@@ -623,7 +623,7 @@ def acquire_held(held: list[Lease], kind: Kind, options: LeaseOptions, name: str
     """A bare ``acquire()``: take a lease that belongs to the object whose list of leases
     is ``held``, renewed while ``alive()`` (the object exists); ``kept()`` once it is in
     ``held``. It re-enters nothing. ``taken``: where the lease goes first, for the caller's
-    :func:`cut_as_returned`."""
+    :func:`give_back_taken`."""
     owner = ownership.current_owner()
     reason = _waits_for_itself(owner, kind, options, key, wait, blocks_thread=True)
     try:
