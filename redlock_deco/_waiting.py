@@ -738,7 +738,7 @@ class AsyncHandoff:
 
     async def wait(self, timeout: float) -> float | None:
         self._owner.revive()
-        if not await set_within(self._event, timeout) or self._owner.stopped:
+        if not await set_within(self._event, timeout) or self._owner._target.closed:
             return None  # (stopped: woken, with no grant -- see AsyncWaiting.stop)
         self._event.clear()
         return self.at
@@ -760,7 +760,6 @@ class AsyncWaiting:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pubsub: Any = None  # the reader task's subscription, while it runs
-        self.stopped = False  # its loop's shutdown ended it (its target sends no more)
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         with contextlib.suppress(RuntimeError):  # (made outside a loop: nothing to watch)
             self._loop = weakref.ref(asyncio.get_running_loop())
@@ -857,7 +856,6 @@ class AsyncWaiting:
         wake its waiters, with no grant: their target sends nothing more (a wait included:
         see AsyncTarget.execute), so each is refused at once rather than at its next
         recheck, up to a second later."""
-        self.stopped = True
         if self._task is not None:
             self._task.cancel()
         for waiter in list(self._board.waiting.values()):
